@@ -1,0 +1,13 @@
+"""jaxmma: bit-exact emulation of NVIDIA warp-level matrix instructions in JAX."""
+
+from ._instruction import Instruction as Instruction
+from ._instruction import all_instructions as all_instructions
+from ._instruction import instruction as instruction
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "Instruction",
+    "all_instructions",
+    "instruction",
+]

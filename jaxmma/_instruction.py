@@ -1,0 +1,227 @@
+"""The :class:`Instruction` object returned by :func:`jaxmma.instruction`."""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+
+from . import _ptx
+from ._spec import Form
+
+# opcode -> module that implements it (imported on first use; data flows down the layers)
+_IMPLEMENTATIONS = {
+    "mma": "._mma",
+    "wmma.mma": "._wmma",
+    "wmma.load": "._wmma",
+    "wmma.store": "._wmma",
+    "ldmatrix": "._movement",
+    "stmatrix": "._movement",
+    "movmatrix": "._movement",
+}
+
+
+def _impl(opcode: str):
+    return importlib.import_module(_IMPLEMENTATIONS[opcode], __package__)
+
+
+@dataclasses.dataclass(frozen=True)
+class Instruction:
+    """One PTX warp-level matrix instruction, parsed and validated.
+
+    Immutable and hashable, so it can be a static argument of ``jax.jit``. Calling it runs
+    the emulation at register level (see DESIGN.md): ``ins(a, b, c)`` for ``mma``,
+    ``ins(a, b, c, e, selector=f)`` for ``mma.sp``, block-scale keyword arguments for
+    ``.block_scale`` forms, ``ins(smem, addrs)`` for ``ldmatrix`` and so on.
+
+    Attributes:
+      text: canonical instruction text (spec qualifier order, no operands).
+      form: the row of the spec table (:class:`jaxmma._spec.Form`).
+      arch: the architecture whose numerics are emulated (``"sm_90"``, ``"sm_120a"``, ...).
+      alayout, blayout, satfinite, rounding, bitop, scale_vec, trans, layout, ss: qualifier
+        values (None where they do not apply).
+    """
+
+    form: Form
+    arch: str
+    alayout: str | None = None
+    blayout: str | None = None
+    layout: str | None = None
+    satfinite: bool = False
+    rounding: str | None = None
+    bitop: str | None = None
+    scale_vec: str | None = None
+    trans: bool = False
+    ss: str | None = None
+
+    # -- descriptive properties ------------------------------------------------------
+    @property
+    def text(self) -> str:
+        return _ptx.canonical_text(self.form, dataclasses.asdict(self))
+
+    @property
+    def opcode(self) -> str:
+        return self.form.opcode
+
+    @property
+    def shape(self) -> str:
+        return self.form.shape
+
+    @property
+    def m(self) -> int:
+        return self.form.m
+
+    @property
+    def n(self) -> int:
+        return self.form.n
+
+    @property
+    def k(self) -> int | None:
+        return self.form.k
+
+    @property
+    def atype(self) -> str | None:
+        return self.form.atype
+
+    @property
+    def btype(self) -> str | None:
+        return self.form.btype
+
+    @property
+    def ctype(self) -> str | None:
+        return self.form.ctype
+
+    @property
+    def dtype(self) -> str | None:
+        return self.form.dtype
+
+    @property
+    def kind(self) -> str | None:
+        return self.form.kind
+
+    @property
+    def stype(self) -> str | None:
+        return self.form.stype
+
+    @property
+    def sparse(self) -> str | None:
+        return self.form.sparse
+
+    @property
+    def arch_number(self) -> int:
+        return _ptx.parse_arch(self.arch).number
+
+    @property
+    def operands(self) -> tuple[_ptx.Operand, ...]:
+        """Register operands in PTX operand order (see :class:`jaxmma._ptx.Operand`)."""
+        return _ptx.operands(self.form)
+
+    @property
+    def nregs(self) -> dict[str, int]:
+        """Registers per lane of each register operand, e.g. ``{'d': 4, 'a': 4, ...}``."""
+        return {op.name: op.nregs for op in self.operands}
+
+    @property
+    def ptx_version(self) -> str:
+        return "%d.%d" % self.form.ptx
+
+    @property
+    def targets(self) -> str:
+        """The spec's target requirement in words, e.g. ``'sm_80 or newer'``."""
+        t = self.form.target
+        if t.family:
+            return " or ".join(f"sm_{n}a" for n in sorted(t.family))
+        return f"sm_{t.min_sm} or newer"
+
+    def runs_on(self, arch: str) -> bool:
+        """Whether a GPU of ``arch`` runs this form (per the spec's target notes)."""
+        return _ptx.runs_on(self.form, _ptx.parse_arch(arch))
+
+    def __repr__(self) -> str:
+        return f"jaxmma.instruction({self.text!r}, arch={self.arch!r})"
+
+    # -- emulation -------------------------------------------------------------------
+    def __call__(self, *args, **kwargs):
+        return _impl(self.opcode).execute(self, *args, **kwargs)
+
+    def mma(self, A, B, C, **kwargs):
+        """Matrix level: ``D = A @ B + C`` with this instruction's exact arithmetic.
+
+        Args:
+          A: ``[..., M, K]``, B: ``[..., K, N]``, C: ``[..., M, N]`` arrays of element
+            values in the instruction's element dtypes (e.g. ``jnp.bfloat16``), or raw bits
+            as unsigned integers.
+        Returns:
+          D ``[..., M, N]`` in the destination dtype, the same bits as the register level.
+        """
+        return _impl(self.opcode).matrix_mma(self, A, B, C, **kwargs)
+
+    def fragment(self, operand: str, matrix):
+        """Gather a matrix ``[..., rows, cols]`` into registers ``[..., 32, nregs]``."""
+        from . import _fragments
+
+        return _fragments.fragment(self, operand, matrix)
+
+    def unfragment(self, operand: str, regs):
+        """Scatter registers ``[..., 32, nregs]`` back into the matrix ``[..., rows, cols]``."""
+        from . import _fragments
+
+        return _fragments.unfragment(self, operand, regs)
+
+
+def instruction(text: str, arch: str | None = None) -> Instruction:
+    """Parse a PTX warp-level matrix instruction (PTX ISA 9.7.14) into an emulator.
+
+    Args:
+      text: the instruction as PTX writes it, e.g.
+        ``"mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32"``; trailing operands and
+        the semicolon are accepted and ignored.
+      arch: the GPU architecture whose behaviour is emulated (``"sm_70"`` ... ``"sm_120"``,
+        with an ``a`` suffix for architecture-specific forms such as ``kind::f8f6f4``).
+        Default: the newest architecture that runs the form.
+
+    Returns:
+      An immutable, hashable :class:`Instruction`.
+
+    Raises:
+      ValueError: unknown or forbidden qualifiers (the message names the qualifier, the
+        value and the allowed values), or a form that ``arch`` cannot run.
+      TypeError: ``text`` or ``arch`` is not a string.
+
+    Example:
+      >>> import jaxmma
+      >>> ins = jaxmma.instruction("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32")
+      >>> ins.m, ins.n, ins.k, ins.nregs
+      (16, 8, 16, {'d': 4, 'a': 4, 'b': 2, 'c': 4})
+    """
+    form, quals, arch_ = _ptx.parse(text, arch)
+    return Instruction(form=form, arch=arch_.name, **quals)
+
+
+def all_instructions(opcode: str | None = None, arch: str | None = None):
+    """Every instruction text the spec allows, as :class:`Instruction` objects.
+
+    Expands each form of the table over its layouts, ``.satfinite``, rounding modifiers,
+    b1 operations and ``.trans``. State spaces (``.shared``/``.global``) are not expanded.
+    With ``arch``, only the forms that architecture runs are returned, emulated as it.
+    """
+    import itertools
+
+    from . import _spec
+
+    out = []
+    want = None if arch is None else _ptx.parse_arch(arch)
+    for f in _spec.forms(opcode):
+        if want is not None and not _ptx.runs_on(f, want):
+            continue
+        a = (want or _ptx.default_arch(f)).name
+        for (al, bl), sat, rnd, bop, tr in itertools.product(
+            f.layouts, (False, True) if f.satfinite else (False,), f.rounding or (None,),
+            f.bitops or (None,), f.trans,
+        ):
+            q = dict(satfinite=sat, rounding=rnd, bitop=bop, trans=tr)
+            if f.opcode in ("wmma.load", "wmma.store"):
+                q["layout"] = al
+            elif f.opcode in ("mma", "wmma.mma"):
+                q.update(alayout=al, blayout=bl, scale_vec=f.scale_vec)
+            out.append(Instruction(form=f, arch=a, **q))
+    return tuple(out)

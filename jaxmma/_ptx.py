@@ -1,0 +1,471 @@
+"""Parse PTX instruction text of section 9.7.14 into an :class:`Instruction`.
+
+Parsing reads every qualifier, validates it against the one table of forms in
+:mod:`jaxmma._spec`, and refuses with a ``ValueError`` that names the qualifier, the value
+and the allowed values. ``arch`` is checked against the form's target notes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import re
+from typing import NamedTuple
+
+from . import _spec
+from ._spec import Form
+
+# Architectures the numerics models know, oldest first (PTX target numbers).
+ARCH_NUMBERS = (70, 72, 75, 80, 86, 87, 89, 90, 100, 101, 103, 110, 120, 121)
+NEWEST = 120  # default arch: sm_120, or sm_120a for architecture-specific forms
+
+FLOAT_TYPES = ("f16", "bf16", "tf32", "f32", "f64", "e4m3", "e5m2", "e3m2", "e2m3", "e2m1")
+INT_TYPES = ("s8", "u8", "s4", "u4", "b1", "s32")
+SCALE_TYPES = ("ue8m0", "ue4m3")
+ELEMENT_TYPES = FLOAT_TYPES + INT_TYPES
+STATE_SPACES = ("shared", "shared::cta", "global")
+_SHAPE_RE = re.compile(r"^m\d+n\d+(k\d+)?$")
+
+
+class Operand(NamedTuple):
+    """One register operand in PTX operand order.
+
+    ``name``: d, a, b, c, e, scale_a, scale_b, r (movement registers). ``nregs``: registers
+    per lane. ``reg_bits``: 32 or 64. ``fmt``: element format (PTX name) or None.
+    ``elem_bits``: bits an element occupies in the register (containers included).
+    ``output``: written by the instruction.
+    """
+
+    name: str
+    nregs: int
+    reg_bits: int
+    fmt: str | None
+    elem_bits: int
+    output: bool = False
+
+    @property
+    def elems_per_reg(self) -> int:
+        return self.reg_bits // self.elem_bits
+
+
+def _fail(qualifier: str, value, allowed, context: str = "") -> ValueError:
+    allowed = ", ".join(sorted({str(a) for a in allowed})) or "(none)"
+    where = f" for {context}" if context else ""
+    return ValueError(f"invalid {qualifier} {value!r}{where}; allowed: {allowed}")
+
+
+# ------------------------------------------------------------------------------- arch
+class Arch(NamedTuple):
+    number: int
+    suffix: str  # "", "a" or "f"
+
+    @property
+    def name(self) -> str:
+        return f"sm_{self.number}{self.suffix}"
+
+
+def parse_arch(arch: str) -> Arch:
+    """Parse ``"sm_90"``, ``"sm_90a"``, ``"sm_120f"`` (or ``"90"``) into an :class:`Arch`."""
+    if not isinstance(arch, str):
+        raise TypeError(f"arch must be a string like 'sm_90', got {type(arch).__name__}")
+    m = re.fullmatch(r"(?:sm_)?(\d+)([af]?)", arch.strip().lower())
+    if not m or int(m.group(1)) not in ARCH_NUMBERS:
+        raise _fail("arch", arch, [f"sm_{n}" for n in ARCH_NUMBERS] + ["(with a/f suffix)"])
+    return Arch(int(m.group(1)), m.group(2))
+
+
+def runs_on(form: Form, arch: Arch) -> bool:
+    """Whether the form's target notes allow ``arch``."""
+    if arch.number < form.target.min_sm:
+        return False
+    if form.target.family:
+        return arch.suffix in ("a", "f") and arch.number in form.target.family
+    return True
+
+
+def _check_arch(form: Form, arch: Arch, text: str) -> None:
+    if runs_on(form, arch):
+        return
+    need = f"sm_{form.target.min_sm} or newer"
+    if form.target.family:
+        need = " or ".join(f"sm_{n}a" for n in sorted(form.target.family))
+    raise ValueError(f"arch {arch.name!r} cannot run {text!r}; it requires {need}")
+
+
+def default_arch(form: Form) -> Arch:
+    """The newest architecture that runs the form."""
+    for n in reversed([x for x in ARCH_NUMBERS if x <= NEWEST]):
+        for suffix in ("", "a"):
+            a = Arch(n, suffix)
+            if runs_on(form, a):
+                return a
+    raise AssertionError(f"no architecture runs {form}")  # the table guarantees one
+
+
+# ------------------------------------------------------------------------------- tokens
+@dataclasses.dataclass
+class _Tokens:
+    """Qualifiers of one instruction text, sorted into their categories."""
+
+    text: str
+    opcode: str = ""
+    sparse: str | None = None
+    frag: str | None = None
+    shape: str | None = None
+    layouts: list = dataclasses.field(default_factory=list)
+    types: list = dataclasses.field(default_factory=list)
+    stype: str | None = None
+    kind: str | None = None
+    block_scale: bool = False
+    scale_vec: str | None = None
+    satfinite: bool = False
+    rounding: str | None = None
+    bitop: str | None = None
+    popc: bool = False
+    num: str | None = None
+    trans: bool = False
+    ss: str | None = None
+    elem: str | None = None
+    sync: bool = False
+    aligned: bool = False
+
+    def set_once(self, name, value):
+        if getattr(self, name) not in (None, False):
+            raise ValueError(f"qualifier .{value} given twice (as {name}) in {self.text!r}")
+        setattr(self, name, value)
+
+
+def _strip(text: str) -> str:
+    if not isinstance(text, str):
+        raise TypeError(f"text must be a str, got {type(text).__name__}")
+    head = text.strip().split(None, 1)
+    if not head:
+        raise ValueError("text is empty; expected an instruction such as "
+                         "'mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32'")
+    return head[0].rstrip(";")
+
+
+def _tokenize(text: str) -> _Tokens:
+    word = _strip(text)
+    parts = word.split(".")
+    t = _Tokens(text=word)
+    head = parts[0]
+    rest = parts[1:]
+    if head == "mma" and rest and rest[0] in ("sp", "sp::ordered_metadata"):
+        t.sparse = rest.pop(0)
+    elif head == "wmma":
+        if not rest or rest[0] not in ("load", "store", "mma"):
+            raise _fail("opcode", word, _spec.OPCODES)
+        head = f"wmma.{rest.pop(0)}"
+        if head in ("wmma.load", "wmma.store"):
+            allowed = ("a", "b", "c") if head == "wmma.load" else ("d",)
+            if not rest or rest[0] not in allowed:
+                got = rest[0] if rest else None
+                raise _fail(f"{head} matrix qualifier", got, allowed, word)
+            t.frag = rest.pop(0)
+    if head not in _spec.OPCODES:
+        raise _fail("opcode", parts[0], _spec.OPCODES + ("mma.sp", "mma.sp::ordered_metadata"))
+    t.opcode = head
+    i = 0
+    while i < len(rest):
+        q = rest[i]
+        if q in ("sync", "aligned"):
+            t.set_once(q, True)
+        elif _SHAPE_RE.match(q):
+            t.set_once("shape", q)
+        elif q in ("row", "col"):
+            t.layouts.append(q)
+        elif q in ELEMENT_TYPES:
+            t.types.append(q)
+        elif q in SCALE_TYPES:
+            t.set_once("stype", q)
+        elif q.startswith("kind::"):
+            t.set_once("kind", q[len("kind::"):])
+        elif q == "block_scale":
+            t.set_once("block_scale", True)
+        elif q.startswith("scale_vec::"):
+            t.set_once("scale_vec", q[len("scale_vec::"):])
+        elif q == "satfinite":
+            t.set_once("satfinite", True)
+        elif q in ("rn", "rz", "rm", "rp"):
+            t.set_once("rounding", q)
+        elif q in ("xor", "and"):
+            t.set_once("bitop", q)
+        elif q == "popc":
+            t.set_once("popc", True)
+        elif q in ("x1", "x2", "x4"):
+            t.set_once("num", q)
+        elif q == "trans":
+            t.set_once("trans", True)
+        elif q in STATE_SPACES:
+            t.set_once("ss", q)
+        elif q in ("b16", "b8"):
+            t.set_once("elem", q)
+        elif q == "b8x16" and i + 1 < len(rest) and rest[i + 1] in ("b6x16_p32", "b4x16_p64"):
+            t.set_once("elem", f"b8x16.{rest[i + 1]}")
+            i += 1
+        else:
+            raise ValueError(f"unknown qualifier .{q} in {word!r}")
+        i += 1
+    if not (t.sync and t.aligned):
+        missing = [q for q in ("sync", "aligned") if not getattr(t, q)]
+        raise ValueError(f"{word!r} lacks the mandatory qualifier(s) "
+                         + ", ".join("." + m for m in missing))
+    if t.shape is None:
+        raise ValueError(f"{word!r} has no shape qualifier (such as .m16n8k16)")
+    return t
+
+
+# ------------------------------------------------------------------------------- matching
+def _narrow(cands, pred, qualifier, value, allowed_of, context):
+    kept = [f for f in cands if pred(f)]
+    if not kept:
+        raise _fail(qualifier, value, {allowed_of(f) for f in cands}, context)
+    return kept
+
+
+def _match_mma(t: _Tokens) -> tuple[Form, dict]:
+    opname = "mma" + (f".{t.sparse}" if t.sparse else "")
+    cands = [f for f in _spec.forms(t.opcode) if f.sparse == t.sparse]
+    cands = _narrow(cands, lambda f: f.shape == t.shape, "shape", t.shape,
+                    lambda f: f.shape, opname)
+    ctx = f"{opname}.{t.shape}"
+    ntypes = 2 if (t.opcode == "wmma.mma" and t.types and all(
+        x in ("f16", "f32") for x in t.types) and len(t.types) == 2) else 4
+    if len(t.types) != ntypes:
+        raise ValueError(f"{t.text!r}: expected the element types .dtype.atype.btype.ctype, "
+                         f"got {len(t.types)} type qualifier(s) {t.types}")
+    if ntypes == 2:
+        d, c = t.types
+        a = b = "f16"
+    else:
+        d, a, b, c = t.types
+    cands = _narrow(cands, lambda f: f.atype == a, ".atype", a, lambda f: f.atype, ctx)
+    cands = _narrow(cands, lambda f: f.btype == b, ".btype", b, lambda f: f.btype,
+                    f"{ctx} with .atype .{a}")
+    cands = _narrow(cands, lambda f: f.kind == t.kind, ".kind", t.kind,
+                    lambda f: f.kind, f"{ctx}.{a}.{b}")
+    cands = _narrow(cands, lambda f: f.ctype == c, ".ctype", c, lambda f: f.ctype,
+                    f"{ctx}.{a}.{b}")
+    cands = _narrow(cands, lambda f: f.dtype == d, ".dtype", d, lambda f: f.dtype,
+                    f"{ctx} with .ctype .{c}")
+    scaled = any(f.stype for f in cands)
+    if t.block_scale != scaled:
+        what = "requires" if scaled else "does not take"
+        raise ValueError(f"{t.text!r}: .kind::{t.kind} {what} the .block_scale qualifier")
+    scale_vec = None
+    if scaled:
+        if t.stype is None:
+            raise _fail(".stype", None, {f.stype for f in cands}, ctx)
+        if t.scale_vec is None:
+            dflt = [f for f in cands if f.scale_vec_default]
+            if not dflt:
+                raise ValueError(f"{t.text!r}: .kind::{t.kind} requires an explicit "
+                                 ".scale_vec_size; allowed: "
+                                 + ", ".join(sorted(f".scale_vec::{f.scale_vec}" for f in cands)))
+            cands = dflt
+        else:
+            cands = _narrow(cands, lambda f: f.scale_vec == t.scale_vec, ".scale_vec_size",
+                            t.scale_vec, lambda f: f.scale_vec, f"{ctx}.kind::{t.kind}")
+        cands = _narrow(cands, lambda f: f.stype == t.stype, ".stype", t.stype,
+                        lambda f: f.stype, f"{ctx}.kind::{t.kind}.scale_vec::{cands[0].scale_vec}")
+        scale_vec = cands[0].scale_vec
+    elif t.stype or t.scale_vec:
+        raise ValueError(f"{t.text!r}: .stype/.scale_vec_size need .block_scale")
+    if t.bitop or t.popc or any(f.bitops for f in cands):
+        if not any(f.bitops for f in cands):
+            raise ValueError(f"{t.text!r}: .{t.bitop or 'popc'} applies to .b1 only")
+        if not t.popc:
+            raise ValueError(f"{t.text!r}: single-bit mma needs .popc after .{t.bitop}")
+        cands = _narrow(cands, lambda f: t.bitop in f.bitops, "bitOp", t.bitop,
+                        lambda f: f.bitops[0], ctx)
+    form = cands[0]
+    assert len(cands) == 1, cands
+    quals = _layouts_quals(t, form, 2, ctx)
+    if t.satfinite and not form.satfinite:
+        raise ValueError(f"{t.text!r}: .satfinite applies to integer forms only")
+    if t.rounding and not form.rounding:
+        raise ValueError(f"{t.text!r}: rounding modifier .{t.rounding} applies to .f64 only")
+    for bad in ("num", "trans", "ss", "elem", "frag"):
+        if getattr(t, bad):
+            raise ValueError(f"{t.text!r}: qualifier {bad} does not apply to {t.opcode}")
+    quals.update(satfinite=t.satfinite, rounding=(t.rounding or "rn") if form.rounding else None,
+                 bitop=t.bitop, scale_vec=scale_vec)
+    return form, quals
+
+
+def _layouts_quals(t: _Tokens, form: Form, count: int, ctx: str) -> dict:
+    if len(t.layouts) != count:
+        raise ValueError(f"{t.text!r}: expected {count} layout qualifier(s) (.row/.col), "
+                         f"got {len(t.layouts)}")
+    pair = tuple(t.layouts) if count == 2 else (t.layouts[0], t.layouts[0])
+    if pair not in form.layouts:
+        allowed = {".".join(p) if count == 2 else p[0] for p in form.layouts}
+        raise _fail("layout", ".".join(t.layouts), allowed, ctx)
+    return {"alayout": pair[0], "blayout": pair[1]}
+
+
+def _match_wmma_mem(t: _Tokens) -> tuple[Form, dict]:
+    cands = [f for f in _spec.forms(t.opcode) if f.frag == t.frag]
+    ctx = f"{t.opcode}.{t.frag}"
+    cands = _narrow(cands, lambda f: f.shape == t.shape, "shape", t.shape,
+                    lambda f: f.shape, ctx)
+    if len(t.types) != 1:
+        raise ValueError(f"{t.text!r}: expected one element type, got {t.types}")
+    (typ,) = t.types
+    field = {"a": "atype", "b": "btype", "c": "ctype", "d": "dtype"}[t.frag]
+    cands = _narrow(cands, lambda f: getattr(f, field) == typ, f".{field}", typ,
+                    lambda f: getattr(f, field), f"{ctx}.{t.shape}")
+    form = cands[0]
+    quals = _layouts_quals(t, form, 1, f"{ctx}.{t.shape}.{typ}")
+    for bad in ("satfinite", "rounding", "bitop", "kind", "num", "trans", "elem"):
+        if getattr(t, bad):
+            raise ValueError(f"{t.text!r}: qualifier {bad} does not apply to {t.opcode}")
+    quals["layout"] = quals.pop("alayout")
+    quals.pop("blayout")
+    quals["ss"] = t.ss
+    return form, quals
+
+
+def _match_movement(t: _Tokens) -> tuple[Form, dict]:
+    cands = _spec.forms(t.opcode)
+    cands = _narrow(cands, lambda f: f.shape == t.shape, "shape", t.shape,
+                    lambda f: f.shape, t.opcode)
+    ctx = f"{t.opcode}.{t.shape}"
+    if t.opcode != "movmatrix":
+        cands = _narrow(cands, lambda f: f.num == t.num, ".num", t.num, lambda f: f.num, ctx)
+    elif t.num:
+        raise ValueError(f"{t.text!r}: movmatrix takes no .num qualifier")
+    cands = _narrow(cands, lambda f: f.elem == t.elem, ".type", t.elem, lambda f: f.elem, ctx)
+    form = cands[0]
+    if t.trans not in form.trans:
+        raise ValueError(f"{t.text!r}: .trans is mandatory for {ctx}.{form.elem}")
+    if t.opcode == "movmatrix" and t.ss:
+        raise ValueError(f"{t.text!r}: movmatrix takes no state space")
+    if t.ss == "global":
+        raise _fail("state space", t.ss, ("shared", "shared::cta"), t.opcode)
+    for bad in ("layouts", "types", "satfinite", "rounding", "bitop", "kind", "stype"):
+        if getattr(t, bad):
+            raise ValueError(f"{t.text!r}: qualifier {bad} does not apply to {t.opcode}")
+    return form, {"trans": t.trans, "ss": t.ss}
+
+
+# ------------------------------------------------------------------------------- operands
+def _elem_bits(fmt: str, kind: str | None) -> int:
+    if fmt in ("e4m3", "e5m2", "e3m2", "e2m3") or (fmt == "e2m1" and kind in (
+            "f8f6f4", "mxf8f6f4")):
+        return 8
+    return {"f16": 16, "bf16": 16, "tf32": 32, "f32": 32, "f64": 64, "s32": 32, "s8": 8,
+            "u8": 8, "s4": 4, "u4": 4, "b1": 1, "e2m1": 4}[fmt]
+
+
+def operands(form: Form) -> tuple[Operand, ...]:
+    """The register operands of a form, in PTX operand order."""
+    if form.opcode in ("mma", "wmma.mma"):
+        reg = 64 if form.atype == "f64" else 32
+        mats = 4 if (form.shape == "m8n8k4" and form.atype == "f16") else 1
+        ka = form.k // 2 if form.sparse else form.k
+        ab, bb = _elem_bits(form.atype, form.kind), _elem_bits(form.btype, form.kind)
+        wmma_f16 = 2 if (form.opcode == "wmma.mma" and form.atype == "f16") else 1
+
+        def count(rows, cols, bits, dup=1):
+            return rows * cols * mats * bits * dup // (32 * reg)
+
+        ops = [
+            Operand("d", count(form.m, form.n, _elem_bits(form.dtype, None)), reg, form.dtype,
+                    _elem_bits(form.dtype, None), True),
+            Operand("a", count(form.m, ka, ab, wmma_f16), reg, form.atype, ab),
+            Operand("b", count(form.k, form.n, bb, wmma_f16), reg, form.btype, bb),
+            Operand("c", count(form.m, form.n, _elem_bits(form.ctype, None)), reg, form.ctype,
+                    _elem_bits(form.ctype, None)),
+        ]
+        if form.sparse:
+            ops.append(Operand("e", 1, 32, None, 4))
+        if form.stype:
+            ops += [Operand("scale_a", 1, 32, form.stype, 8),
+                    Operand("scale_b", 1, 32, form.stype, 8)]
+        return tuple(ops)
+    if form.opcode in ("wmma.load", "wmma.store"):
+        typ = form.atype or form.btype or form.ctype or form.dtype
+        reg = 64 if typ == "f64" else 32
+        rows, cols = {"a": (form.m, form.k), "b": (form.k, form.n)}.get(form.frag,
+                                                                       (form.m, form.n))
+        bits = _elem_bits(typ, None)
+        dup = 2 if (typ == "f16" and form.frag in "ab") else 1
+        op = Operand("d" if form.opcode == "wmma.load" else "r",
+                     rows * cols * bits * dup // (32 * reg), reg, typ, bits,
+                     form.opcode == "wmma.load")
+        return (op,)
+    if form.opcode == "movmatrix":
+        return (Operand("d", 1, 32, None, 16, True), Operand("a", 1, 32, None, 16))
+    n = int(form.num[1:])
+    nregs = 2 * n if form.shape == "m16n16" else n
+    bits = 16 if form.elem == "b16" else 8
+    return (Operand("r", nregs, 32, None, bits, form.opcode == "ldmatrix"),)
+
+
+# ------------------------------------------------------------------------------- parse
+@functools.lru_cache(maxsize=4096)
+def parse(text: str, arch: str | None = None) -> tuple[Form, dict, Arch]:
+    """Parse and validate; returns the form, its qualifier values and the architecture."""
+    t = _tokenize(text)
+    if t.opcode in ("mma", "wmma.mma"):
+        form, quals = _match_mma(t)
+        if t.opcode == "wmma.mma" and quals.get("scale_vec"):
+            raise ValueError("wmma.mma has no block scaling")
+    elif t.opcode in ("wmma.load", "wmma.store"):
+        form, quals = _match_wmma_mem(t)
+    else:
+        form, quals = _match_movement(t)
+    a = default_arch(form) if arch is None else parse_arch(arch)
+    _check_arch(form, a, t.text)
+    return form, quals, a
+
+
+def canonical_text(form: Form, quals: dict) -> str:
+    """The instruction text in the spec's qualifier order."""
+    f, q = form, quals
+    if f.opcode in ("mma", "wmma.mma"):
+        parts = ["mma" if f.opcode == "mma" else "wmma.mma"]
+        if f.sparse:
+            parts.append(f.sparse)
+        if f.opcode == "wmma.mma" and q.get("bitop"):
+            parts += [q["bitop"], "popc"]
+        parts += ["sync", "aligned"]
+        if f.opcode == "mma":
+            parts += [f.shape, q["alayout"], q["blayout"]]
+        else:
+            parts += [q["alayout"], q["blayout"], f.shape]
+        if q.get("rounding") and q["rounding"] != "rn":
+            parts.append(q["rounding"])
+        if f.kind:
+            parts.append(f"kind::{f.kind}")
+        if f.stype:
+            parts += ["block_scale", f"scale_vec::{f.scale_vec}"]
+        if q.get("satfinite") and f.opcode == "mma":
+            parts.append("satfinite")
+        if f.opcode == "wmma.mma" and f.atype == "f16":
+            parts += [f.dtype, f.ctype]
+        else:
+            parts += [f.dtype, f.atype, f.btype, f.ctype]
+        if q.get("satfinite") and f.opcode == "wmma.mma":
+            parts.append("satfinite")
+        if f.stype:
+            parts.append(f.stype)
+        if f.opcode == "mma" and q.get("bitop"):
+            parts += [q["bitop"], "popc"]
+        return ".".join(parts)
+    if f.opcode in ("wmma.load", "wmma.store"):
+        typ = f.atype or f.btype or f.ctype or f.dtype
+        parts = [f.opcode, f.frag, "sync", "aligned", q["layout"], f.shape]
+        if q.get("ss"):
+            parts.append(q["ss"])
+        return ".".join(parts + [typ])
+    parts = [f.opcode, "sync", "aligned", f.shape]
+    if f.num:
+        parts.append(f.num)
+    if q.get("trans"):
+        parts.append("trans")
+    if q.get("ss"):
+        parts.append(q["ss"])
+    return ".".join(parts + [f.elem])
