@@ -1,0 +1,124 @@
+"""Gather matrices into per-lane registers and scatter them back (fragments).
+
+The maps come from :mod:`jaxmma._layouts` (one per-lane function per layout family); the
+sub-word packing from :mod:`jaxmma._packing`. Matrices here are *raw element bits*
+(uint32 with the element in the low bits, uint64 for ``.f64``); :mod:`jaxmma._values`
+converts from and to element dtypes.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import jax.numpy as jnp
+import numpy as np
+
+from . import _layouts
+
+MMA_OPERANDS = ("a", "b", "c", "d")
+
+
+def _check_operand(ins, operand: str) -> None:
+    if ins.opcode not in ("mma",):
+        raise ValueError(f"fragment/unfragment apply to mma forms; {ins.text!r} is "
+                         f"{ins.opcode} (use the instruction itself for data movement)")
+    if operand not in MMA_OPERANDS:
+        raise ValueError(f"operand must be one of {MMA_OPERANDS}, got {operand!r}")
+
+
+@functools.lru_cache(maxsize=None)
+def layout(ins, operand: str) -> _layouts.Layout:
+    """The per-lane layout of one operand of an ``mma`` instruction."""
+    _check_operand(ins, operand)
+    op = "c" if operand == "d" else operand
+    ctype = ins.dtype if operand == "d" else ins.ctype
+    return _layouts.mma_layout(
+        op, shape=ins.shape, atype=ins.atype, btype=ins.btype, ctype=ctype,
+        alayout=ins.alayout, blayout=ins.blayout, sparse=ins.sparse is not None,
+        kind=ins.kind,
+    )
+
+
+def matrix_shape(ins, operand: str) -> tuple[int, ...]:
+    """Trailing shape of the logical matrix of an operand.
+
+    ``(rows, cols)``; ``(4, rows, cols)`` for ``m8n8k4 .f16`` (its four MMAs per warp).
+    Sparse A is the compressed ``M x K/2`` matrix.
+    """
+    lay = layout(ins, operand)
+    rows, cols = int(lay.row.max()) + 1, int(lay.col.max()) + 1
+    mats = int(lay.mat.max()) + 1
+    return (mats, rows, cols) if mats > 1 else (rows, cols)
+
+
+def _flat_index(ins, operand):
+    lay = layout(ins, operand)
+    shape = matrix_shape(ins, operand)
+    rows, cols = shape[-2:]
+    return (lay.mat * rows + lay.row) * cols + lay.col, shape, lay
+
+
+def reg_dtype(lay) -> jnp.dtype:
+    return jnp.uint64 if lay.elem_bits == 64 else jnp.uint32
+
+
+def unpack(regs, elem_bits: int):
+    """Registers ``[..., nregs]`` -> elements ``[..., nregs * 32 // elem_bits]``, low first."""
+    if elem_bits >= 32:
+        return regs
+    per = 32 // elem_bits
+    shifts = jnp.arange(per, dtype=jnp.uint32) * jnp.uint32(elem_bits)
+    e = (regs[..., :, None] >> shifts) & jnp.uint32((1 << elem_bits) - 1)
+    return e.reshape(regs.shape[:-1] + (regs.shape[-1] * per,))
+
+
+def pack(elems, elem_bits: int):
+    """Inverse of :func:`unpack`; element bits above ``elem_bits`` are dropped."""
+    if elem_bits >= 32:
+        return elems
+    per = 32 // elem_bits
+    e = elems.reshape(elems.shape[:-1] + (elems.shape[-1] // per, per)).astype(jnp.uint32)
+    e = e & jnp.uint32((1 << elem_bits) - 1)
+    shifts = jnp.arange(per, dtype=jnp.uint32) * jnp.uint32(elem_bits)
+    return _or_reduce(e << shifts)
+
+
+def _or_reduce(x):
+    out = x[..., 0]
+    for i in range(1, x.shape[-1]):
+        out = out | x[..., i]
+    return out
+
+
+def unfragment(ins, operand: str, regs):
+    """Registers ``[..., 32, nregs]`` -> raw-bit matrix ``[..., rows, cols]``."""
+    idx, shape, lay = _flat_index(ins, operand)
+    regs = jnp.asarray(regs)
+    _check_regs(ins, operand, regs, lay)
+    elems = unpack(regs, lay.elem_bits)  # [..., 32, nelem]
+    flat = elems.reshape(elems.shape[:-2] + (-1,))
+    order = np.argsort(idx.reshape(-1), kind="stable")
+    return flat[..., order].reshape(regs.shape[:-2] + shape)
+
+
+def fragment(ins, operand: str, matrix):
+    """Raw-bit matrix ``[..., rows, cols]`` -> registers ``[..., 32, nregs]``."""
+    idx, shape, lay = _flat_index(ins, operand)
+    matrix = jnp.asarray(matrix)
+    if tuple(matrix.shape[-len(shape):]) != shape:
+        raise ValueError(f"{operand}: expected a matrix of trailing shape {shape} for "
+                         f"{ins.text}, got shape {tuple(matrix.shape)}")
+    batch = matrix.shape[: matrix.ndim - len(shape)]
+    flat = matrix.reshape(batch + (-1,))
+    elems = flat[..., idx.reshape(-1)].reshape(batch + (32, -1))
+    return pack(elems.astype(reg_dtype(lay)), lay.elem_bits)
+
+
+def _check_regs(ins, operand, regs, lay):
+    want = reg_dtype(lay)
+    if regs.dtype != want:
+        raise TypeError(f"{operand}: expected {jnp.dtype(want).name} registers for "
+                        f"{ins.text}, got {regs.dtype}")
+    if regs.ndim < 2 or regs.shape[-2:] != (32, lay.nregs):
+        raise ValueError(f"{operand}: expected registers of shape [..., 32, {lay.nregs}] for "
+                         f"{ins.text}, got {tuple(regs.shape)}")

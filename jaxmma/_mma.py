@@ -1,0 +1,75 @@
+"""``mma`` / ``mma.sp`` / block-scaled ``mma``: register level and matrix level.
+
+Register operands are gathered into raw-bit matrices (:mod:`_fragments`), the matrix
+product is computed by the model of the instruction's element family and architecture,
+and the result is scattered back into the destination registers. The matrix-level entry
+point :func:`matrix_mma` runs exactly the same function, so both give the same bits.
+"""
+
+from __future__ import annotations
+
+import jax.numpy as jnp
+
+from . import _fragments, _models, _values
+
+
+def _check_model(model):
+    if model not in (None, "exact"):
+        raise ValueError(f"model must be None (the architecture's) or 'exact', got {model!r}")
+
+
+def execute(ins, a, b, c, e=None, *, selector=None, scale_a=None, scale_b=None,
+            byte_id_a=0, thread_id_a=0, byte_id_b=0, thread_id_b=0, model=None):
+    """Register-level ``mma``: ``d = ins(a, b, c[, e], selector=..., scale_a=...)``."""
+    _check_model(model)
+    A = _fragments.unfragment(ins, "a", a)
+    B = _fragments.unfragment(ins, "b", b)
+    C = _fragments.unfragment(ins, "c", c)
+    if ins.sparse:
+        from . import _sparse
+
+        A = _sparse.expand_registers(ins, A, e, selector)
+    elif e is not None or selector is not None:
+        raise ValueError(f"e/selector are operands of mma.sp only, not of {ins.text}")
+    scales = None
+    if ins.stype:
+        from . import _scaling
+
+        scales = _scaling.select_registers(ins, scale_a, scale_b, byte_id_a, thread_id_a,
+                                           byte_id_b, thread_id_b)
+    elif scale_a is not None or scale_b is not None:
+        raise ValueError(f"scale_a/scale_b are operands of .block_scale forms, not of "
+                         f"{ins.text}")
+    D = _models.mma_bits(ins, A, B, C, scales=scales, model=model)
+    return _fragments.fragment(ins, "d", D)
+
+
+def matrix_mma(ins, A, B, C, *, model=None, **kwargs):
+    """Matrix-level ``D = A @ B + C`` (see :meth:`jaxmma.Instruction.mma`)."""
+    _check_model(model)
+    Ab = _values.to_bits(ins.atype, A, "A", ins.kind)
+    Bb = _values.to_bits(ins.btype, B, "B", ins.kind)
+    Cb = _values.to_bits(ins.ctype, C, "C", ins.kind)
+    scales = None
+    if ins.sparse:
+        from . import _sparse
+
+        Ab = _sparse.expand_matrix(ins, Ab, **{k: kwargs.pop(k) for k in list(kwargs)
+                                               if k in ("metadata",)})
+    if ins.stype:
+        from . import _scaling
+
+        scales = _scaling.scales_from_matrices(ins, kwargs.pop("scale_a", None),
+                                               kwargs.pop("scale_b", None))
+    if kwargs:
+        raise TypeError(f"unexpected keyword argument(s) {sorted(kwargs)} for {ins.text}")
+    Ab, Bb, Cb = _batch(Ab, Bb, Cb)
+    D = _models.mma_bits(ins, Ab, Bb, Cb, scales=scales, model=model)
+    return _values.from_bits(ins.dtype, D)
+
+
+def _batch(A, B, C):
+    """Broadcast the leading batch dimensions of the three matrices."""
+    lead = jnp.broadcast_shapes(A.shape[:-2], B.shape[:-2], C.shape[:-2])
+    return (jnp.broadcast_to(A, lead + A.shape[-2:]), jnp.broadcast_to(B, lead + B.shape[-2:]),
+            jnp.broadcast_to(C, lead + C.shape[-2:]))

@@ -1,0 +1,107 @@
+"""Which arithmetic model computes a form on an architecture (NUMERICS.md's table).
+
+``mma_bits(ins, A, B, C)`` takes raw-bit matrices and returns raw-bit D. Floating forms
+use the fused-block model of :mod:`_numerics` with the architecture's parameters; sm_90
+runs ``.e4m3``/``.e5m2`` through two f16 MMAs and a final add, as its compiler emits it;
+integer and single-bit forms are exact integer arithmetic (:mod:`_integer`); ``.f64`` is an
+fma chain (:mod:`_float64`).
+"""
+
+from __future__ import annotations
+
+import jax.numpy as jnp
+
+from . import _formats, _numerics
+from ._numerics import BlockModel
+
+FP8 = ("e4m3", "e5m2")
+F8F6F4 = ("e4m3", "e5m2", "e3m2", "e2m3", "e2m1")
+
+
+def family(n: int) -> int:
+    """The numerics generation of a PTX target number."""
+    for gen in (120, 100, 90, 89, 80, 75, 70):
+        if n >= gen:
+            return gen
+    raise ValueError(f"no model for sm_{n}")
+
+
+def block_model(arch: int, ins) -> BlockModel:
+    """F, L and e_zero of the fused-block model (NUMERICS.md) for this form and arch."""
+    gen = family(arch)
+    a = ins.atype
+    inputs = "tf32" if a == "tf32" else ("8bit" if a in F8F6F4 else "16bit")
+    if gen == 70 or (gen == 75 and ins.shape == "m8n8k4"):
+        return BlockModel(F=23, L=4, e_zero_f32=-131, e_zero_f16=-19)
+    if gen in (75, 80):
+        return BlockModel(F=24, L=4 if inputs == "tf32" else 8, e_zero_f32=-132,
+                          e_zero_f16=-20)
+    if gen == 89:
+        L = {"tf32": 4, "16bit": 8, "8bit": 16}[inputs]
+        return BlockModel(F=13 if inputs == "8bit" else 24, L=L, e_zero_f32=-132,
+                          e_zero_f16=-20)
+    L = {"tf32": 8, "16bit": 16, "8bit": 32}[inputs]
+    if gen == 90 and inputs == "8bit":
+        L = 16  # the f16 MMAs sm_90 runs fp8 through
+    return BlockModel(F=25, L=L, e_zero_f32=-133, e_zero_f16=-21)
+
+
+def mma_bits(ins, A, B, C, *, scales=None, model=None):
+    a = ins.atype
+    if a in ("s8", "u8", "s4", "u4", "b1"):
+        from . import _integer
+
+        return _integer.mma_bits(ins, A, B, C)
+    if a == "f64":
+        from . import _float64
+
+        return _float64.mma_bits(ins, A, B, C)
+    if ins.stype:
+        from . import _scaling
+
+        return _scaling.mma_bits(ins, A, B, C, scales, model=model)
+    return float_mma_bits(ins, A, B, C, model=model)
+
+
+def _fields(fmt, bits, kind):
+    if kind in ("f8f6f4",) and fmt in F8F6F4:
+        from . import _packing
+
+        bits = _packing.from_container(bits, fmt)
+    return _formats.fields(fmt, bits)
+
+
+def float_mma_bits(ins, A, B, C, *, model=None):
+    """D bits for the floating forms (f16, bf16, tf32, fp8, kind::f8f6f4)."""
+    fa, fb = _fields(ins.atype, A, ins.kind), _fields(ins.btype, B, ins.kind)
+    if model == "exact":
+        prod = _numerics.product_terms(fa, fb, ins.atype, ins.btype)
+        width = _numerics.exact_width(ins.atype, ins.btype, ins.ctype, ins.k)
+        return _numerics.block_chain(prod, C, ins.ctype, ins.dtype, _numerics.EXACT, width)
+    arch = ins.arch_number
+    bm = block_model(arch, ins)
+    if family(arch) == 90 and ins.atype in FP8:
+        return sm90_fp8(ins, fa, fb, C, bm)
+    prod = _numerics.product_terms(fa, fb, ins.atype, ins.btype)
+    return _numerics.block_chain(prod, C, ins.ctype, ins.dtype, bm)
+
+
+def sm90_fp8(ins, fa, fb, C, bm):
+    """``.e4m3``/``.e5m2`` on sm_90: two f16 MMAs over interleaved k, then C added last.
+
+    Read off the SASS ptxas emits for sm_90 (NUMERICS.md): each fp8 element converts
+    exactly to f16; the low byte pairs of every A/B register feed one HMMA (k = 16j + 4t +
+    {0, 1}), the high pairs a second (k = 16j + 4t + {2, 3}) that takes the first's result
+    as its C; the first starts from +0. C is then added by one FADD / HADD2 (round to
+    nearest even).
+    """
+    K = ins.k
+    lo = [k for k in range(K) if (k % 4) < 2]
+    hi = [k for k in range(K) if (k % 4) >= 2]
+    prod = _numerics.product_terms(fa, fb, ins.atype, ins.btype, order_fmt="f16")
+    zero = jnp.zeros(C.shape, jnp.uint32)
+    first = _numerics.block_chain(_numerics.take(prod, jnp.array(lo)), zero, ins.dtype,
+                                  ins.dtype, bm)
+    second = _numerics.block_chain(_numerics.take(prod, jnp.array(hi)), first, ins.dtype,
+                                   ins.dtype, bm)
+    return _numerics.ieee_add(second, C, ins.dtype)

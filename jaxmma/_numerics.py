@@ -1,0 +1,220 @@
+"""Arithmetic models of the floating-point tensor-core forms, per architecture.
+
+The model (NUMERICS.md, after Fasi et al. 2021, Khattak & Mikaitis 2025, Xie et al. 2025):
+an instruction is a chain of fused blocks over k. A block takes L exact products and C;
+``e_max`` is the largest term exponent (a zero term counts as ``e_zero``); every term is
+truncated toward zero to F fractional bits below ``2**e_max``; the truncated terms are
+summed exactly and rounded once to the output format (f32: toward zero; f16: to nearest
+even). Blocks chain with the output of one block as C of the next.
+
+All functions work on element *fields* (``_formats.fields``) and raw output bits, batched
+over any leading dimensions; everything is exact integer arithmetic (``_wide``), so CPU
+and GPU give the same bits and no ``jax_enable_x64`` is needed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import NamedTuple
+
+import jax.numpy as jnp
+
+from . import _formats, _wide
+
+U32 = jnp.uint32
+CANONICAL_NAN = {"f32": 0x7FFFFFFF, "f16": 0x7FFF, "bf16": 0x7FFF}
+OUT_FORMATS = {"f32": _wide.F32, "f16": _wide.F16, "bf16": _wide.BF16}
+
+
+class Terms(NamedTuple):
+    """Terms of a fused sum, term axis last: value = (-1)**sign * sig * 2**lsb.
+
+    ``order`` is the exponent that enters ``e_max`` (zero terms: ``e_zero``).
+    """
+
+    sign: jnp.ndarray
+    sig: jnp.ndarray
+    lsb: jnp.ndarray
+    order: jnp.ndarray
+    nan: jnp.ndarray
+    inf: jnp.ndarray
+
+
+@dataclasses.dataclass(frozen=True)
+class BlockModel:
+    """Parameters of the fused-block model for one architecture and input family.
+
+    F: fractional bits kept below ``2**e_max``; L: products per block (None: all of K);
+    e_zero: exponent of a zero term, per output type; exact: sum without truncation and
+    round once to nearest even (the ``"exact"`` reference model).
+    """
+
+    F: int
+    L: int | None
+    e_zero_f32: int
+    e_zero_f16: int
+    exact: bool = False
+
+    def e_zero(self, dtype: str) -> int:
+        return self.e_zero_f16 if dtype == "f16" else self.e_zero_f32
+
+
+EXACT = BlockModel(F=0, L=None, e_zero_f32=0, e_zero_f16=0, exact=True)
+
+
+def man_bits(fmt: str) -> int:
+    return _formats.FORMATS[fmt].mant_bits
+
+
+def element_order(fields, fmt: str):
+    """Exponent of an element's leading bit position as the model counts it (emin for
+    subnormals): ``lsb + mantissa bits``."""
+    return fields.exp + man_bits(fmt)
+
+
+# ------------------------------------------------------------------------------ one block
+def fused_sum(terms: Terms, dtype: str, model: BlockModel, exact_width: int = 0):
+    """Fused sum of the terms along the last axis, rounded to ``dtype`` bits (uint32).
+
+    Specials: any NaN term, Inf - Inf -> canonical NaN; otherwise an Inf term gives Inf.
+    """
+    out = OUT_FORMATS[dtype]
+    zero = terms.sig == 0
+    if model.exact:
+        lo = jnp.min(jnp.where(zero, jnp.int32(2**30), terms.lsb), axis=-1)
+        unit = jnp.where(lo == 2**30, 0, lo)
+        width = exact_width
+        shift = terms.lsb - unit[..., None]
+        mode = "rn"
+    else:
+        order = jnp.where(zero, model.e_zero(dtype), terms.order)
+        e_max = jnp.max(order, axis=-1)
+        unit = e_max - model.F
+        shift = terms.lsb - unit[..., None]
+        width = model.F + 3  # products < 2**(e_max + 2)
+        mode = "rz" if dtype == "f32" else "rn"
+    nl = _wide.limbs_needed(width + 1)
+    limbs, _ = _wide.align(jnp.where(zero, U32(0), terms.sig), shift, nl)
+    neg, mag = _wide.signed_sum(terms.sign, limbs)
+    bits = _wide.round_to_float(neg, mag, unit, out, mode)
+    return apply_specials(bits, terms, dtype)
+
+
+def exact_width(atype: str, btype: str, ctype: str, k: int) -> int:
+    """Bits that hold any exact sum of k products and C without truncation."""
+
+    def span(fmt):
+        f = _formats.FORMATS[fmt]
+        top = (1 << f.exp_bits) - 1 - f.bias + 1  # above the largest finite exponent
+        return top, 1 - f.bias - f.mant_bits
+
+    (ta, la), (tb, lb), (tc, lc) = span(atype), span(btype), span(ctype)
+    top = max(ta + tb + 2, tc + 1) + k.bit_length() + 1
+    return top - min(la + lb, lc)
+
+
+def apply_specials(bits, terms: Terms, dtype: str):
+    pos_inf = jnp.any(terms.inf & (terms.sign == 0), axis=-1)
+    neg_inf = jnp.any(terms.inf & (terms.sign != 0), axis=-1)
+    nan = jnp.any(terms.nan, axis=-1) | (pos_inf & neg_inf)
+    out = OUT_FORMATS[dtype]
+    inf_bits = U32(((1 << out.exp) - 1) << out.man)
+    sign_bit = U32(1 << (out.nbits - 1))
+    bits = jnp.where(pos_inf, inf_bits, bits)
+    bits = jnp.where(neg_inf, inf_bits | sign_bit, bits)
+    return jnp.where(nan, U32(CANONICAL_NAN[dtype]), bits)
+
+
+# ------------------------------------------------------------------------------ products
+def product_terms(a, b, atype: str, btype: str, *, order_fmt=None, b_rows=False) -> Terms:
+    """Exact products ``A[..., m, k] * B[..., k, n]`` as terms ``[..., m, n, k]``.
+
+    ``a``, ``b``: fields of A ``[..., M, K]`` and B ``[..., K, N]``; with ``b_rows``, B is
+    ``[..., M, K, N]``: a K x N matrix per row of A (sparse A gathers B's rows per row).
+    """
+
+    def bt(x):  # B -> [..., M or 1, N, K]
+        x = jnp.swapaxes(x, -1, -2)
+        return x if b_rows else x[..., None, :, :]
+
+    ea = a.exp[..., :, None, :]
+    eb = bt(b.exp)
+    sa = a.sig[..., :, None, :]
+    sb = bt(b.sig)
+    sign = a.sign[..., :, None, :] ^ bt(b.sign)
+    za, zb = sa == 0, sb == 0
+    oa = _order(a, atype, order_fmt)[..., :, None, :]
+    ob = bt(_order(b, btype, order_fmt))
+    na = a.nan[..., :, None, :]
+    nb = bt(b.nan)
+    ia = a.inf[..., :, None, :]
+    ib = bt(b.inf)
+    nan = na | nb | (ia & zb & ~nb) | (ib & za & ~na)
+    inf = (ia | ib) & ~nan
+    sig = jnp.where(ia | ib | na | nb, U32(0), sa * sb)
+    return Terms(sign.astype(U32), sig, ea + eb, oa + ob, nan, inf)
+
+
+def _order(fields, fmt, order_fmt):
+    if order_fmt is None:
+        return element_order(fields, fmt)
+    # the element re-encoded exactly in order_fmt (e.g. fp8 converted to f16): the leading
+    # bit's exponent, clamped at that format's emin
+    lead = _wide.msb(fields.sig[..., None]) + fields.exp
+    emin = 1 - _formats.FORMATS[order_fmt].bias
+    return jnp.maximum(lead, emin)
+
+
+def c_terms(c_bits, ctype: str) -> Terms:
+    """The accumulator as a term ``[..., m, n, 1]``."""
+    f = _formats.fields(ctype, c_bits)
+    t = Terms(f.sign.astype(U32), jnp.where(f.nan | f.inf, U32(0), f.sig), f.exp,
+              element_order(f, ctype), f.nan, f.inf)
+    return Terms(*(x[..., None] for x in t))
+
+
+def concat(*terms: Terms) -> Terms:
+    return Terms(*(jnp.concatenate(parts, axis=-1) for parts in zip(*terms)))
+
+
+def take(terms: Terms, idx) -> Terms:
+    return Terms(*(x[..., idx] for x in terms))
+
+
+# ------------------------------------------------------------------------------ chains
+def block_chain(prod: Terms, c_bits, ctype: str, dtype: str, model: BlockModel, width=0):
+    """Run the chain of fused blocks over the k axis of ``prod`` ``[..., m, n, K]``.
+
+    ``width``: bits of the exact sum, for the exact model (see :func:`exact_width`).
+    """
+    K = prod.sig.shape[-1]
+    L = K if (model.L is None or model.exact) else model.L
+    acc, acc_type = c_bits, ctype
+    for start in range(0, K, L):
+        block = take(prod, slice(start, min(start + L, K)))
+        acc = fused_sum(concat(block, c_terms(acc, acc_type)), dtype, model, width)
+        acc_type = dtype
+    return acc
+
+
+def ieee_add(x_bits, y_bits, fmt: str):
+    """IEEE-754 addition x + y rounded to nearest even (FADD / HADD2), subnormals kept."""
+    fx, fy = _formats.fields(fmt, x_bits), _formats.fields(fmt, y_bits)
+    out = OUT_FORMATS[fmt]
+    sx, sy = fx.sign.astype(U32), fy.sign.astype(U32)
+    zx, zy = fx.sig == 0, fy.sig == 0
+    unit = jnp.minimum(jnp.where(zx, fy.exp, fx.exp), jnp.where(zy, fx.exp, fy.exp))
+    sig = jnp.stack([jnp.where(fx.nan | fx.inf, U32(0), fx.sig),
+                     jnp.where(fy.nan | fy.inf, U32(0), fy.sig)], -1)
+    shift = jnp.stack([fx.exp, fy.exp], -1) - unit[..., None]
+    nl = _wide.limbs_needed((1 << out.exp) + out.man + 4)
+    limbs, _ = _wide.align(sig, shift, nl)
+    neg, mag = _wide.signed_sum(jnp.stack([sx, sy], -1), limbs)
+    bits = _wide.round_to_float(neg, mag, unit, out, "rn")
+    # exact zero: -0 only for (-0) + (-0)
+    both_neg_zero = zx & zy & (sx == 1) & (sy == 1)
+    bits = jnp.where(both_neg_zero & ~(fx.nan | fy.nan | fx.inf | fy.inf),
+                     U32(1 << (out.nbits - 1)), bits)
+    terms = Terms(jnp.stack([sx, sy], -1), sig, unit[..., None] * 0, unit[..., None] * 0,
+                  jnp.stack([fx.nan, fy.nan], -1), jnp.stack([fx.inf, fy.inf], -1))
+    return apply_specials(bits, terms, fmt)
