@@ -25,10 +25,11 @@ def execute(ins, a, b, c, e=None, *, selector=None, scale_a=None, scale_b=None,
     A = _fragments.unfragment(ins, "a", a)
     B = _fragments.unfragment(ins, "b", b)
     C = _fragments.unfragment(ins, "c", c)
+    idx = None
     if ins.sparse:
         from . import _sparse
 
-        A = _sparse.expand_registers(ins, A, e, selector)
+        idx = _sparse.metadata_indices(ins, e, selector)
     elif e is not None or selector is not None:
         raise ValueError(f"e/selector are operands of mma.sp only, not of {ins.text}")
     scales = None
@@ -40,7 +41,7 @@ def execute(ins, a, b, c, e=None, *, selector=None, scale_a=None, scale_b=None,
     elif scale_a is not None or scale_b is not None:
         raise ValueError(f"scale_a/scale_b are operands of .block_scale forms, not of "
                          f"{ins.text}")
-    D = _models.mma_bits(ins, A, B, C, scales=scales, model=model)
+    D = _models.mma_bits(ins, A, B, C, scales=scales, model=model, sparse_idx=idx)
     return _fragments.fragment(ins, "d", D)
 
 
@@ -50,12 +51,11 @@ def matrix_mma(ins, A, B, C, *, model=None, **kwargs):
     Ab = _values.to_bits(ins.atype, A, "A", ins.kind)
     Bb = _values.to_bits(ins.btype, B, "B", ins.kind)
     Cb = _values.to_bits(ins.ctype, C, "C", ins.kind)
-    scales = None
+    scales = idx = None
     if ins.sparse:
         from . import _sparse
 
-        Ab = _sparse.expand_matrix(ins, Ab, **{k: kwargs.pop(k) for k in list(kwargs)
-                                               if k in ("metadata",)})
+        Ab, idx = _sparse.matrix_operands(ins, Ab, kwargs.pop("metadata", None))
     if ins.stype:
         from . import _scaling
 
@@ -64,7 +64,9 @@ def matrix_mma(ins, A, B, C, *, model=None, **kwargs):
     if kwargs:
         raise TypeError(f"unexpected keyword argument(s) {sorted(kwargs)} for {ins.text}")
     Ab, Bb, Cb = _batch(Ab, Bb, Cb)
-    D = _models.mma_bits(ins, Ab, Bb, Cb, scales=scales, model=model)
+    if idx is not None:
+        idx = jnp.broadcast_to(idx, Ab.shape[:-2] + idx.shape[-2:])
+    D = _models.mma_bits(ins, Ab, Bb, Cb, scales=scales, model=model, sparse_idx=idx)
     return _values.from_bits(ins.dtype, D)
 
 

@@ -46,21 +46,35 @@ def block_model(arch: int, ins) -> BlockModel:
     return BlockModel(F=25, L=L, e_zero_f32=-133, e_zero_f16=-21)
 
 
-def mma_bits(ins, A, B, C, *, scales=None, model=None):
+def gather_rows(B, sparse_idx):
+    """B ``[..., K, N]`` -> ``[..., M, K/2, N]``: the rows each stored A element meets."""
+    if sparse_idx is None:
+        return B
+    return jnp.take_along_axis(B[..., None, :, :], sparse_idx[..., :, :, None], axis=-2)
+
+
+def mma_bits(ins, A, B, C, *, scales=None, model=None, sparse_idx=None):
+    """Raw-bit ``D = A @ B + C``.
+
+    ``sparse_idx``: for ``mma.sp``, int32 ``[..., M, K/2]``, the dense column (k) of each
+    stored element of the compressed A; the stored products alone enter the sum.
+    """
     a = ins.atype
+    B = gather_rows(B, sparse_idx)
+    rows = sparse_idx is not None
     if a in ("s8", "u8", "s4", "u4", "b1"):
         from . import _integer
 
-        return _integer.mma_bits(ins, A, B, C)
+        return _integer.mma_bits(ins, A, B, C, b_rows=rows)
     if a == "f64":
         from . import _float64
 
-        return _float64.mma_bits(ins, A, B, C)
+        return _float64.mma_bits(ins, A, B, C)  # no sparse .f64 form
     if ins.stype:
         from . import _scaling
 
-        return _scaling.mma_bits(ins, A, B, C, scales, model=model)
-    return float_mma_bits(ins, A, B, C, model=model)
+        return _scaling.mma_bits(ins, A, B, C, scales, model=model, b_rows=rows)
+    return float_mma_bits(ins, A, B, C, model=model, b_rows=rows)
 
 
 def _fields(fmt, bits, kind):
@@ -71,22 +85,22 @@ def _fields(fmt, bits, kind):
     return _formats.fields(fmt, bits)
 
 
-def float_mma_bits(ins, A, B, C, *, model=None):
+def float_mma_bits(ins, A, B, C, *, model=None, b_rows=False):
     """D bits for the floating forms (f16, bf16, tf32, fp8, kind::f8f6f4)."""
     fa, fb = _fields(ins.atype, A, ins.kind), _fields(ins.btype, B, ins.kind)
     if model == "exact":
-        prod = _numerics.product_terms(fa, fb, ins.atype, ins.btype)
+        prod = _numerics.product_terms(fa, fb, ins.atype, ins.btype, b_rows=b_rows)
         width = _numerics.exact_width(ins.atype, ins.btype, ins.ctype, ins.k)
         return _numerics.block_chain(prod, C, ins.ctype, ins.dtype, _numerics.EXACT, width)
     arch = ins.arch_number
     bm = block_model(arch, ins)
     if family(arch) == 90 and ins.atype in FP8:
-        return sm90_fp8(ins, fa, fb, C, bm)
-    prod = _numerics.product_terms(fa, fb, ins.atype, ins.btype)
+        return sm90_fp8(ins, fa, fb, C, bm, b_rows)
+    prod = _numerics.product_terms(fa, fb, ins.atype, ins.btype, b_rows=b_rows)
     return _numerics.block_chain(prod, C, ins.ctype, ins.dtype, bm)
 
 
-def sm90_fp8(ins, fa, fb, C, bm):
+def sm90_fp8(ins, fa, fb, C, bm, b_rows=False):
     """``.e4m3``/``.e5m2`` on sm_90: two f16 MMAs over interleaved k, then C added last.
 
     Read off the SASS ptxas emits for sm_90 (NUMERICS.md): each fp8 element converts
@@ -95,10 +109,11 @@ def sm90_fp8(ins, fa, fb, C, bm):
     as its C; the first starts from +0. C is then added by one FADD / HADD2 (round to
     nearest even).
     """
-    K = ins.k
+    K = fa.sig.shape[-1]
     lo = [k for k in range(K) if (k % 4) < 2]
     hi = [k for k in range(K) if (k % 4) >= 2]
-    prod = _numerics.product_terms(fa, fb, ins.atype, ins.btype, order_fmt="f16")
+    prod = _numerics.product_terms(fa, fb, ins.atype, ins.btype, order_fmt="f16",
+                                   b_rows=b_rows)
     zero = jnp.zeros(C.shape, jnp.uint32)
     first = _numerics.block_chain(_numerics.take(prod, jnp.array(lo)), zero, ins.dtype,
                                   ins.dtype, bm)
