@@ -20,21 +20,29 @@ MMA_OPERANDS = ("a", "b", "c", "d")
 
 def _check_operand(ins, operand: str) -> None:
     if ins.opcode not in ("mma",):
-        raise ValueError(f"fragment/unfragment apply to mma forms; {ins.text!r} is "
-                         f"{ins.opcode} (use the instruction itself for data movement)")
+        raise ValueError(
+            f"fragment/unfragment apply to mma forms; {ins.text!r} is "
+            f"{ins.opcode} (use the instruction itself for data movement)"
+        )
     if operand not in MMA_OPERANDS:
         raise ValueError(f"operand must be one of {MMA_OPERANDS}, got {operand!r}")
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def layout(ins, operand: str) -> _layouts.Layout:
     """The per-lane layout of one operand of an ``mma`` instruction."""
     _check_operand(ins, operand)
     op = "c" if operand == "d" else operand
     ctype = ins.dtype if operand == "d" else ins.ctype
     return _layouts.mma_layout(
-        op, shape=ins.shape, atype=ins.atype, btype=ins.btype, ctype=ctype,
-        alayout=ins.alayout, blayout=ins.blayout, sparse=ins.sparse is not None,
+        op,
+        shape=ins.shape,
+        atype=ins.atype,
+        btype=ins.btype,
+        ctype=ctype,
+        alayout=ins.alayout,
+        blayout=ins.blayout,
+        sparse=ins.sparse is not None,
         kind=ins.kind,
     )
 
@@ -105,9 +113,11 @@ def fragment(ins, operand: str, matrix):
     """Raw-bit matrix ``[..., rows, cols]`` -> registers ``[..., 32, nregs]``."""
     idx, shape, lay = _flat_index(ins, operand)
     matrix = jnp.asarray(matrix)
-    if tuple(matrix.shape[-len(shape):]) != shape:
-        raise ValueError(f"{operand}: expected a matrix of trailing shape {shape} for "
-                         f"{ins.text}, got shape {tuple(matrix.shape)}")
+    if tuple(matrix.shape[-len(shape) :]) != shape:
+        raise ValueError(
+            f"{operand}: expected a matrix of trailing shape {shape} for "
+            f"{ins.text}, got shape {tuple(matrix.shape)}"
+        )
     batch = matrix.shape[: matrix.ndim - len(shape)]
     flat = matrix.reshape(batch + (-1,))
     elems = flat[..., idx.reshape(-1)].reshape(batch + (32, -1))
@@ -117,8 +127,11 @@ def fragment(ins, operand: str, matrix):
 def _check_regs(ins, operand, regs, lay):
     want = reg_dtype(lay)
     if regs.dtype != want:
-        raise TypeError(f"{operand}: expected {jnp.dtype(want).name} registers for "
-                        f"{ins.text}, got {regs.dtype}")
+        raise TypeError(
+            f"{operand}: expected {jnp.dtype(want).name} registers for {ins.text}, got {regs.dtype}"
+        )
     if regs.ndim < 2 or regs.shape[-2:] != (32, lay.nregs):
-        raise ValueError(f"{operand}: expected registers of shape [..., 32, {lay.nregs}] for "
-                         f"{ins.text}, got {tuple(regs.shape)}")
+        raise ValueError(
+            f"{operand}: expected registers of shape [..., 32, {lay.nregs}] for "
+            f"{ins.text}, got {tuple(regs.shape)}"
+        )

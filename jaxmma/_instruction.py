@@ -122,7 +122,7 @@ class Instruction:
 
     @property
     def ptx_version(self) -> str:
-        return "%d.%d" % self.form.ptx
+        return "{}.{}".format(*self.form.ptx)
 
     @property
     def targets(self) -> str:
@@ -215,8 +215,11 @@ def all_instructions(opcode: str | None = None, arch: str | None = None):
             continue
         a = (want or _ptx.default_arch(f)).name
         for (al, bl), sat, rnd, bop, tr in itertools.product(
-            f.layouts, (False, True) if f.satfinite else (False,), f.rounding or (None,),
-            f.bitops or (None,), f.trans,
+            f.layouts,
+            (False, True) if f.satfinite else (False,),
+            f.rounding or (None,),
+            f.bitops or (None,),
+            f.trans,
         ):
             q = dict(satfinite=sat, rounding=rnd, bitop=bop, trans=tr)
             if f.opcode in ("wmma.load", "wmma.store"):

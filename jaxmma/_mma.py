@@ -18,8 +18,22 @@ def _check_model(model):
         raise ValueError(f"model must be None (the architecture's) or 'exact', got {model!r}")
 
 
-def execute(ins, a, b, c, e=None, *, selector=None, scale_a=None, scale_b=None,
-            byte_id_a=0, thread_id_a=0, byte_id_b=0, thread_id_b=0, model=None):
+def execute(
+    ins,
+    a,
+    b,
+    c,
+    e=None,
+    *,
+    selector=None,
+    scale_a=None,
+    scale_b=None,
+    byte_id_a=0,
+    thread_id_a=0,
+    byte_id_b=0,
+    thread_id_b=0,
+    model=None,
+):
     """Register-level ``mma``: ``d = ins(a, b, c[, e], selector=..., scale_a=...)``."""
     _check_model(model)
     A = _fragments.unfragment(ins, "a", a)
@@ -36,11 +50,11 @@ def execute(ins, a, b, c, e=None, *, selector=None, scale_a=None, scale_b=None,
     if ins.stype:
         from . import _scaling
 
-        scales = _scaling.select_registers(ins, scale_a, scale_b, byte_id_a, thread_id_a,
-                                           byte_id_b, thread_id_b)
+        scales = _scaling.select_registers(
+            ins, scale_a, scale_b, byte_id_a, thread_id_a, byte_id_b, thread_id_b
+        )
     elif scale_a is not None or scale_b is not None:
-        raise ValueError(f"scale_a/scale_b are operands of .block_scale forms, not of "
-                         f"{ins.text}")
+        raise ValueError(f"scale_a/scale_b are operands of .block_scale forms, not of {ins.text}")
     D = _models.mma_bits(ins, A, B, C, scales=scales, model=model, sparse_idx=idx)
     return _fragments.fragment(ins, "d", D)
 
@@ -59,8 +73,9 @@ def matrix_mma(ins, A, B, C, *, model=None, **kwargs):
     if ins.stype:
         from . import _scaling
 
-        scales = _scaling.scales_from_matrices(ins, kwargs.pop("scale_a", None),
-                                               kwargs.pop("scale_b", None))
+        scales = _scaling.scales_from_matrices(
+            ins, kwargs.pop("scale_a", None), kwargs.pop("scale_b", None)
+        )
     if kwargs:
         raise TypeError(f"unexpected keyword argument(s) {sorted(kwargs)} for {ins.text}")
     Ab, Bb, Cb = _batch(Ab, Bb, Cb)
@@ -73,5 +88,8 @@ def matrix_mma(ins, A, B, C, *, model=None, **kwargs):
 def _batch(A, B, C):
     """Broadcast the leading batch dimensions of the three matrices."""
     lead = jnp.broadcast_shapes(A.shape[:-2], B.shape[:-2], C.shape[:-2])
-    return (jnp.broadcast_to(A, lead + A.shape[-2:]), jnp.broadcast_to(B, lead + B.shape[-2:]),
-            jnp.broadcast_to(C, lead + C.shape[-2:]))
+    return (
+        jnp.broadcast_to(A, lead + A.shape[-2:]),
+        jnp.broadcast_to(B, lead + B.shape[-2:]),
+        jnp.broadcast_to(C, lead + C.shape[-2:]),
+    )

@@ -34,12 +34,10 @@ def block_model(arch: int, ins) -> BlockModel:
     if gen == 70 or (gen == 75 and ins.shape == "m8n8k4"):
         return BlockModel(F=23, L=4, e_zero_f32=-131, e_zero_f16=-19)
     if gen in (75, 80):
-        return BlockModel(F=24, L=4 if inputs == "tf32" else 8, e_zero_f32=-132,
-                          e_zero_f16=-20)
+        return BlockModel(F=24, L=4 if inputs == "tf32" else 8, e_zero_f32=-132, e_zero_f16=-20)
     if gen == 89:
         L = {"tf32": 4, "16bit": 8, "8bit": 16}[inputs]
-        return BlockModel(F=13 if inputs == "8bit" else 24, L=L, e_zero_f32=-132,
-                          e_zero_f16=-20)
+        return BlockModel(F=13 if inputs == "8bit" else 24, L=L, e_zero_f32=-132, e_zero_f16=-20)
     L = {"tf32": 8, "16bit": 16, "8bit": 32}[inputs]
     if gen == 90 and inputs == "8bit":
         L = 16  # the f16 MMAs sm_90 runs fp8 through
@@ -112,11 +110,12 @@ def sm90_fp8(ins, fa, fb, C, bm, b_rows=False):
     K = fa.sig.shape[-1]
     lo = [k for k in range(K) if (k % 4) < 2]
     hi = [k for k in range(K) if (k % 4) >= 2]
-    prod = _numerics.product_terms(fa, fb, ins.atype, ins.btype, order_fmt="f16",
-                                   b_rows=b_rows)
+    prod = _numerics.product_terms(fa, fb, ins.atype, ins.btype, order_fmt="f16", b_rows=b_rows)
     zero = jnp.zeros(C.shape, jnp.uint32)
-    first = _numerics.block_chain(_numerics.take(prod, jnp.array(lo)), zero, ins.dtype,
-                                  ins.dtype, bm)
-    second = _numerics.block_chain(_numerics.take(prod, jnp.array(hi)), first, ins.dtype,
-                                   ins.dtype, bm)
+    first = _numerics.block_chain(
+        _numerics.take(prod, jnp.array(lo)), zero, ins.dtype, ins.dtype, bm
+    )
+    second = _numerics.block_chain(
+        _numerics.take(prod, jnp.array(hi)), first, ins.dtype, ins.dtype, bm
+    )
     return _numerics.ieee_add(second, C, ins.dtype)

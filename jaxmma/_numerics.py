@@ -168,13 +168,19 @@ def _order(fields, fmt, order_fmt):
 def c_terms(c_bits, ctype: str) -> Terms:
     """The accumulator as a term ``[..., m, n, 1]``."""
     f = _formats.fields(ctype, c_bits)
-    t = Terms(f.sign.astype(U32), jnp.where(f.nan | f.inf, U32(0), f.sig), f.exp,
-              element_order(f, ctype), f.nan, f.inf)
+    t = Terms(
+        f.sign.astype(U32),
+        jnp.where(f.nan | f.inf, U32(0), f.sig),
+        f.exp,
+        element_order(f, ctype),
+        f.nan,
+        f.inf,
+    )
     return Terms(*(x[..., None] for x in t))
 
 
 def concat(*terms: Terms) -> Terms:
-    return Terms(*(jnp.concatenate(parts, axis=-1) for parts in zip(*terms)))
+    return Terms(*(jnp.concatenate(parts, axis=-1) for parts in zip(*terms, strict=True)))
 
 
 def take(terms: Terms, idx) -> Terms:
@@ -204,8 +210,9 @@ def ieee_add(x_bits, y_bits, fmt: str):
     sx, sy = fx.sign.astype(U32), fy.sign.astype(U32)
     zx, zy = fx.sig == 0, fy.sig == 0
     unit = jnp.minimum(jnp.where(zx, fy.exp, fx.exp), jnp.where(zy, fx.exp, fy.exp))
-    sig = jnp.stack([jnp.where(fx.nan | fx.inf, U32(0), fx.sig),
-                     jnp.where(fy.nan | fy.inf, U32(0), fy.sig)], -1)
+    sig = jnp.stack(
+        [jnp.where(fx.nan | fx.inf, U32(0), fx.sig), jnp.where(fy.nan | fy.inf, U32(0), fy.sig)], -1
+    )
     shift = jnp.stack([fx.exp, fy.exp], -1) - unit[..., None]
     nl = _wide.limbs_needed((1 << out.exp) + out.man + 4)
     limbs, _ = _wide.align(sig, shift, nl)
@@ -213,8 +220,15 @@ def ieee_add(x_bits, y_bits, fmt: str):
     bits = _wide.round_to_float(neg, mag, unit, out, "rn")
     # exact zero: -0 only for (-0) + (-0)
     both_neg_zero = zx & zy & (sx == 1) & (sy == 1)
-    bits = jnp.where(both_neg_zero & ~(fx.nan | fy.nan | fx.inf | fy.inf),
-                     U32(1 << (out.nbits - 1)), bits)
-    terms = Terms(jnp.stack([sx, sy], -1), sig, unit[..., None] * 0, unit[..., None] * 0,
-                  jnp.stack([fx.nan, fy.nan], -1), jnp.stack([fx.inf, fy.inf], -1))
+    bits = jnp.where(
+        both_neg_zero & ~(fx.nan | fy.nan | fx.inf | fy.inf), U32(1 << (out.nbits - 1)), bits
+    )
+    terms = Terms(
+        jnp.stack([sx, sy], -1),
+        sig,
+        unit[..., None] * 0,
+        unit[..., None] * 0,
+        jnp.stack([fx.nan, fy.nan], -1),
+        jnp.stack([fx.inf, fy.inf], -1),
+    )
     return apply_specials(bits, terms, fmt)

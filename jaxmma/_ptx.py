@@ -140,8 +140,10 @@ def _strip(text: str) -> str:
         raise TypeError(f"text must be a str, got {type(text).__name__}")
     head = text.strip().split(None, 1)
     if not head:
-        raise ValueError("text is empty; expected an instruction such as "
-                         "'mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32'")
+        raise ValueError(
+            "text is empty; expected an instruction such as "
+            "'mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32'"
+        )
     return head[0].rstrip(";")
 
 
@@ -180,11 +182,11 @@ def _tokenize(text: str) -> _Tokens:
         elif q in SCALE_TYPES:
             t.set_once("stype", q)
         elif q.startswith("kind::"):
-            t.set_once("kind", q[len("kind::"):])
+            t.set_once("kind", q[len("kind::") :])
         elif q == "block_scale":
             t.set_once("block_scale", True)
         elif q.startswith("scale_vec::"):
-            t.set_once("scale_vec", q[len("scale_vec::"):])
+            t.set_once("scale_vec", q[len("scale_vec::") :])
         elif q == "satfinite":
             t.set_once("satfinite", True)
         elif q in ("rn", "rz", "rm", "rp"):
@@ -209,8 +211,9 @@ def _tokenize(text: str) -> _Tokens:
         i += 1
     if not (t.sync and t.aligned):
         missing = [q for q in ("sync", "aligned") if not getattr(t, q)]
-        raise ValueError(f"{word!r} lacks the mandatory qualifier(s) "
-                         + ", ".join("." + m for m in missing))
+        raise ValueError(
+            f"{word!r} lacks the mandatory qualifier(s) " + ", ".join("." + m for m in missing)
+        )
     if t.shape is None:
         raise ValueError(f"{word!r} has no shape qualifier (such as .m16n8k16)")
     return t
@@ -220,35 +223,52 @@ def _tokenize(text: str) -> _Tokens:
 def _narrow(cands, pred, qualifier, value, allowed_of, context):
     kept = [f for f in cands if pred(f)]
     if not kept:
-        raise _fail(qualifier, value, {allowed_of(f) for f in cands}, context)
+        allowed = {allowed_of(f) for f in cands}
+        if value is None:
+            shown = ", ".join(sorted(str(a) for a in allowed))
+            raise ValueError(f"missing {qualifier} qualifier for {context}; allowed: {shown}")
+        raise _fail(qualifier, value, {a for a in allowed if a is not None} or allowed, context)
     return kept
 
 
 def _match_mma(t: _Tokens) -> tuple[Form, dict]:
     opname = "mma" + (f".{t.sparse}" if t.sparse else "")
     cands = [f for f in _spec.forms(t.opcode) if f.sparse == t.sparse]
-    cands = _narrow(cands, lambda f: f.shape == t.shape, "shape", t.shape,
-                    lambda f: f.shape, opname)
+    cands = _narrow(
+        cands, lambda f: f.shape == t.shape, "shape", t.shape, lambda f: f.shape, opname
+    )
     ctx = f"{opname}.{t.shape}"
-    ntypes = 2 if (t.opcode == "wmma.mma" and t.types and all(
-        x in ("f16", "f32") for x in t.types) and len(t.types) == 2) else 4
+    ntypes = (
+        2
+        if (
+            t.opcode == "wmma.mma"
+            and t.types
+            and all(x in ("f16", "f32") for x in t.types)
+            and len(t.types) == 2
+        )
+        else 4
+    )
     if len(t.types) != ntypes:
-        raise ValueError(f"{t.text!r}: expected the element types .dtype.atype.btype.ctype, "
-                         f"got {len(t.types)} type qualifier(s) {t.types}")
+        raise ValueError(
+            f"{t.text!r}: expected the element types .dtype.atype.btype.ctype, "
+            f"got {len(t.types)} type qualifier(s) {t.types}"
+        )
     if ntypes == 2:
         d, c = t.types
         a = b = "f16"
     else:
         d, a, b, c = t.types
     cands = _narrow(cands, lambda f: f.atype == a, ".atype", a, lambda f: f.atype, ctx)
-    cands = _narrow(cands, lambda f: f.btype == b, ".btype", b, lambda f: f.btype,
-                    f"{ctx} with .atype .{a}")
-    cands = _narrow(cands, lambda f: f.kind == t.kind, ".kind", t.kind,
-                    lambda f: f.kind, f"{ctx}.{a}.{b}")
-    cands = _narrow(cands, lambda f: f.ctype == c, ".ctype", c, lambda f: f.ctype,
-                    f"{ctx}.{a}.{b}")
-    cands = _narrow(cands, lambda f: f.dtype == d, ".dtype", d, lambda f: f.dtype,
-                    f"{ctx} with .ctype .{c}")
+    cands = _narrow(
+        cands, lambda f: f.btype == b, ".btype", b, lambda f: f.btype, f"{ctx} with .atype .{a}"
+    )
+    cands = _narrow(
+        cands, lambda f: f.kind == t.kind, ".kind", t.kind, lambda f: f.kind, f"{ctx}.{a}.{b}"
+    )
+    cands = _narrow(cands, lambda f: f.ctype == c, ".ctype", c, lambda f: f.ctype, f"{ctx}.{a}.{b}")
+    cands = _narrow(
+        cands, lambda f: f.dtype == d, ".dtype", d, lambda f: f.dtype, f"{ctx} with .ctype .{c}"
+    )
     scaled = any(f.stype for f in cands)
     if t.block_scale != scaled:
         what = "requires" if scaled else "does not take"
@@ -260,15 +280,29 @@ def _match_mma(t: _Tokens) -> tuple[Form, dict]:
         if t.scale_vec is None:
             dflt = [f for f in cands if f.scale_vec_default]
             if not dflt:
-                raise ValueError(f"{t.text!r}: .kind::{t.kind} requires an explicit "
-                                 ".scale_vec_size; allowed: "
-                                 + ", ".join(sorted(f".scale_vec::{f.scale_vec}" for f in cands)))
+                raise ValueError(
+                    f"{t.text!r}: .kind::{t.kind} requires an explicit "
+                    ".scale_vec_size; allowed: "
+                    + ", ".join(sorted(f".scale_vec::{f.scale_vec}" for f in cands))
+                )
             cands = dflt
         else:
-            cands = _narrow(cands, lambda f: f.scale_vec == t.scale_vec, ".scale_vec_size",
-                            t.scale_vec, lambda f: f.scale_vec, f"{ctx}.kind::{t.kind}")
-        cands = _narrow(cands, lambda f: f.stype == t.stype, ".stype", t.stype,
-                        lambda f: f.stype, f"{ctx}.kind::{t.kind}.scale_vec::{cands[0].scale_vec}")
+            cands = _narrow(
+                cands,
+                lambda f: f.scale_vec == t.scale_vec,
+                ".scale_vec_size",
+                t.scale_vec,
+                lambda f: f.scale_vec,
+                f"{ctx}.kind::{t.kind}",
+            )
+        cands = _narrow(
+            cands,
+            lambda f: f.stype == t.stype,
+            ".stype",
+            t.stype,
+            lambda f: f.stype,
+            f"{ctx}.kind::{t.kind}.scale_vec::{cands[0].scale_vec}",
+        )
         scale_vec = cands[0].scale_vec
     elif t.stype or t.scale_vec:
         raise ValueError(f"{t.text!r}: .stype/.scale_vec_size need .block_scale")
@@ -277,8 +311,9 @@ def _match_mma(t: _Tokens) -> tuple[Form, dict]:
             raise ValueError(f"{t.text!r}: .{t.bitop or 'popc'} applies to .b1 only")
         if not t.popc:
             raise ValueError(f"{t.text!r}: single-bit mma needs .popc after .{t.bitop}")
-        cands = _narrow(cands, lambda f: t.bitop in f.bitops, "bitOp", t.bitop,
-                        lambda f: f.bitops[0], ctx)
+        cands = _narrow(
+            cands, lambda f: t.bitop in f.bitops, "bitOp", t.bitop, lambda f: f.bitops[0], ctx
+        )
     form = cands[0]
     assert len(cands) == 1, cands
     quals = _layouts_quals(t, form, 2, ctx)
@@ -289,15 +324,35 @@ def _match_mma(t: _Tokens) -> tuple[Form, dict]:
     for bad in ("num", "trans", "ss", "elem", "frag"):
         if getattr(t, bad):
             raise ValueError(f"{t.text!r}: qualifier {bad} does not apply to {t.opcode}")
-    quals.update(satfinite=t.satfinite, rounding=(t.rounding or "rn") if form.rounding else None,
-                 bitop=t.bitop, scale_vec=scale_vec)
+    quals.update(
+        satfinite=t.satfinite,
+        rounding=(t.rounding or "rn") if form.rounding else None,
+        bitop=t.bitop,
+        scale_vec=scale_vec,
+    )
     return form, quals
+
+
+def _suggest_variant(t: _Tokens) -> None:
+    """Raise a clearer error when the text is valid under another sparsity variant."""
+    for other in ("sp", "sp::ordered_metadata"):
+        if t.sparse is None or other == t.sparse:
+            continue
+        try:
+            _match_mma(
+                dataclasses.replace(t, sparse=other, layouts=list(t.layouts), types=list(t.types))
+            )
+        except ValueError:
+            continue
+        want = "mma" + (f".{other}" if other else "")
+        raise ValueError(f"{t.text!r}: this form exists only as {want}")
 
 
 def _layouts_quals(t: _Tokens, form: Form, count: int, ctx: str) -> dict:
     if len(t.layouts) != count:
-        raise ValueError(f"{t.text!r}: expected {count} layout qualifier(s) (.row/.col), "
-                         f"got {len(t.layouts)}")
+        raise ValueError(
+            f"{t.text!r}: expected {count} layout qualifier(s) (.row/.col), got {len(t.layouts)}"
+        )
     pair = tuple(t.layouts) if count == 2 else (t.layouts[0], t.layouts[0])
     if pair not in form.layouts:
         allowed = {".".join(p) if count == 2 else p[0] for p in form.layouts}
@@ -308,14 +363,19 @@ def _layouts_quals(t: _Tokens, form: Form, count: int, ctx: str) -> dict:
 def _match_wmma_mem(t: _Tokens) -> tuple[Form, dict]:
     cands = [f for f in _spec.forms(t.opcode) if f.frag == t.frag]
     ctx = f"{t.opcode}.{t.frag}"
-    cands = _narrow(cands, lambda f: f.shape == t.shape, "shape", t.shape,
-                    lambda f: f.shape, ctx)
+    cands = _narrow(cands, lambda f: f.shape == t.shape, "shape", t.shape, lambda f: f.shape, ctx)
     if len(t.types) != 1:
         raise ValueError(f"{t.text!r}: expected one element type, got {t.types}")
     (typ,) = t.types
     field = {"a": "atype", "b": "btype", "c": "ctype", "d": "dtype"}[t.frag]
-    cands = _narrow(cands, lambda f: getattr(f, field) == typ, f".{field}", typ,
-                    lambda f: getattr(f, field), f"{ctx}.{t.shape}")
+    cands = _narrow(
+        cands,
+        lambda f: getattr(f, field) == typ,
+        f".{field}",
+        typ,
+        lambda f: getattr(f, field),
+        f"{ctx}.{t.shape}",
+    )
     form = cands[0]
     quals = _layouts_quals(t, form, 1, f"{ctx}.{t.shape}.{typ}")
     for bad in ("satfinite", "rounding", "bitop", "kind", "num", "trans", "elem"):
@@ -329,8 +389,9 @@ def _match_wmma_mem(t: _Tokens) -> tuple[Form, dict]:
 
 def _match_movement(t: _Tokens) -> tuple[Form, dict]:
     cands = _spec.forms(t.opcode)
-    cands = _narrow(cands, lambda f: f.shape == t.shape, "shape", t.shape,
-                    lambda f: f.shape, t.opcode)
+    cands = _narrow(
+        cands, lambda f: f.shape == t.shape, "shape", t.shape, lambda f: f.shape, t.opcode
+    )
     ctx = f"{t.opcode}.{t.shape}"
     if t.opcode != "movmatrix":
         cands = _narrow(cands, lambda f: f.num == t.num, ".num", t.num, lambda f: f.num, ctx)
@@ -352,11 +413,24 @@ def _match_movement(t: _Tokens) -> tuple[Form, dict]:
 
 # ------------------------------------------------------------------------------- operands
 def _elem_bits(fmt: str, kind: str | None) -> int:
-    if fmt in ("e4m3", "e5m2", "e3m2", "e2m3") or (fmt == "e2m1" and kind in (
-            "f8f6f4", "mxf8f6f4")):
+    if fmt in ("e4m3", "e5m2", "e3m2", "e2m3") or (
+        fmt == "e2m1" and kind in ("f8f6f4", "mxf8f6f4")
+    ):
         return 8
-    return {"f16": 16, "bf16": 16, "tf32": 32, "f32": 32, "f64": 64, "s32": 32, "s8": 8,
-            "u8": 8, "s4": 4, "u4": 4, "b1": 1, "e2m1": 4}[fmt]
+    return {
+        "f16": 16,
+        "bf16": 16,
+        "tf32": 32,
+        "f32": 32,
+        "f64": 64,
+        "s32": 32,
+        "s8": 8,
+        "u8": 8,
+        "s4": 4,
+        "u4": 4,
+        "b1": 1,
+        "e2m1": 4,
+    }[fmt]
 
 
 def operands(form: Form) -> tuple[Operand, ...]:
@@ -372,29 +446,46 @@ def operands(form: Form) -> tuple[Operand, ...]:
             return rows * cols * mats * bits * dup // (32 * reg)
 
         ops = [
-            Operand("d", count(form.m, form.n, _elem_bits(form.dtype, None)), reg, form.dtype,
-                    _elem_bits(form.dtype, None), True),
+            Operand(
+                "d",
+                count(form.m, form.n, _elem_bits(form.dtype, None)),
+                reg,
+                form.dtype,
+                _elem_bits(form.dtype, None),
+                True,
+            ),
             Operand("a", count(form.m, ka, ab, wmma_f16), reg, form.atype, ab),
             Operand("b", count(form.k, form.n, bb, wmma_f16), reg, form.btype, bb),
-            Operand("c", count(form.m, form.n, _elem_bits(form.ctype, None)), reg, form.ctype,
-                    _elem_bits(form.ctype, None)),
+            Operand(
+                "c",
+                count(form.m, form.n, _elem_bits(form.ctype, None)),
+                reg,
+                form.ctype,
+                _elem_bits(form.ctype, None),
+            ),
         ]
         if form.sparse:
             ops.append(Operand("e", 1, 32, None, 4))
         if form.stype:
-            ops += [Operand("scale_a", 1, 32, form.stype, 8),
-                    Operand("scale_b", 1, 32, form.stype, 8)]
+            ops += [
+                Operand("scale_a", 1, 32, form.stype, 8),
+                Operand("scale_b", 1, 32, form.stype, 8),
+            ]
         return tuple(ops)
     if form.opcode in ("wmma.load", "wmma.store"):
         typ = form.atype or form.btype or form.ctype or form.dtype
         reg = 64 if typ == "f64" else 32
-        rows, cols = {"a": (form.m, form.k), "b": (form.k, form.n)}.get(form.frag,
-                                                                       (form.m, form.n))
+        rows, cols = {"a": (form.m, form.k), "b": (form.k, form.n)}.get(form.frag, (form.m, form.n))
         bits = _elem_bits(typ, None)
         dup = 2 if (typ == "f16" and form.frag in "ab") else 1
-        op = Operand("d" if form.opcode == "wmma.load" else "r",
-                     rows * cols * bits * dup // (32 * reg), reg, typ, bits,
-                     form.opcode == "wmma.load")
+        op = Operand(
+            "d" if form.opcode == "wmma.load" else "r",
+            rows * cols * bits * dup // (32 * reg),
+            reg,
+            typ,
+            bits,
+            form.opcode == "wmma.load",
+        )
         return (op,)
     if form.opcode == "movmatrix":
         return (Operand("d", 1, 32, None, 16, True), Operand("a", 1, 32, None, 16))
@@ -410,7 +501,12 @@ def parse(text: str, arch: str | None = None) -> tuple[Form, dict, Arch]:
     """Parse and validate; returns the form, its qualifier values and the architecture."""
     t = _tokenize(text)
     if t.opcode in ("mma", "wmma.mma"):
-        form, quals = _match_mma(t)
+        try:
+            form, quals = _match_mma(t)
+        except ValueError:
+            if t.opcode == "mma":
+                _suggest_variant(t)
+            raise
         if t.opcode == "wmma.mma" and quals.get("scale_vec"):
             raise ValueError("wmma.mma has no block scaling")
     elif t.opcode in ("wmma.load", "wmma.store"):

@@ -30,6 +30,7 @@ class Target(NamedTuple):
 
 
 ANY = frozenset()
+SM80 = Target(80)
 SM100_FAMILY = frozenset({100, 101, 103, 110, 120, 121})  # .a targets named by the spec
 SM120_FAMILY = frozenset({120, 121})
 
@@ -95,8 +96,19 @@ def _mma_dense() -> list[Form]:
     add = forms.append
     # .f16; dtype .f16 needs ctype .f16 (ptxas: m8n8k4 and m16n8k16), m16n8k8 dtype == ctype.
     for d, c in (("f16", "f16"), ("f32", "f16"), ("f32", "f32")):
-        add(Form("mma", "m8n8k4", "f16", "f16", c, d, layouts=ALL_LAYOUTS, ptx=(6, 4),
-                 target=Target(70)))
+        add(
+            Form(
+                "mma",
+                "m8n8k4",
+                "f16",
+                "f16",
+                c,
+                d,
+                layouts=ALL_LAYOUTS,
+                ptx=(6, 4),
+                target=Target(70),
+            )
+        )
         add(Form("mma", "m16n8k16", "f16", "f16", c, d, ptx=(7, 0), target=Target(80)))
     for d in ("f16", "f32"):
         add(Form("mma", "m16n8k8", "f16", "f16", d, d, ptx=(6, 5), target=Target(75)))
@@ -109,24 +121,89 @@ def _mma_dense() -> list[Form]:
         ptx = (8, 4) if (shape == "m16n8k32" and d == "f32") else (8, 7)
         add(Form("mma", shape, a, b, d, d, ptx=ptx, target=Target(89)))
     for a, b, d in itertools.product(F8F6F4, F8F6F4, ("f16", "f32")):
-        add(Form("mma", "m16n8k32", a, b, d, d, kind="f8f6f4", ptx=(8, 7),
-                 target=Target(120, SM120_FAMILY)))
+        add(
+            Form(
+                "mma",
+                "m16n8k32",
+                a,
+                b,
+                d,
+                d,
+                kind="f8f6f4",
+                ptx=(8, 7),
+                target=Target(120, SM120_FAMILY),
+            )
+        )
     # block scaling (9.7.14.3, Table 36)
     for a, b in itertools.product(F8F6F4, F8F6F4):
-        add(Form("mma", "m16n8k32", a, b, "f32", "f32", kind="mxf8f6f4", scale_vec="1X",
-                 scale_vec_default=True, stype="ue8m0", ptx=(8, 7),
-                 target=Target(120, SM120_FAMILY)))
-    add(Form("mma", "m16n8k64", "e2m1", "e2m1", "f32", "f32", kind="mxf4", scale_vec="2X",
-             scale_vec_default=True, stype="ue8m0", ptx=(8, 7), target=Target(120, SM120_FAMILY)))
+        add(
+            Form(
+                "mma",
+                "m16n8k32",
+                a,
+                b,
+                "f32",
+                "f32",
+                kind="mxf8f6f4",
+                scale_vec="1X",
+                scale_vec_default=True,
+                stype="ue8m0",
+                ptx=(8, 7),
+                target=Target(120, SM120_FAMILY),
+            )
+        )
+    add(
+        Form(
+            "mma",
+            "m16n8k64",
+            "e2m1",
+            "e2m1",
+            "f32",
+            "f32",
+            kind="mxf4",
+            scale_vec="2X",
+            scale_vec_default=True,
+            stype="ue8m0",
+            ptx=(8, 7),
+            target=Target(120, SM120_FAMILY),
+        )
+    )
     for sv, st in (("2X", "ue8m0"), ("4X", "ue4m3")):
-        add(Form("mma", "m16n8k64", "e2m1", "e2m1", "f32", "f32", kind="mxf4nvf4",
-                 scale_vec=sv, stype=st, ptx=(8, 7), target=Target(120, SM120_FAMILY)))
+        add(
+            Form(
+                "mma",
+                "m16n8k64",
+                "e2m1",
+                "e2m1",
+                "f32",
+                "f32",
+                kind="mxf4nvf4",
+                scale_vec=sv,
+                stype=st,
+                ptx=(8, 7),
+                target=Target(120, SM120_FAMILY),
+            )
+        )
     # .f64: the rounding modifiers of the precision text are accepted by ptxas.
-    add(Form("mma", "m8n8k4", "f64", "f64", "f64", "f64", rounding=RND, ptx=(7, 0),
-             target=Target(80)))
+    add(
+        Form(
+            "mma", "m8n8k4", "f64", "f64", "f64", "f64", rounding=RND, ptx=(7, 0), target=Target(80)
+        )
+    )
     for shape in ("m16n8k4", "m16n8k8", "m16n8k16"):
-        add(Form("mma", shape, "f64", "f64", "f64", "f64", rounding=RND, ptx=(7, 8),
-                 target=Target(90)))
+        add(
+            Form(
+                "mma",
+                shape,
+                "f64",
+                "f64",
+                "f64",
+                "f64",
+                rounding=RND,
+                ptx=(7, 8),
+                target=Target(90),
+            )
+        )
     # integers, any signedness mix (ptxas accepts mixed .s4/.u4 as well)
     for (shape, ptx, sm), a, b in itertools.product(
         (("m8n8k16", (6, 5), 75), ("m16n8k16", (7, 0), 80), ("m16n8k32", (7, 0), 80)), I8, I8
@@ -139,10 +216,32 @@ def _mma_dense() -> list[Form]:
     # .b1: .xor from PTX 7.0; .and from 7.1 and sm_80 (kept as separate forms: they differ
     # in their requirements).
     for shape, sm in (("m8n8k128", 75), ("m16n8k128", 80), ("m16n8k256", 80)):
-        add(Form("mma", shape, "b1", "b1", "s32", "s32", bitops=("xor",), ptx=(7, 0),
-                 target=Target(sm)))
-        add(Form("mma", shape, "b1", "b1", "s32", "s32", bitops=("and",), ptx=(7, 1),
-                 target=Target(80)))
+        add(
+            Form(
+                "mma",
+                shape,
+                "b1",
+                "b1",
+                "s32",
+                "s32",
+                bitops=("xor",),
+                ptx=(7, 0),
+                target=Target(sm),
+            )
+        )
+        add(
+            Form(
+                "mma",
+                shape,
+                "b1",
+                "b1",
+                "s32",
+                "s32",
+                bitops=("and",),
+                ptx=(7, 1),
+                target=Target(80),
+            )
+        )
     return forms
 
 
@@ -151,7 +250,7 @@ def _mma_sparse() -> list[Form]:
     for variant in ("sp", "sp::ordered_metadata"):
         base = (7, 1) if variant == "sp" else (8, 5)
 
-        def add(*args, ptx=base, target=Target(80), **kw):
+        def add(*args, ptx=base, target=SM80, variant=variant, **kw):
             forms.append(Form("mma", *args, sparse=variant, ptx=ptx, target=target, **kw))
 
         for shape, d in itertools.product(("m16n8k16", "m16n8k32"), ("f16", "f32")):
@@ -168,19 +267,72 @@ def _mma_sparse() -> list[Form]:
             add("m16n8k64", a, b, "f32", "f32", ptx=max(base, (8, 4)), target=Target(89))
     om = "sp::ordered_metadata"
     for a, b, d in itertools.product(F8F6F4, F8F6F4, ("f16", "f32")):
-        forms.append(Form("mma", "m16n8k64", a, b, d, d, sparse=om, kind="f8f6f4", ptx=(8, 7),
-                          target=Target(120, SM120_FAMILY)))
+        forms.append(
+            Form(
+                "mma",
+                "m16n8k64",
+                a,
+                b,
+                d,
+                d,
+                sparse=om,
+                kind="f8f6f4",
+                ptx=(8, 7),
+                target=Target(120, SM120_FAMILY),
+            )
+        )
     for a, b in itertools.product(F8F6F4, F8F6F4):
-        forms.append(Form("mma", "m16n8k64", a, b, "f32", "f32", sparse=om, kind="mxf8f6f4",
-                          scale_vec="1X", scale_vec_default=True, stype="ue8m0", ptx=(8, 7),
-                          target=Target(120, SM120_FAMILY)))
-    forms.append(Form("mma", "m16n8k128", "e2m1", "e2m1", "f32", "f32", sparse=om, kind="mxf4",
-                      scale_vec="2X", scale_vec_default=True, stype="ue8m0", ptx=(8, 7),
-                      target=Target(120, SM120_FAMILY)))
+        forms.append(
+            Form(
+                "mma",
+                "m16n8k64",
+                a,
+                b,
+                "f32",
+                "f32",
+                sparse=om,
+                kind="mxf8f6f4",
+                scale_vec="1X",
+                scale_vec_default=True,
+                stype="ue8m0",
+                ptx=(8, 7),
+                target=Target(120, SM120_FAMILY),
+            )
+        )
+    forms.append(
+        Form(
+            "mma",
+            "m16n8k128",
+            "e2m1",
+            "e2m1",
+            "f32",
+            "f32",
+            sparse=om,
+            kind="mxf4",
+            scale_vec="2X",
+            scale_vec_default=True,
+            stype="ue8m0",
+            ptx=(8, 7),
+            target=Target(120, SM120_FAMILY),
+        )
+    )
     for sv, st in (("2X", "ue8m0"), ("4X", "ue4m3")):
-        forms.append(Form("mma", "m16n8k128", "e2m1", "e2m1", "f32", "f32", sparse=om,
-                          kind="mxf4nvf4", scale_vec=sv, stype=st, ptx=(8, 7),
-                          target=Target(120, SM120_FAMILY)))
+        forms.append(
+            Form(
+                "mma",
+                "m16n8k128",
+                "e2m1",
+                "e2m1",
+                "f32",
+                "f32",
+                sparse=om,
+                kind="mxf4nvf4",
+                scale_vec=sv,
+                stype=st,
+                ptx=(8, 7),
+                target=Target(120, SM120_FAMILY),
+            )
+        )
     return forms
 
 
@@ -200,40 +352,159 @@ def _wmma() -> list[Form]:
     groups += [("m8n8k32", t, ("s32",), (6, 3), 75) for t in I4]
     groups += [("m8n8k128", "b1", ("s32",), (6, 3), 75)]
     groups += [("m8n8k4", "f64", ("f64",), (7, 0), 80)]
+    seen = set()
     for shape, t, ctypes, ptx, sm in groups:
         sub = t in I4 or t == "b1"
         lay = ("row", "col")
-        add(Form("wmma.load", shape, atype=t, frag="a", ptx=ptx, target=Target(sm),
-                 layouts=(("row", "row"),) if sub else tuple((x, x) for x in lay)))
-        add(Form("wmma.load", shape, btype=t, frag="b", ptx=ptx, target=Target(sm),
-                 layouts=(("col", "col"),) if sub else tuple((x, x) for x in lay)))
-        for c in ctypes:
-            add(Form("wmma.load", shape, ctype=c, frag="c", ptx=ptx, target=Target(sm),
-                     layouts=tuple((x, x) for x in lay)))
-            add(Form("wmma.store", shape, dtype=c, frag="d", ptx=ptx, target=Target(sm),
-                     layouts=tuple((x, x) for x in lay)))
+        add(
+            Form(
+                "wmma.load",
+                shape,
+                atype=t,
+                frag="a",
+                ptx=ptx,
+                target=Target(sm),
+                layouts=(("row", "row"),) if sub else tuple((x, x) for x in lay),
+            )
+        )
+        add(
+            Form(
+                "wmma.load",
+                shape,
+                btype=t,
+                frag="b",
+                ptx=ptx,
+                target=Target(sm),
+                layouts=(("col", "col"),) if sub else tuple((x, x) for x in lay),
+            )
+        )
+        for c in ctypes:  # accumulator loads/stores: one form per (shape, type)
+            if (shape, c) in seen:
+                continue
+            seen.add((shape, c))
+            add(
+                Form(
+                    "wmma.load",
+                    shape,
+                    ctype=c,
+                    frag="c",
+                    ptx=ptx,
+                    target=Target(sm),
+                    layouts=tuple((x, x) for x in lay),
+                )
+            )
+            add(
+                Form(
+                    "wmma.store",
+                    shape,
+                    dtype=c,
+                    frag="d",
+                    ptx=ptx,
+                    target=Target(sm),
+                    layouts=tuple((x, x) for x in lay),
+                )
+            )
         # wmma.mma
         if t == "f16":
             for d, c in itertools.product(("f16", "f32"), repeat=2):
-                add(Form("wmma.mma", shape, "f16", "f16", c, d, layouts=ALL_LAYOUTS, ptx=ptx,
-                         target=Target(sm)))
+                add(
+                    Form(
+                        "wmma.mma",
+                        shape,
+                        "f16",
+                        "f16",
+                        c,
+                        d,
+                        layouts=ALL_LAYOUTS,
+                        ptx=ptx,
+                        target=Target(sm),
+                    )
+                )
         elif t in ("bf16", "tf32"):
-            add(Form("wmma.mma", shape, t, t, "f32", "f32", layouts=ALL_LAYOUTS, ptx=ptx,
-                     target=Target(sm)))
+            add(
+                Form(
+                    "wmma.mma",
+                    shape,
+                    t,
+                    t,
+                    "f32",
+                    "f32",
+                    layouts=ALL_LAYOUTS,
+                    ptx=ptx,
+                    target=Target(sm),
+                )
+            )
         elif t in I8:
-            add(Form("wmma.mma", shape, t, t, "s32", "s32", layouts=ALL_LAYOUTS, satfinite=True,
-                     ptx=ptx, target=Target(sm)))
+            add(
+                Form(
+                    "wmma.mma",
+                    shape,
+                    t,
+                    t,
+                    "s32",
+                    "s32",
+                    layouts=ALL_LAYOUTS,
+                    satfinite=True,
+                    ptx=ptx,
+                    target=Target(sm),
+                )
+            )
         elif t in I4:
-            add(Form("wmma.mma", shape, t, t, "s32", "s32", satfinite=True, ptx=ptx,
-                     target=Target(sm)))
+            add(
+                Form(
+                    "wmma.mma",
+                    shape,
+                    t,
+                    t,
+                    "s32",
+                    "s32",
+                    satfinite=True,
+                    ptx=ptx,
+                    target=Target(sm),
+                )
+            )
         elif t == "b1":
-            add(Form("wmma.mma", shape, t, t, "s32", "s32", bitops=("xor",), ptx=ptx,
-                     target=Target(sm)))
-            add(Form("wmma.mma", shape, t, t, "s32", "s32", bitops=("and",), ptx=(7, 1),
-                     target=Target(80)))
+            add(
+                Form(
+                    "wmma.mma",
+                    shape,
+                    t,
+                    t,
+                    "s32",
+                    "s32",
+                    bitops=("xor",),
+                    ptx=ptx,
+                    target=Target(sm),
+                )
+            )
+            add(
+                Form(
+                    "wmma.mma",
+                    shape,
+                    t,
+                    t,
+                    "s32",
+                    "s32",
+                    bitops=("and",),
+                    ptx=(7, 1),
+                    target=Target(80),
+                )
+            )
         elif t == "f64":
-            add(Form("wmma.mma", shape, t, t, "f64", "f64", layouts=ALL_LAYOUTS, rounding=RND,
-                     ptx=ptx, target=Target(sm)))
+            add(
+                Form(
+                    "wmma.mma",
+                    shape,
+                    t,
+                    t,
+                    "f64",
+                    "f64",
+                    layouts=ALL_LAYOUTS,
+                    rounding=RND,
+                    ptx=ptx,
+                    target=Target(sm),
+                )
+            )
     return forms
 
 
@@ -242,22 +513,75 @@ def _wmma() -> list[Form]:
 def _movement() -> list[Form]:
     forms = []
     for num in ("x1", "x2", "x4"):
-        forms.append(Form("ldmatrix", "m8n8", num=num, elem="b16", trans=(False, True),
-                          ptx=(6, 5), target=Target(75)))
-        forms.append(Form("stmatrix", "m8n8", num=num, elem="b16", trans=(False, True),
-                          ptx=(7, 8), target=Target(90)))
-        forms.append(Form("stmatrix", "m16n8", num=num, elem="b8", trans=(True,), ptx=(8, 6),
-                          target=Target(100, SM100_FAMILY)))
-        forms.append(Form("ldmatrix", "m8n16", num=num, elem="b8x16.b6x16_p32", ptx=(8, 6),
-                          target=Target(100, SM100_FAMILY)))
-        forms.append(Form("ldmatrix", "m8n16", num=num, elem="b8x16.b4x16_p64", ptx=(8, 6),
-                          target=Target(100, SM100_FAMILY)))
+        forms.append(
+            Form(
+                "ldmatrix",
+                "m8n8",
+                num=num,
+                elem="b16",
+                trans=(False, True),
+                ptx=(6, 5),
+                target=Target(75),
+            )
+        )
+        forms.append(
+            Form(
+                "stmatrix",
+                "m8n8",
+                num=num,
+                elem="b16",
+                trans=(False, True),
+                ptx=(7, 8),
+                target=Target(90),
+            )
+        )
+        forms.append(
+            Form(
+                "stmatrix",
+                "m16n8",
+                num=num,
+                elem="b8",
+                trans=(True,),
+                ptx=(8, 6),
+                target=Target(100, SM100_FAMILY),
+            )
+        )
+        forms.append(
+            Form(
+                "ldmatrix",
+                "m8n16",
+                num=num,
+                elem="b8x16.b6x16_p32",
+                ptx=(8, 6),
+                target=Target(100, SM100_FAMILY),
+            )
+        )
+        forms.append(
+            Form(
+                "ldmatrix",
+                "m8n16",
+                num=num,
+                elem="b8x16.b4x16_p64",
+                ptx=(8, 6),
+                target=Target(100, SM100_FAMILY),
+            )
+        )
     for num in ("x1", "x2"):
         for elem in ("b8", "b8x16.b6x16_p32", "b8x16.b4x16_p64"):
-            forms.append(Form("ldmatrix", "m16n16", num=num, elem=elem, trans=(True,),
-                              ptx=(8, 6), target=Target(100, SM100_FAMILY)))
-    forms.append(Form("movmatrix", "m8n8", elem="b16", trans=(True,), ptx=(7, 8),
-                      target=Target(75)))
+            forms.append(
+                Form(
+                    "ldmatrix",
+                    "m16n16",
+                    num=num,
+                    elem=elem,
+                    trans=(True,),
+                    ptx=(8, 6),
+                    target=Target(100, SM100_FAMILY),
+                )
+            )
+    forms.append(
+        Form("movmatrix", "m8n8", elem="b16", trans=(True,), ptx=(7, 8), target=Target(75))
+    )
     return forms
 
 

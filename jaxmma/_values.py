@@ -42,8 +42,10 @@ def to_bits(fmt: str, x, name: str, kind=None):
     if x.dtype.type in UNSIGNED:
         return x.astype(out)
     allowed = [jnp.dtype(want).name] if want is not None else []
-    raise TypeError(f"{name}: expected {' or '.join(allowed + ['unsigned raw bits'])} for "
-                    f".{fmt} elements, got {x.dtype}")
+    raise TypeError(
+        f"{name}: expected {' or '.join(allowed + ['unsigned raw bits'])} for "
+        f".{fmt} elements, got {x.dtype}"
+    )
 
 
 def from_bits(fmt: str, bits):

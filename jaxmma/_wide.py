@@ -224,8 +224,9 @@ def round_to_float(neg, mag, unit_exp, fmt: FloatFormat, mode: str, *, sticky=No
     lsb = lsb + carry.astype(jnp.int32)
     normal = q >= U32(1 << fmt.man)
     biased = jnp.where(normal, lsb + fmt.man + fmt.bias, 0)
-    field = jnp.where(normal, (biased.astype(U32) << U32(fmt.man)) | (q & U32((1 << fmt.man) - 1)),
-                      q)
+    field = jnp.where(
+        normal, (biased.astype(U32) << U32(fmt.man)) | (q & U32((1 << fmt.man) - 1)), q
+    )
     inf_biased = (1 << fmt.exp) - 1
     overflow = biased >= inf_biased
     field = jnp.where(overflow, U32(inf_biased << fmt.man), field)

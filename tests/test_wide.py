@@ -72,11 +72,18 @@ def test_round_to_float_matches_exact_oracle(fmt, mode):
         mags.append([(m >> (16 * i)) & 0xFFFF for i in range(nl)])
         units.append(unit)
         negs.append(neg)
-        want.append(oracle_round((-1 if neg else 1) * Fraction(m) * Fraction(2) ** unit,
-                                 man, ebits, bias, mode))
-    got = _wide.round_to_float(jnp.array(negs), jnp.array(mags, jnp.uint32),
-                               jnp.array(units, jnp.int32), _wide.FloatFormat(man, ebits, bias),
-                               mode)
+        want.append(
+            oracle_round(
+                (-1 if neg else 1) * Fraction(m) * Fraction(2) ** unit, man, ebits, bias, mode
+            )
+        )
+    got = _wide.round_to_float(
+        jnp.array(negs),
+        jnp.array(mags, jnp.uint32),
+        jnp.array(units, jnp.int32),
+        _wide.FloatFormat(man, ebits, bias),
+        mode,
+    )
     np.testing.assert_array_equal(np.asarray(got), np.array(want, np.uint32))
 
 
