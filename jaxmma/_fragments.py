@@ -75,7 +75,7 @@ def unpack(regs, elem_bits: int):
     if elem_bits >= 32:
         return regs
     per = 32 // elem_bits
-    shifts = jnp.arange(per, dtype=jnp.uint32) * jnp.uint32(elem_bits)
+    shifts = _lanes(jnp.arange(per, dtype=jnp.uint32) * jnp.uint32(elem_bits), regs.ndim + 1)
     e = (regs[..., :, None] >> shifts) & jnp.uint32((1 << elem_bits) - 1)
     return e.reshape(regs.shape[:-1] + (regs.shape[-1] * per,))
 
@@ -87,8 +87,13 @@ def pack(elems, elem_bits: int):
     per = 32 // elem_bits
     e = elems.reshape(elems.shape[:-1] + (elems.shape[-1] // per, per)).astype(jnp.uint32)
     e = e & jnp.uint32((1 << elem_bits) - 1)
-    shifts = jnp.arange(per, dtype=jnp.uint32) * jnp.uint32(elem_bits)
+    shifts = _lanes(jnp.arange(per, dtype=jnp.uint32) * jnp.uint32(elem_bits), e.ndim)
     return _or_reduce(e << shifts)
+
+
+def _lanes(v, ndim):
+    """A 1-D vector shaped to broadcast along the last axis of an ``ndim`` array."""
+    return v.reshape((1,) * (ndim - 1) + v.shape)
 
 
 def _or_reduce(x):

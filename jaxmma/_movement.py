@@ -70,7 +70,8 @@ def _element_offsets(lay, addrs):
     base = jnp.take(addrs, jnp.asarray(src).reshape(-1), axis=-1).reshape(
         addrs.shape[:-1] + src.shape
     )
-    return base.astype(jnp.int32) * 8 + jnp.asarray(lay.col * lay.mem_bits, jnp.int32)
+    col = jnp.broadcast_to(jnp.asarray(lay.col * lay.mem_bits, jnp.int32), base.shape)
+    return base.astype(jnp.int32) * 8 + col
 
 
 def _read_bits(smem, bitoff, nbits: int):

@@ -107,7 +107,7 @@ def signed_sum(sign, limbs, axis: int = -2):
     Returns:
       (negative bool ``[...]``, magnitude limbs ``[..., NL + 1]``), normalized.
     """
-    neg_t = (sign != 0)[..., None]
+    neg_t = jnp.asarray(sign).astype(bool)[..., None]
     zero = jnp.zeros_like(limbs)
     pos = jnp.sum(jnp.where(neg_t, zero, limbs), axis=axis, dtype=U32)
     neg = jnp.sum(jnp.where(neg_t, limbs, zero), axis=axis, dtype=U32)
