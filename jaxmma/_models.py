@@ -37,7 +37,14 @@ def block_model(arch: int, ins) -> BlockModel:
         return BlockModel(F=24, L=4 if inputs == "tf32" else 8, e_zero_f32=-132, e_zero_f16=-20)
     if gen == 89:
         L = {"tf32": 4, "16bit": 8, "8bit": 16}[inputs]
-        return BlockModel(F=13 if inputs == "8bit" else 24, L=L, e_zero_f32=-132, e_zero_f16=-20)
+        fp8 = inputs == "8bit"  # F = 13 and f32 results truncated to e8m13 (MMA-Sim)
+        return BlockModel(
+            F=13 if fp8 else 24,
+            L=L,
+            e_zero_f32=-132,
+            e_zero_f16=-20,
+            f32_mantissa=13 if fp8 else 23,
+        )
     L = {"tf32": 8, "16bit": 16, "8bit": 32}[inputs]
     if gen == 90 and inputs == "8bit":
         L = 16  # the f16 MMAs sm_90 runs fp8 through

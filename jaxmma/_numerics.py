@@ -54,6 +54,7 @@ class BlockModel:
     e_zero_f32: int
     e_zero_f16: int
     exact: bool = False
+    f32_mantissa: int = 23  # f32 results are truncated to this many mantissa bits
 
     def e_zero(self, dtype: str) -> int:
         return self.e_zero_f16 if dtype == "f16" else self.e_zero_f32
@@ -96,7 +97,14 @@ def fused_sum(terms: Terms, dtype: str, model: BlockModel, exact_width: int = 0)
     nl = _wide.limbs_needed(width + 1)
     limbs, _ = _wide.align(jnp.where(zero, U32(0), terms.sig), shift, nl)
     neg, mag = _wide.signed_sum(terms.sign, limbs)
-    bits = _wide.round_to_float(neg, mag, unit, out, mode)
+    narrow = dtype == "f32" and model.f32_mantissa < out.man and not model.exact
+    if narrow:  # e.g. sm_89 fp8: an f32 with 13 mantissa bits (e8m13)
+        cut = out.man - model.f32_mantissa
+        bits = _wide.round_to_float(
+            neg, mag, unit, _wide.FloatFormat(model.f32_mantissa, out.exp, out.bias), mode
+        ) << U32(cut)
+    else:
+        bits = _wide.round_to_float(neg, mag, unit, out, mode)
     return apply_specials(bits, terms, dtype)
 
 
