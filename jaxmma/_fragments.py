@@ -13,7 +13,7 @@ import functools
 import jax.numpy as jnp
 import numpy as np
 
-from . import _layouts
+from . import _layouts, _packing
 
 MMA_OPERANDS = ("a", "b", "c", "d")
 
@@ -71,36 +71,16 @@ def reg_dtype(lay) -> jnp.dtype:
 
 
 def unpack(regs, elem_bits: int):
-    """Registers ``[..., nregs]`` -> elements ``[..., nregs * 32 // elem_bits]``, low first."""
-    if elem_bits >= 32:
-        return regs
-    per = 32 // elem_bits
-    shifts = _lanes(jnp.arange(per, dtype=jnp.uint32) * jnp.uint32(elem_bits), regs.ndim + 1)
-    e = (regs[..., :, None] >> shifts) & jnp.uint32((1 << elem_bits) - 1)
-    return e.reshape(regs.shape[:-1] + (regs.shape[-1] * per,))
+    """Registers ``[..., nregs]`` -> elements ``[..., nregs * 32 // elem_bits]``, low first.
+
+    64-bit (``.f64``) registers hold one element each and pass through.
+    """
+    return regs if elem_bits == 64 else _packing.unpack(regs, elem_bits)
 
 
 def pack(elems, elem_bits: int):
     """Inverse of :func:`unpack`; element bits above ``elem_bits`` are dropped."""
-    if elem_bits >= 32:
-        return elems
-    per = 32 // elem_bits
-    e = elems.reshape(elems.shape[:-1] + (elems.shape[-1] // per, per)).astype(jnp.uint32)
-    e = e & jnp.uint32((1 << elem_bits) - 1)
-    shifts = _lanes(jnp.arange(per, dtype=jnp.uint32) * jnp.uint32(elem_bits), e.ndim)
-    return _or_reduce(e << shifts)
-
-
-def _lanes(v, ndim):
-    """A 1-D vector shaped to broadcast along the last axis of an ``ndim`` array."""
-    return v.reshape((1,) * (ndim - 1) + v.shape)
-
-
-def _or_reduce(x):
-    out = x[..., 0]
-    for i in range(1, x.shape[-1]):
-        out = out | x[..., i]
-    return out
+    return elems if elem_bits == 64 else _packing.pack(elems, elem_bits)
 
 
 def unfragment(ins, operand: str, regs):
