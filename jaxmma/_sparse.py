@@ -1,0 +1,832 @@
+"""Sparse ``mma.sp`` / ``mma.sp::ordered_metadata`` operands (PTX ISA 9.7.14.6).
+
+Matrix A of an ``M x N x K`` sparse MMA is structured sparse: every row is cut into
+*chunks* of ``chunk_size`` dense columns, and only half of each chunk is stored (spec
+9.7.14.6.1). A chunk is made of *slots* of ``width`` dense elements, ``keep`` of which
+are stored; the metadata names the stored slots:
+
+* 2:4 (``.f16``/``.bf16``, ``.s8``/``.u8``, ``.e4m3``/``.e5m2``, ``kind::f8f6f4`` and
+  ``kind::mxf8f6f4``): chunk_size 4, 4 slots of width 1, keep 2.
+* 1:2 (``.tf32``): chunk_size 2, 2 slots of width 1, keep 1.
+* pair-wise 4:8 (``.s4``/``.u4``, ``kind::mxf4*`` ``.e2m1``): chunk_size 8, 4 slots of
+  width 2 (element pairs), keep 2.
+
+Nibble ``n`` of a metadata register (bits ``[4n+3:4n]``) describes one chunk;
+:func:`jaxmma._layouts.metadata_layout` says which lane and nibble describe which (row,
+chunk) for each selector (``notes/LAYOUTS.md``, hardware-checked on sm_90). The low two
+bits ``i0`` of the nibble place stored slot 0, its high two bits ``i1`` stored slot 1:
+
+* 2:4: stored columns ``2c, 2c+1`` of the compressed row are dense ``4c + i0, 4c + i1``.
+* 1:2 (``.tf32``): only ``0b0100`` (keep element 0) and ``0b1110`` (keep element 1) are
+  meaningful; stored column ``c`` is dense ``2c + i0 // 2``.
+* pair-wise 4:8: stored columns ``4c..4c+3`` are dense ``8c + 2*i0 + {0, 1}`` and
+  ``8c + 2*i1 + {0, 1}``.
+
+Inside the emulator the metadata travels as ``idx``: int32 ``[..., M, K/2]``, the dense
+column of every stored element of the compressed A (row-major, compressed-column order);
+only the ``K/2`` stored products enter the fused sum (``notes/NUMERICS.md``).
+
+Undefined behaviour (spec 9.7.14.6.1, 9.7.14.6.3) and what the emulator does by default:
+
+* Nibbles with ``i0 == i1`` (``0b0000``, ``0b0101``, ``0b1010``, ``0b1111``): the index
+  decode above is applied as is, so both stored elements meet the same row of B (both
+  products enter the sum).
+* ``::ordered_metadata`` with ``i0 > i1``: decoded like ``mma.sp`` (sm_90 behaves so).
+* ``.tf32`` nibbles other than ``0b0100``/``0b1110``: the position is ``i0 // 2``
+  (bit 1 of the nibble); the other bits are ignored.
+* Lanes outside the selected set are never read.
+
+**Checked mode** turns these into errors: ``checked(True)`` (globally, or ``with
+checked():`` for a block) or ``check=True`` on a call. Concrete (eager) inputs raise a
+``ValueError`` at once, naming the lane, nibble, row and chunk; traced inputs (under
+``jit``/``vmap``) emit a :func:`jax.experimental.checkify.check`, so wrap the function in
+:func:`jax.experimental.checkify.checkify` and call ``err.throw()`` (which raises a
+``ValueError`` subclass). Under ``jit`` without ``checkify`` JAX refuses to trace the
+check. The flag is read when a function is traced.
+
+Matrix-level misuse (a dense A with too many non-zeros in a chunk, an ``idx`` that no
+metadata nibble can express) always raises for concrete inputs; for traced inputs only in
+checked mode (without it the lowest-index non-zero slots are kept).
+"""
+
+from __future__ import annotations
+
+import functools
+import operator
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+from jax.experimental import checkify
+
+from . import _fragments, _layouts, _values
+
+__all__ = [
+    "checked",
+    "compress",
+    "decompress",
+    "is_checked",
+    "matrix_operands",
+    "metadata_indices",
+    "prune",
+    "validate",
+]
+
+# ---------------------------------------------------------------------------------------
+# Checked mode
+_STATE = {"check": False}
+
+
+class checked:
+    """Turn checked mode on or off (globally; restored on exit when used with ``with``).
+
+    In checked mode, undefined-behaviour metadata (see the module docstring) and malformed
+    matrix-level operands raise: concrete inputs a ``ValueError`` at once, traced inputs
+    through :func:`jax.experimental.checkify.check`. The flag is read at trace time, so a
+    function already compiled by ``jit`` keeps the mode it was traced with.
+
+    Args:
+      enabled: ``True`` (default) to check, ``False`` to stop checking.
+
+    Example:
+      >>> checked(True)            # from now on            # doctest: +SKIP
+      >>> with checked():          # only inside the block  # doctest: +SKIP
+      ...     d = ins(a, b, c, e, selector=0)
+    """
+
+    def __init__(self, enabled: bool = True):
+        if not isinstance(enabled, (bool, np.bool_)):
+            raise TypeError(f"enabled: expected True or False, got {enabled!r}")
+        self._previous = _STATE["check"]
+        _STATE["check"] = bool(enabled)
+
+    def __repr__(self) -> str:
+        return f"checked({_STATE['check']})"
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        _STATE["check"] = self._previous
+        return False
+
+
+def is_checked() -> bool:
+    """Whether checked mode is on (see :class:`checked`)."""
+    return _STATE["check"]
+
+
+def _want_check(check) -> bool:
+    if check is None:
+        return _STATE["check"]
+    if not isinstance(check, (bool, np.bool_)):
+        raise TypeError(f"check: expected None, True or False, got {check!r}")
+    return bool(check)
+
+
+def _concrete(*xs) -> bool:
+    return not any(isinstance(x, jax.core.Tracer) for x in xs)
+
+
+# ---------------------------------------------------------------------------------------
+# Geometry of one sparse form
+#: Nibbles that ``mma.sp`` defines (all but i0 == i1) and ``::ordered_metadata`` (i0 < i1).
+NIBBLES_SP = tuple(v for v in range(16) if (v & 3) != (v >> 2))
+NIBBLES_ORDERED = tuple(v for v in range(16) if (v & 3) < (v >> 2))
+NIBBLES_TF32 = (0b0100, 0b1110)
+
+_SLOTS = {4: (4, 1, "2:4"), 2: (2, 1, "1:2"), 8: (4, 2, "pair-wise 4:8")}
+
+
+class _Geometry(NamedTuple):
+    text: str
+    shape: str
+    atype: str
+    kind: str | None
+    ordered: bool
+    m: int
+    k: int
+    chunk_size: int
+    slots: int  # slots per chunk
+    width: int  # dense elements per slot
+    keep: int  # stored slots per chunk
+    pattern: str
+    selectors: tuple[int, ...]
+    valid: tuple[int, ...]  # meaningful nibble values
+
+    @property
+    def nchunks(self) -> int:
+        return self.k // self.chunk_size
+
+    @property
+    def stored(self) -> int:  # stored elements per chunk
+        return self.keep * self.width
+
+
+@functools.cache
+def _geometry(ins) -> _Geometry:
+    if getattr(ins, "opcode", None) != "mma" or not getattr(ins, "sparse", None):
+        text = getattr(ins, "text", ins)
+        raise ValueError(
+            f"ins: expected an mma.sp / mma.sp::ordered_metadata instruction, got {text!r}"
+        )
+    fmt = _layouts.metadata_format(shape=ins.shape, atype=ins.atype)
+    slots, width, pattern = _SLOTS[fmt.chunk_size]
+    ordered = ins.sparse == "sp::ordered_metadata"
+    if fmt.chunk_size == 2:
+        valid = NIBBLES_TF32
+    else:
+        valid = NIBBLES_ORDERED if ordered else NIBBLES_SP
+    return _Geometry(
+        ins.text,
+        ins.shape,
+        ins.atype,
+        ins.kind,
+        ordered,
+        ins.m,
+        ins.k,
+        fmt.chunk_size,
+        slots,
+        width,
+        slots // 2,
+        pattern,
+        tuple(fmt.selectors),
+        valid,
+    )
+
+
+def _selector(geo: _Geometry, selector) -> int:
+    allowed = ", ".join(str(s) for s in geo.selectors)
+    if isinstance(selector, jax.core.Tracer):
+        raise TypeError(
+            f"selector must be a static Python int (the sparsity selector f of "
+            f"{geo.text} is a constant); got a traced value; allowed: {allowed}"
+        )
+    value = None
+    if not isinstance(selector, (bool, np.bool_)):
+        try:
+            value = operator.index(selector)
+        except TypeError:
+            value = None
+    if value not in geo.selectors:
+        raise ValueError(f"selector={selector!r} is not valid for {geo.text}; allowed: {allowed}")
+    return value
+
+
+class _Tables(NamedTuple):
+    lane: np.ndarray  # int32 [M, nchunks]: the lane whose e describes (row, chunk)
+    nibble: np.ndarray  # int32 [M, nchunks]: which nibble of it
+    shift: np.ndarray  # uint32 [M, nchunks]: 4 * nibble
+    row: np.ndarray  # int32 [32, 8]: row described by nibble n of lane l (0 if unused)
+    chunk: np.ndarray  # int32 [32, 8]: its chunk (0 if unused)
+    used: np.ndarray  # bool [32]: the lanes the selector picks
+    valid: np.ndarray  # bool [16]: the meaningful nibble values
+
+
+@functools.cache
+def _tables(geo: _Geometry, selector: int) -> _Tables:
+    """Static maps between metadata nibbles and the (row, chunk) of A they describe, from
+    :func:`jaxmma._layouts.metadata_layout` (read-only NumPy arrays)."""
+    lay = _layouts.metadata_layout(shape=geo.shape, atype=geo.atype, selector=selector)
+    lane = np.full((geo.m, geo.nchunks), -1, np.int32)
+    nib = np.full((geo.m, geo.nchunks), -1, np.int32)
+    for l_ in np.flatnonzero(lay.lane_used):
+        for n in range(8):
+            r, c = int(lay.row[l_, n]), int(lay.chunk[l_, n])
+            if lane[r, c] >= 0:  # pragma: no cover - a broken layout table
+                raise AssertionError(f"row {r}, chunk {c} described twice")
+            lane[r, c], nib[r, c] = l_, n
+    if (lane < 0).any():  # pragma: no cover - a broken layout table
+        raise AssertionError(f"metadata layout of {geo.text} misses chunks")
+    used = np.asarray(lay.lane_used, bool)
+    row = np.where(used[:, None], lay.row, 0).astype(np.int32)
+    chunk = np.where(used[:, None], lay.chunk, 0).astype(np.int32)
+    valid = np.zeros(16, bool)
+    valid[list(geo.valid)] = True
+    out = _Tables(lane, nib, (4 * nib).astype(np.uint32), row, chunk, used, valid)
+    for a in out:
+        a.setflags(write=False)
+    return out
+
+
+@functools.cache
+def _choice_table(slots: int) -> np.ndarray:
+    """Non-zero slot mask -> the kept slots, ascending: the non-zero slots (the lowest
+    ``keep`` if there are more), completed with the lowest-index zero slots."""
+    keep = slots // 2
+    out = np.zeros((2**slots, keep), np.int32)
+    for mask in range(2**slots):
+        nz = [s for s in range(slots) if mask >> s & 1]
+        z = [s for s in range(slots) if not mask >> s & 1]
+        out[mask] = sorted((nz + z)[:keep])
+    out.setflags(write=False)
+    return out
+
+
+# ---------------------------------------------------------------------------------------
+# Errors: concrete inputs raise ValueError at once, traced ones go through checkify
+def _fail(
+    bad, geo: _Geometry, concrete_message, traced_message: str, values: dict, traced: bool
+) -> None:
+    """Raise for the first true entry of ``bad`` (bool ``[..., M, nchunks]``).
+
+    ``concrete_message(pos)`` builds the message from the index tuple ``(*batch, row,
+    chunk)``; ``traced_message`` is a :func:`checkify.check` template over ``row``,
+    ``chunk`` and the keys of ``values`` (arrays broadcastable to ``bad``), in which
+    ``<@>`` stands for the flat batch index, if any (under ``vmap`` the function sees a
+    single element). ``traced``: whether to emit a check when ``bad`` is a tracer.
+    """
+    if _concrete(bad):
+        b = np.asarray(bad)
+        if b.any():
+            pos = tuple(int(i) for i in np.unravel_index(int(np.argmax(b)), b.shape))
+            raise ValueError(concrete_message(pos))
+        return
+    if not traced:
+        return
+    flat = bad.reshape(-1)
+    first = jnp.argmax(flat)
+    per = geo.m * geo.nchunks
+    fields = {
+        "batch": first // per,
+        "row": (first % per) // geo.nchunks,
+        "chunk": first % geo.nchunks,
+    }
+    for key, v in values.items():
+        fields[key] = jnp.broadcast_to(v, bad.shape).reshape(-1)[first]
+    at = "batch element {batch}, " if bad.ndim > 2 else ""
+    checkify.check(jnp.logical_not(flat[first]), traced_message.replace("<@>", at), **fields)
+
+
+def _where(pos) -> str:
+    batch = pos[:-2]
+    return f"[{', '.join(str(i) for i in batch)}]" if batch else ""
+
+
+def _escape(text: str) -> str:
+    return text.replace("{", "{{").replace("}", "}}")
+
+
+def _binary(values) -> str:
+    return ", ".join(f"0b{v:04b}" for v in values)
+
+
+# ---------------------------------------------------------------------------------------
+# Jitted cores. Static arguments are the pattern only (``slots``, ``width``), the tables
+# travel as arrays, so one compilation serves every form and selector of a pattern.
+def _offsets(slots: int, width: int, nch: int) -> np.ndarray:
+    """``chunk * chunk_size + w`` for every stored element: int32 ``[nch, keep, width]``."""
+    base = np.arange(nch, dtype=np.int32)[:, None, None] * (slots * width)
+    w = np.arange(width, dtype=np.int32)[None, None, :]
+    return np.broadcast_to(base + w, (nch, slots // 2, width))
+
+
+def _slot_columns(slots: int, width: int, kept):
+    """Stored slots int32 ``[..., M, nch, keep]`` -> dense columns int32 ``[..., M, K/2]``."""
+    shape = kept.shape + (width,)
+    cols = jnp.broadcast_to(kept[..., None] * width, shape)
+    cols = cols + jnp.broadcast_to(_offsets(slots, width, kept.shape[-2]), shape)
+    return cols.reshape(kept.shape[:-2] + (-1,))
+
+
+def _nibble_slots(slots: int, nib):
+    """Nibbles uint32 ``[..., M, nch]`` -> stored slots int32 ``[..., M, nch, keep]``."""
+    i0 = (nib & jnp.uint32(3)).astype(jnp.int32)
+    if slots == 2:  # .tf32: position i0 // 2
+        return (i0 >> 1)[..., None]
+    return jnp.stack([i0, (nib >> jnp.uint32(2)).astype(jnp.int32)], axis=-1)
+
+
+def _slot_nibbles(slots: int, kept):
+    """Stored slots ``[..., M, nch, keep]`` -> nibbles uint32 ``[..., M, nch]``."""
+    s = kept.astype(jnp.uint32)
+    if slots == 2:  # slot 0 -> 0b0100, slot 1 -> 0b1110
+        s0 = 2 * s[..., 0]
+        return s0 | ((s0 + 1) << 2)
+    return s[..., 0] | (s[..., 1] << 2)
+
+
+@functools.partial(jax.jit, static_argnums=(0, 1))
+def _decode_core(slots: int, width: int, e, lane, shift, valid):
+    """e uint32 ``[..., 32]`` -> (idx int32 ``[..., M, K/2]``, nibbles uint32 and bad bool
+    ``[..., M, nch]``)."""
+    words = e[..., lane]
+    nib = (words >> jnp.broadcast_to(shift, words.shape)) & jnp.uint32(0xF)
+    idx = _slot_columns(slots, width, _nibble_slots(slots, nib))
+    return idx, nib, jnp.logical_not(valid[nib])
+
+
+@jax.jit
+def _pack_core(nib, row, chunk, used):
+    """Nibbles uint32 ``[..., M, nch]`` -> metadata registers uint32 ``[..., 32]``."""
+    per = nib[..., row, chunk]  # [..., 32, 8]
+    shift = jnp.broadcast_to(4 * jnp.arange(8, dtype=jnp.uint32), per.shape)
+    mask = jnp.broadcast_to(used[:, None], per.shape)
+    per = jnp.where(mask, per << shift, jnp.uint32(0))
+    return jnp.sum(per, axis=-1, dtype=jnp.uint32)  # disjoint bit fields: sum == or
+
+
+def _nonzero(x, mag_mask):
+    """bool: the element is not zero (``+-0`` of a float format; NaN is non-zero)."""
+    if jnp.issubdtype(x.dtype, jnp.unsignedinteger):  # raw bits: ignore sign and padding
+        return (x & mag_mask.astype(x.dtype)) != 0
+    return x != jnp.zeros((), x.dtype)
+
+
+def _per_slot(slots: int, width: int, x):
+    """``[..., M, K]`` -> ``[..., M, nch, slots, width]``."""
+    return x.reshape(x.shape[:-1] + (-1, slots, width))
+
+
+@functools.partial(jax.jit, static_argnums=(0, 1))
+def _compress_core(slots: int, width: int, x, mag_mask):
+    """Dense ``[..., M, K]`` -> (values ``[..., M, K/2]``, idx, nibbles, non-zero count)."""
+    nz = jnp.any(_per_slot(slots, width, _nonzero(x, mag_mask)), axis=-1)
+    count = jnp.sum(nz.astype(jnp.int32), axis=-1)
+    weights = jnp.broadcast_to(1 << jnp.arange(slots, dtype=jnp.int32), nz.shape)
+    code = jnp.sum(jnp.where(nz, weights, 0), axis=-1)
+    kept = jnp.asarray(_choice_table(slots))[code]  # [..., M, nch, keep]
+    idx = _slot_columns(slots, width, kept)
+    return jnp.take_along_axis(x, idx, axis=-1), idx, _slot_nibbles(slots, kept), count
+
+
+_E2M1 = np.array([0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0], np.float32)
+
+
+def _magnitude(how: str, x, mag_mask):
+    """float32 ``|x|`` (NaN -> inf) of element values, or of raw bits (``how``)."""
+    if not jnp.issubdtype(x.dtype, jnp.unsignedinteger):
+        m = jnp.abs(x.astype(jnp.float32))
+    elif how == "tf32":
+        m = lax.bitcast_convert_type(x.astype(jnp.uint32) & jnp.uint32(0x7FFFFFFF), jnp.float32)
+    elif how.startswith("e2m1"):  # e2m1 (kind::mxf4*) or e2m1c (f8f6f4 container)
+        mag = (x.astype(jnp.uint32) >> jnp.uint32(2 if how == "e2m1c" else 0)) & jnp.uint32(7)
+        m = jnp.asarray(_E2M1)[mag.astype(jnp.int32)]
+    elif how in ("s8", "s4"):
+        bits = int(how[1])
+        v = (x.astype(jnp.uint32) & jnp.uint32(2**bits - 1)).astype(jnp.int32)
+        m = jnp.abs(jnp.where(v >= 2 ** (bits - 1), v - 2**bits, v)).astype(jnp.float32)
+    else:  # unsigned integers; sign-magnitude floats, whose magnitude bits order as |x|
+        m = (x.astype(jnp.uint32) & mag_mask).astype(jnp.float32)
+    return jnp.where(jnp.isnan(m), jnp.float32(jnp.inf), m)
+
+
+@functools.partial(jax.jit, static_argnums=(0, 1, 2))
+def _prune_core(slots: int, width: int, how: str, x, mag_mask):
+    mag = jnp.sum(_per_slot(slots, width, _magnitude(how, x, mag_mask)), axis=-1)
+    kept = jnp.argsort(-mag, axis=-1, stable=True)[..., : slots // 2]  # [..., M, nch, keep]
+    slot = lax.broadcasted_iota(jnp.int32, mag.shape + (slots // 2,), mag.ndim - 1)
+    keep = jnp.any(jnp.broadcast_to(kept[..., None, :], slot.shape) == slot, axis=-1)
+    keep = jnp.broadcast_to(keep[..., None], keep.shape + (width,)).reshape(x.shape)
+    return jnp.where(keep, x, jnp.zeros((), x.dtype))
+
+
+@functools.partial(jax.jit, static_argnums=2)
+def _scatter(values, idx, k: int):
+    """Stored values ``[..., M, J]`` at dense columns ``idx`` -> ``[..., M, K]``, zeros
+    elsewhere; where two stored elements share a column the first one wins."""
+    lead = jnp.broadcast_shapes(values.shape[:-2], idx.shape[:-2])
+    values = jnp.broadcast_to(values, lead + values.shape[-2:])
+    idx = jnp.broadcast_to(idx, lead + idx.shape[-2:])
+    cols = lax.broadcasted_iota(jnp.int32, idx.shape + (k,), idx.ndim)
+    hit = jnp.broadcast_to(idx[..., None], cols.shape) == cols  # [..., M, J, K]
+    first = jnp.argmax(hit, axis=-2).astype(jnp.int32)  # [..., M, K]
+    taken = jnp.take_along_axis(values, first, axis=-1)
+    return jnp.where(jnp.any(hit, axis=-2), taken, jnp.zeros((), values.dtype))
+
+
+@functools.partial(jax.jit, static_argnums=(0, 1, 2))
+def _idx_bad_core(slots: int, width: int, order: str | None, idx):
+    """bool ``[..., M, nch]``: the stored columns of a chunk are not what a nibble decodes
+    to; ``order`` ``"distinct"``/``"ascending"`` also flags the undefined-behaviour ones."""
+    keep = slots // 2
+    i = idx.reshape(idx.shape[:-1] + (-1, keep, width))
+    rel = i - jnp.broadcast_to(_offsets(slots, width, i.shape[-3]), i.shape)
+    slot = rel // width  # the offset w is taken off: a pair reads (2s, 2s) here
+    ok = (rel >= 0) & (rel < slots * width) & (rel % width == 0)
+    ok = ok & (slot == jnp.broadcast_to(slot[..., :1], slot.shape))
+    ok = jnp.all(ok, axis=(-1, -2))
+    if order is not None and keep == 2:
+        s0, s1 = slot[..., 0, 0], slot[..., 1, 0]
+        ok = ok & ((s0 < s1) if order == "ascending" else (s0 != s1))
+    return jnp.logical_not(ok)
+
+
+# ---------------------------------------------------------------------------------------
+# Register level
+def _check_e(geo: _Geometry, e):
+    if e is None:
+        raise ValueError(f"e: the metadata operand is required for {geo.text}")
+    e = jnp.asarray(e)
+    if e.dtype != jnp.uint32:
+        raise TypeError(f"e: expected uint32 metadata registers for {geo.text}, got {e.dtype}")
+    if e.ndim < 1 or e.shape[-1] != 32:
+        raise ValueError(
+            f"e: expected metadata registers of shape [..., 32] (one per lane) "
+            f"for {geo.text}, got {tuple(e.shape)}"
+        )
+    return e
+
+
+def _check_nibbles(geo: _Geometry, tab: _Tables, nib, bad, selector: int) -> None:
+    variant = "mma." + ("sp::ordered_metadata" if geo.ordered else "sp")
+    allowed = f"the meaningful values for {variant} .{geo.atype} are {_binary(geo.valid)}"
+
+    def message(pos):
+        r, c = pos[-2:]
+        ln, n = int(tab.lane[r, c]), int(tab.nibble[r, c])
+        v = int(np.asarray(nib)[pos])
+        lo = c * geo.chunk_size
+        return (
+            f"invalid sparse metadata for {geo.text}: e{_where(pos)}: lane {ln}, nibble "
+            f"{n} (bits {4 * n + 3}:{4 * n}) = 0b{v:04b} describes row {r}, chunk {c} "
+            f"(dense columns {lo}..{lo + geo.chunk_size - 1}) of A, selector "
+            f"{selector}; {allowed} (undefined behaviour per PTX ISA 9.7.14.6.1)"
+        )
+
+    template = (
+        f"invalid sparse metadata for {_escape(geo.text)}: <@>"
+        f"lane {{lane}}, nibble {{nibble}} = {{value}} (decimal) describes row "
+        f"{{row}}, chunk {{chunk}} of A, selector {selector}; {allowed}"
+    )
+    values = {"lane": tab.lane, "nibble": tab.nibble, "value": nib}
+    _fail(bad, geo, message, template, values, traced=True)
+
+
+def metadata_indices(ins, e, selector, *, check=None):
+    """Decode the metadata registers of ``mma.sp`` into the dense column of each stored
+    element of A (PTX ISA 9.7.14.6.1-2, ``notes/LAYOUTS.md``).
+
+    Every nibble of the lanes the selector picks describes one chunk of one row of A; its
+    indices place the stored elements of that chunk (see the module docstring). Lanes
+    outside the selected set are not read. jit/vmap friendly (``selector`` is static).
+
+    Args:
+      ins: an ``mma.sp`` / ``mma.sp::ordered_metadata`` :class:`jaxmma.Instruction`.
+      e: uint32 ``[..., 32]``, the metadata register of each lane.
+      selector: the sparsity selector ``f``, a static Python int in
+        ``metadata_format(...).selectors`` (0..3, 0..1 or 0 depending on the form).
+      check: ``None`` (the global :class:`checked` mode), ``True`` or ``False``: raise on
+        undefined-behaviour nibbles instead of decoding them.
+
+    Returns:
+      int32 ``[..., M, K/2]``: ``idx[..., r, j]`` is the dense column (0..K-1) of the
+      ``j``-th stored element of row ``r`` of the compressed A.
+
+    Raises:
+      TypeError: ``e`` is not uint32, or ``selector`` is traced.
+      ValueError: ``e`` is not ``[..., 32]``; ``selector`` not allowed for the form
+        (naming the value and the allowed ones); in checked mode an invalid nibble (naming
+        lane, nibble, row and chunk).
+
+    Example:
+      >>> ins = jaxmma.instruction("mma.sp.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32")
+      >>> e = jnp.full((32,), 0xE4E4E4E4, jnp.uint32)  # nibbles 0b0100 and 0b1110
+      >>> metadata_indices(ins, e, 0)[0].tolist()
+      [0, 1, 6, 7, 8, 9, 14, 15]
+    """
+    geo = _geometry(ins)
+    sel = _selector(geo, selector)
+    e = _check_e(geo, e)
+    tab = _tables(geo, sel)
+    idx, nib, bad = _decode_core(geo.slots, geo.width, e, tab.lane, tab.shift, tab.valid)
+    if _want_check(check):
+        _check_nibbles(geo, tab, nib, bad, sel)
+    return idx
+
+
+# ---------------------------------------------------------------------------------------
+# Dense matrices
+def _mag_mask(geo: _Geometry) -> np.ndarray:
+    """uint32: the bits of a raw element (or its container) that are not sign or padding."""
+    a = geo.atype
+    if a in ("f16", "bf16"):
+        m = 0x7FFF
+    elif a == "tf32":
+        m = 0x7FFFFFFF
+    elif a in ("e4m3", "e5m2"):
+        m = 0x7F
+    elif a in ("e3m2", "e2m3"):  # kind::f8f6f4 container: element in bits [5:0]
+        m = 0x1F
+    elif a == "e2m1":  # bits [5:2] of the kind::f8f6f4 container, [3:0] under kind::mxf4*
+        m = 0x7 if geo.kind in ("mxf4", "mxf4nvf4") else 0x1C
+    else:
+        m = {"s8": 0xFF, "u8": 0xFF, "s4": 0xF, "u4": 0xF}[a]
+    return np.uint32(m)
+
+
+def _how(geo: _Geometry) -> str:
+    """How :func:`_magnitude` reads raw bits of ``geo.atype``."""
+    if geo.atype == "e2m1":
+        return "e2m1" if geo.kind in ("mxf4", "mxf4nvf4") else "e2m1c"
+    return geo.atype if geo.atype in ("tf32", "s8", "s4") else "mask"
+
+
+def _check_dense(geo: _Geometry, x, name: str):
+    x = jnp.asarray(x)
+    if not (jnp.issubdtype(x.dtype, jnp.integer) or jnp.issubdtype(x.dtype, jnp.floating)):
+        raise TypeError(
+            f"{name}: expected element values or unsigned raw bits for {geo.text}, got {x.dtype}"
+        )
+    if x.ndim < 2 or x.shape[-2:] != (geo.m, geo.k):
+        hint = ""
+        if x.ndim >= 2 and x.shape[-2:] == (geo.m, geo.k // 2):
+            hint = " (the compressed shape: pass the dense matrix, or metadata=idx)"
+        raise ValueError(
+            f"{name}: expected a dense matrix of trailing shape "
+            f"[{geo.m}, {geo.k}] for {geo.text}, got {tuple(x.shape)}{hint}"
+        )
+    return x
+
+
+def _check_pattern(geo: _Geometry, count, name: str, traced: bool) -> None:
+    """Raise where a chunk has more than ``keep`` non-zero slots."""
+    bad = count > geo.keep
+    unit = "pairs" if geo.width == 2 else "elements"
+    rule = (
+        f"{geo.text} stores {geo.keep} of every {geo.slots} {unit} of a row "
+        f"({geo.pattern}, PTX ISA 9.7.14.6.1)"
+    )
+
+    def message(pos):
+        r, c = pos[-2:]
+        lo = c * geo.chunk_size
+        n = int(np.asarray(count)[pos])
+        return (
+            f"{name}{_where(pos)}: row {r}, chunk {c} (dense columns {lo}.."
+            f"{lo + geo.chunk_size - 1}) has {n} non-zero {unit}; {rule}; "
+            f"jaxmma.sparse.prune keeps the largest"
+        )
+
+    template = (
+        f"{name}: <@>row {{row}}, chunk {{chunk}} has {{count}} non-zero {unit}; {_escape(rule)}"
+    )
+    _fail(bad, geo, message, template, {"count": count}, traced)
+
+
+def _compress(geo: _Geometry, x, name: str, traced_check: bool):
+    """Dense ``[..., M, K]`` -> (stored values ``[..., M, K/2]``, idx, nibbles)."""
+    values, idx, nib, count = _compress_core(geo.slots, geo.width, x, _mag_mask(geo))
+    _check_pattern(geo, count, name, traced_check)
+    return values, idx, nib
+
+
+# ---------------------------------------------------------------------------------------
+# Matrix level
+def _check_idx(geo: _Geometry, idx, traced: bool, strict: bool) -> None:
+    """Raise where ``idx`` ``[..., M, K/2]`` is not what a metadata nibble decodes to
+    (``strict``: also where it is what an undefined-behaviour nibble decodes to)."""
+    order = None
+    if strict and geo.keep == 2:
+        order = "ascending" if geo.ordered else "distinct"
+    bad = _idx_bad_core(geo.slots, geo.width, order, idx)
+    n = geo.stored
+    rule = (
+        f"the {n} stored element{'s' if n > 1 else ''} of chunk c must be dense "
+        f"columns of that chunk (c*{geo.chunk_size}..c*{geo.chunk_size}"
+        f"+{geo.chunk_size - 1})"
+    )
+    if geo.width == 2:
+        rule += ", in pairs (2i, 2i+1)"
+    if order is not None:
+        rule += f", {order} (undefined behaviour otherwise)"
+
+    def message(pos):
+        r, c = pos[-2:]
+        got = np.asarray(jnp.broadcast_to(idx, bad.shape[:-1] + idx.shape[-1:]))
+        got = got[pos[:-1]][c * n : (c + 1) * n].tolist()
+        return (
+            f"metadata{_where(pos)}: row {r}, chunk {c} has dense columns {got}, not "
+            f"valid for {geo.text}; {rule}"
+        )
+
+    template = (
+        f"metadata: <@>row {{row}}, chunk {{chunk}} is not "
+        f"valid for {_escape(geo.text)}; {_escape(rule)}"
+    )
+    _fail(bad, geo, message, template, {}, traced)
+
+
+def matrix_operands(ins, A_bits, metadata, *, check=None):
+    """The A operands of ``ins.mma`` for an ``mma.sp`` form: compressed A and its ``idx``.
+
+    Args:
+      ins: an ``mma.sp`` / ``mma.sp::ordered_metadata`` :class:`jaxmma.Instruction`.
+      A_bits: uint32 raw element bits (``kind::f8f6f4``: container bytes). With
+        ``metadata=None`` the *dense* ``[..., M, K]`` A, which must follow the form's
+        pattern (at most 2 non-zeros in every 4; 1 in 2 for ``.tf32``; 2 non-zero pairs in
+        every 8 for 4-bit types); it is compressed as :func:`compress` does. Otherwise the
+        compressed ``[..., M, K/2]`` A.
+      metadata: ``None``, or int ``[..., M, K/2]``: the dense column of every stored
+        element (what :func:`metadata_indices` returns).
+      check: ``None`` (global :class:`checked` mode), ``True`` or ``False``.
+
+    Returns:
+      ``(A_compressed_bits [..., M, K/2], idx int32 [..., M, K/2])``.
+
+    Raises:
+      ValueError: wrong shapes; a chunk with too many non-zeros, or an ``idx`` that no
+        nibble expresses (naming the row and chunk): for concrete inputs always, for
+        traced ones in checked mode through ``checkify``. In checked mode also an ``idx``
+        with a repeated (or, under ``::ordered_metadata``, descending) position.
+      TypeError: ``metadata`` is not an integer array.
+    """
+    geo = _geometry(ins)
+    A = jnp.asarray(A_bits)
+    want = _want_check(check)
+    if metadata is None:
+        values, idx, _ = _compress(geo, _check_dense(geo, A, "A"), "A", want)
+        return values, idx
+    if A.ndim < 2 or A.shape[-2:] != (geo.m, geo.k // 2):
+        raise ValueError(
+            f"A: with metadata, expected the compressed matrix of trailing shape "
+            f"[{geo.m}, {geo.k // 2}] for {geo.text}, got {tuple(A.shape)}"
+        )
+    idx = jnp.asarray(metadata)
+    if not jnp.issubdtype(idx.dtype, jnp.integer):
+        raise TypeError(
+            f"metadata: expected int32 dense column indices [..., {geo.m}, "
+            f"{geo.k // 2}] for {geo.text}, got {idx.dtype}"
+        )
+    if idx.ndim < 2 or idx.shape[-2:] != (geo.m, geo.k // 2):
+        raise ValueError(
+            f"metadata: expected int32 dense column indices of trailing shape "
+            f"[{geo.m}, {geo.k // 2}] for {geo.text}, got {tuple(idx.shape)}"
+        )
+    idx = idx.astype(jnp.int32)
+    if want or _concrete(idx):
+        _check_idx(geo, idx, traced=want, strict=want)
+    return A, idx
+
+
+# ---------------------------------------------------------------------------------------
+# User tools
+def prune(A, ins):
+    """Make a dense matrix follow the sparsity pattern of ``ins``, keeping the largest.
+
+    In every chunk of every row the ``keep`` slots of largest magnitude stay (2 of 4
+    elements; 1 of 2 for ``.tf32``; 2 of 4 element pairs for 4-bit types, a pair measured
+    by the sum of its two magnitudes); the others become zero. Ties keep the lower index;
+    NaN counts as the largest magnitude. PTX ISA 9.7.14.6.1.
+
+    Args:
+      A: ``[..., M, K]`` element values (any float or signed integer dtype), or unsigned
+        raw bits of ``ins``'s A type (container bytes for ``kind::f8f6f4``).
+      ins: an ``mma.sp`` / ``mma.sp::ordered_metadata`` :class:`jaxmma.Instruction`.
+
+    Returns:
+      ``A`` with the pruned elements set to zero (``+0``), same shape and dtype.
+
+    Example:
+      >>> ins = jaxmma.instruction("mma.sp.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32")
+      >>> A = jnp.array([[1.0, -3.0, 2.0, 0.5] * 4] * 16, jnp.float16)
+      >>> prune(A, ins)[0, :4].tolist()
+      [0.0, -3.0, 2.0, 0.0]
+    """
+    geo = _geometry(ins)
+    A = _check_dense(geo, A, "A")
+    return _prune_core(geo.slots, geo.width, _how(geo), A, _mag_mask(geo))
+
+
+def validate(A, ins) -> None:
+    """Check that a dense matrix follows the sparsity pattern of ``ins``.
+
+    Zero means ``+0``/``-0`` of the element format (NaN is non-zero; raw bits ignore the
+    sign and container padding); for 4-bit types a pair is non-zero when either element
+    is. Chunks with fewer non-zeros than stored slots are fine. PTX ISA 9.7.14.6.1.
+
+    Args:
+      A: ``[..., M, K]`` element values or unsigned raw bits (see :func:`prune`).
+      ins: an ``mma.sp`` / ``mma.sp::ordered_metadata`` :class:`jaxmma.Instruction`.
+
+    Raises:
+      ValueError: naming the (batch index,) row and chunk with too many non-zeros. Traced
+        inputs are checked through :func:`jax.experimental.checkify.check`.
+
+    Example:
+      >>> validate(prune(A, ins), ins)  # passes                   # doctest: +SKIP
+    """
+    geo = _geometry(ins)
+    A = _check_dense(geo, A, "A")
+    _compress(geo, A, "A", traced_check=True)
+
+
+def compress(A, ins, selector=0, *, registers: bool = True, check=None):
+    """Compress a dense sparse matrix into its stored values and metadata registers.
+
+    The stored slots of a chunk are its non-zero slots, completed (where a chunk has fewer)
+    by the lowest-index zero slots, in ascending order, so the metadata is valid for both
+    ``mma.sp`` and ``mma.sp::ordered_metadata`` (an all-zero 2:4 chunk gives ``0b0100``,
+    a lone non-zero at 2 gives ``0b1000``; ``.tf32`` ``0b0100``/``0b1110``). PTX ISA
+    9.7.14.6.1-2; :func:`decompress` is the inverse.
+
+    Args:
+      A: dense ``[..., M, K]`` following the pattern (see :func:`validate`): element
+        values in A's dtype (``jnp.float16``, ...; ``jnp.float32`` for ``.tf32``) or
+        unsigned raw bits (container bytes for ``kind::f8f6f4``).
+      ins: an ``mma.sp`` / ``mma.sp::ordered_metadata`` :class:`jaxmma.Instruction`.
+      selector: the sparsity selector ``f`` the registers are made for (static).
+      registers: ``True``: return A's fragment registers; ``False``: the compressed
+        ``[..., M, K/2]`` matrix in ``A``'s dtype.
+      check: ``None`` (global :class:`checked` mode), ``True`` or ``False``: whether a
+        traced ``A`` is checked (concrete inputs always are).
+
+    Returns:
+      ``(a, e)``: ``a`` uint32 ``[..., 32, nregs_a]`` registers (or the compressed
+      matrix), ``e`` uint32 ``[..., 32]`` metadata (0 in the lanes the selector skips).
+
+    Raises:
+      ValueError: a chunk with too many non-zeros (naming row and chunk), a bad selector.
+
+    Example:
+      >>> ins = jaxmma.instruction("mma.sp::ordered_metadata.sync.aligned.m16n8k32"
+      ...                          ".row.col.f32.f16.f16.f32")          # doctest: +SKIP
+      >>> a, e = compress(prune(A, ins), ins, selector=1)               # doctest: +SKIP
+      >>> d = ins(a, b, c, e, selector=1)                               # doctest: +SKIP
+    """
+    geo = _geometry(ins)
+    sel = _selector(geo, selector)
+    A = _check_dense(geo, A, "A")
+    values, _, nib = _compress(geo, A, "A", _want_check(check))
+    tab = _tables(geo, sel)
+    e = _pack_core(nib, tab.row, tab.chunk, tab.used)
+    if registers:
+        bits = _values.to_bits(geo.atype, values, "A", geo.kind)
+        return _fragments.fragment(ins, "a", bits), e
+    return values, e
+
+
+def decompress(values, e, ins, selector=0, *, check=None):
+    """Expand stored values and metadata registers into the dense matrix.
+
+    Args:
+      values: A's fragment registers uint32 ``[..., 32, nregs_a]``, or the compressed
+        matrix ``[..., M, K/2]`` (values or raw bits).
+      e: uint32 ``[..., 32]`` metadata registers.
+      ins: an ``mma.sp`` / ``mma.sp::ordered_metadata`` :class:`jaxmma.Instruction`.
+      selector: the sparsity selector ``f`` (static).
+      check: as for :func:`metadata_indices`.
+
+    Returns:
+      The dense ``[..., M, K]`` matrix: uint32 raw bits when ``values`` are registers,
+      else ``values``' dtype. Where undefined-behaviour metadata puts two stored elements
+      on one column, the first one is shown.
+
+    Example:
+      >>> dense = decompress(*compress(A, ins, selector=1), ins, selector=1)  # doctest: +SKIP
+    """
+    geo = _geometry(ins)
+    values = jnp.asarray(values)
+    nregs = ins.nregs["a"]
+    if values.ndim >= 2 and values.shape[-2:] == (32, nregs):
+        values = _fragments.unfragment(ins, "a", values)
+    elif values.ndim < 2 or values.shape[-2:] != (geo.m, geo.k // 2):
+        raise ValueError(
+            f"values: expected registers [..., 32, {nregs}] or the compressed "
+            f"matrix [..., {geo.m}, {geo.k // 2}] for {geo.text}, "
+            f"got {tuple(values.shape)}"
+        )
+    idx = metadata_indices(ins, e, selector, check=check)
+    return _scatter(values, idx, geo.k)
