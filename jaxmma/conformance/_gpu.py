@@ -91,7 +91,10 @@ def _compile_chunk(chunk, arch: str, build_dir: str):
     ]
     ok, msg = _run(cmd)
     ptx_path = os.path.join(keep, f"k_{h}.ptx")
-    ptx = open(ptx_path).read() if os.path.exists(ptx_path) else ""
+    ptx = ""
+    if not ok and os.path.exists(ptx_path):
+        with open(ptx_path) as fh:
+            ptx = fh.read()
     shutil.rmtree(keep, ignore_errors=True)
     if ok:
         os.replace(base + ".cubin.tmp", base + ".cubin")
@@ -252,13 +255,16 @@ def sass(cubins, names=None) -> dict:
     """``cuobjdump -sass`` text per kernel name (all kernels of the given cubin files)."""
     if shutil.which("cuobjdump") is None:
         raise RuntimeError("cuobjdump is not on PATH")
+
+    def dump(path):
+        cmd = ["cuobjdump", "-sass", path]
+        return subprocess.run(cmd, capture_output=True, text=True, check=True).stdout
+
     out = {}
-    for path in sorted(set(cubins)):
-        text = subprocess.run(
-            ["cuobjdump", "-sass", path], capture_output=True, text=True, check=True
-        ).stdout
-        parts = re.split(r"^\s*Function : (\S+)\s*$", text, flags=re.M)
-        for name, body in zip(parts[1::2], parts[2::2], strict=True):
-            if names is None or name in names:
-                out[name] = f"Function : {name}\n{body.rstrip()}\n"
+    with concurrent.futures.ThreadPoolExecutor(jobs()) as pool:
+        for text in pool.map(dump, sorted(set(cubins))):
+            parts = re.split(r"^\s*Function : (\S+)\s*$", text, flags=re.M)
+            for name, body in zip(parts[1::2], parts[2::2], strict=True):
+                if names is None or name in names:
+                    out[name] = f"Function : {name}\n{body.rstrip()}\n"
     return out
