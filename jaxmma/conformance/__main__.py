@@ -159,7 +159,10 @@ def cmd_compile(args) -> int:
         flush=True,
     )
     b = _gpu.compile_kernels(ks, args.arch, args.build)
-    print(f"compiled {len(b.cubins)} kernels in {b.seconds:.1f} s; {len(b.errors)} refused")
+    print(
+        f"compiled {len(b.cubins)} kernels ({b.files} nvcc runs) in {b.seconds:.1f} s; "
+        f"{len(b.errors)} refused"
+    )
     texts = {k.name: k.text for k in ks}
     for n, e in sorted(b.errors.items(), key=lambda x: texts[x[0]]):
         print(f"  {texts[n]}: {e[:300]}")
@@ -199,8 +202,8 @@ def cmd_run(args) -> int:
         t_vec = time.perf_counter() - t0
         build = fut.result()
     print(
-        f"inputs: {t_vec:.1f} s; compile: {len(build.cubins)} kernels in {build.seconds:.1f} s"
-        f", {len(build.errors)} refused by ptxas",
+        f"inputs: {t_vec:.1f} s; compile: {len(build.cubins)} kernels ({build.files} nvcc runs) in"
+        f" {build.seconds:.1f} s, {len(build.errors)} refused by ptxas",
         flush=True,
     )
 
@@ -238,7 +241,7 @@ def cmd_run(args) -> int:
     records = [_golden.make_record(vecs[t], arch, o, info, date) for t, o in outputs.items()]
     if args.save:
         t0 = time.perf_counter()
-        sizes = _golden.save(args.save, records)
+        sizes = _golden.save(args.save, records) or {"(nothing)": 0}
         print(
             f"saved {len(records)} records in {len(sizes)} files under {args.save}: "
             f"{sum(sizes.values()) / 2**20:.1f} MiB (largest "

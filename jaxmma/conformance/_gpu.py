@@ -137,10 +137,11 @@ def compile_kernels(
         chunks[i].append(k)
         sizes[i] += len(k.source)
     chunks = [sorted(c, key=lambda k: k.name) for c in chunks if c]
-    cubins, errors = {}, {}
+    cubins, errors, nfiles = {}, {}, 0
     with concurrent.futures.ThreadPoolExecutor(workers) as pool:
         for attempt in range(3):
             todo = []
+            nfiles += len(chunks)
             jobs_ = [pool.submit(_compile_chunk, c, arch, build_dir) for c in chunks]
             for chunk, fut in zip(chunks, jobs_, strict=True):
                 cubin, errs = fut.result()
@@ -160,7 +161,7 @@ def compile_kernels(
             n = sum(len(c) for c in todo)
             log(f"  ptxas refused {len(errors)} kernels; compiling the other {n} again")
             chunks = todo
-    return Build(cubins, errors, time.perf_counter() - t0, len(chunks))
+    return Build(cubins, errors, time.perf_counter() - t0, nfiles)
 
 
 def _first_errors(msg: str, n: int = 3) -> str:
