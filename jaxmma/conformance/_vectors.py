@@ -503,7 +503,7 @@ def _int_elems(mode: str, ins, rng, r: _Role, probe: str | None) -> np.ndarray:
     return near.astype(np.uint64) & _U64(mask)
 
 
-def _b1_elems(mode: str, rng, r: _Role, probe: str | None) -> np.ndarray:
+def _b1_elems(mode: str, ins, rng, r: _Role, probe: str | None) -> np.ndarray:
     """b1 A/B as whole 32-bit words; C as s32."""
     tag = f"{r.name}/{mode}"
     full = _U64(0xFFFFFFFF)
@@ -551,20 +551,13 @@ def _operand(ins, rng, r: _Role, dists, probe_names, params) -> np.ndarray:
         sel = mode_of == mi
         if not sel.any():
             continue
-        if ins.atype == "b1" or (r.fmt == "b1"):
+        if not is_float:  # integers, b1 (whole words) and their s32 accumulators
+            gen = _b1_elems if ins.atype == "b1" else _int_elems
             probes = [d.split(":")[1] if ":" in d else None for d in dists]
             vals = np.zeros_like(out)
-            for p in set(probes) if mode == "probe" else {None}:
+            for p in sorted({q for q in probes if q}) if mode == "probe" else [None]:
                 pm = np.array([q == p for q in probes])[:, None]
-                vals = np.where(pm, _b1_elems(mode, rng, r, p), vals)
-            out = np.where(sel, vals, out)
-            continue
-        if not is_float:
-            probes = [d.split(":")[1] if ":" in d else None for d in dists]
-            vals = np.zeros_like(out)
-            for p in set(probes) if mode == "probe" else {None}:
-                pm = np.array([q == p for q in probes])[:, None]
-                vals = np.where(pm, _int_elems(mode, ins, rng, r, p), vals)
+                vals = np.where(pm, gen(mode, ins, rng, r, p), vals)
             out = np.where(sel, vals, out)
             continue
         f = FLOATS[r.fmt]
