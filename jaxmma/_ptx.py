@@ -440,10 +440,12 @@ def operands(form: Form) -> tuple[Operand, ...]:
         mats = 4 if (form.shape == "m8n8k4" and form.atype == "f16") else 1
         ka = form.k // 2 if form.sparse else form.k
         ab, bb = _elem_bits(form.atype, form.kind), _elem_bits(form.btype, form.kind)
-        wmma_f16 = 2 if (form.opcode == "wmma.mma" and form.atype == "f16") else 1
+        wmma_f16 = form.opcode == "wmma.mma" and form.atype == "f16"
 
-        def count(rows, cols, bits, dup=1):
-            return rows * cols * mats * bits * dup // (32 * reg)
+        def count(rows, cols, bits, f16_fragment=False):
+            if f16_fragment:  # "eight .f16x2 registers" for A or B of every wmma shape
+                return 8
+            return rows * cols * mats * bits // (32 * reg)
 
         ops = [
             Operand(
@@ -477,10 +479,10 @@ def operands(form: Form) -> tuple[Operand, ...]:
         reg = 64 if typ == "f64" else 32
         rows, cols = {"a": (form.m, form.k), "b": (form.k, form.n)}.get(form.frag, (form.m, form.n))
         bits = _elem_bits(typ, None)
-        dup = 2 if (typ == "f16" and form.frag in "ab") else 1
+        f16_ab = typ == "f16" and form.frag in "ab"  # eight .f16x2 registers (9.7.14.4.1)
         op = Operand(
             "d" if form.opcode == "wmma.load" else "r",
-            rows * cols * bits * dup // (32 * reg),
+            8 if f16_ab else rows * cols * bits // (32 * reg),
             reg,
             typ,
             bits,

@@ -20,25 +20,6 @@ SPARSE = [i for i in SM90 if i.sparse]
 HAVE_NVCC = shutil.which("nvcc") is not None
 MASK64 = 2**64 - 1
 
-# Forms that the instruction table lists but ptxas (CUDA 13.0) refuses; reported to the
-# table's owners. A form leaves this set when the table is fixed.
-KNOWN_TABLE_ISSUES = {
-    # .dtype .f32 with .ctype .f16 is refused for m16n8k16 (only m8n8k4 takes it)
-    "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f16",
-}
-
-
-def _known_issue(text: str) -> bool:
-    ins = jaxmma.instruction(text, arch="sm_90")
-    # wmma .f16 A/B fragments are eight .f16x2 registers for every shape (9.7.14.4.1); the
-    # operand table gives 4 or 16 for m8n32k16/m32n8k16
-    wmma_f16 = (
-        ins.shape in ("m8n32k16", "m32n8k16")
-        and (ins.atype == "f16" or ins.btype == "f16")
-        and (ins.opcode == "wmma.mma" or ins.form.frag in ("a", "b"))
-    )
-    return text in KNOWN_TABLE_ISSUES or wmma_f16
-
 
 # ----------------------------------------------------------------------------- generator
 def _splitmix64_ref(seed: int, n: int) -> list[int]:
@@ -252,7 +233,7 @@ def test_every_sm90_kernel_compiles(tmp_path):
     b = _gpu.compile_kernels(ks, "sm_90", str(tmp_path), log=lambda m: None)
     texts = {k.name: k.text for k in ks}
     refused = {texts[n] for n in b.errors}
-    unexpected = sorted(t for t in refused if not _known_issue(t))
+    unexpected = sorted(refused)
     assert not unexpected, [(t, b.errors) for t in unexpected][:3]
     assert len(b.cubins) + len(b.errors) == len(ks)
 
