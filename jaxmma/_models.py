@@ -101,6 +101,8 @@ def float_mma_bits(ins, A, B, C, *, model=None, b_rows=False):
     bm = block_model(arch, ins)
     if family(arch) == 90 and ins.atype in FP8:
         return sm90_fp8(ins, fa, fb, C, bm, b_rows)
+    if family(arch) == 90 and ins.shape == "m8n8k4":
+        return sm90_m8n8k4(ins, fa, fb, C)
     prod = _numerics.product_terms(fa, fb, ins.atype, ins.btype, b_rows=b_rows)
     return _numerics.block_chain(prod, C, ins.ctype, ins.dtype, bm)
 
@@ -126,3 +128,33 @@ def sm90_fp8(ins, fa, fb, C, bm, b_rows=False):
         _numerics.take(prod, jnp.array(hi)), first, ins.dtype, ins.dtype, bm
     )
     return _numerics.ieee_add(second, C, ins.dtype)
+
+
+def sm90_m8n8k4(ins, fa, fb, C):
+    """``m8n8k4 .f16`` on sm_90: scalar f32 code, as ptxas emits it (no tensor core).
+
+    Read off the SASS for sm_90 (see docs/numerics.md): each f16 converts exactly to f32
+    (``HADD2.F32``); for an f32 result, ``s = fma(a0, b0, +0)``, then ``s = fma(ak, bk, s)``
+    for k = 1, 2, 3 (``FFMA``), and ``D = C + s`` (``FADD``); for an f16 result,
+    ``s01 = fma(a1, b1, a0 * b0)``, ``s23 = fma(a3, b3, a2 * b2)``, ``D = f16((C + s01) +
+    s23)`` (``FMUL``/``FFMA``/``FADD``, then ``F2FP`` to nearest even). Every step rounds
+    to nearest even in f32 with subnormals.
+    """
+    prod = _numerics.product_terms(fa, fb, ins.atype, ins.btype)
+    k = [_numerics.take(prod, slice(i, i + 1)) for i in range(4)]
+    c32 = C if ins.ctype == "f32" else _numerics.convert(C, "f16", "f32")
+
+    def fma(p, acc):
+        return _numerics.ieee_sum(_numerics.concat(p, _numerics.c_terms(acc, "f32")), "f32")
+
+    if ins.dtype == "f32":
+        s = _numerics.ieee_sum(
+            _numerics.concat(k[0], _numerics.c_terms(jnp.zeros(C.shape, jnp.uint32), "f32")), "f32"
+        )
+        for i in (1, 2, 3):
+            s = fma(k[i], s)
+        return _numerics.ieee_add(c32, s, "f32")
+    s01 = fma(k[1], _numerics.ieee_sum(k[0], "f32"))
+    s23 = fma(k[3], _numerics.ieee_sum(k[2], "f32"))
+    u = _numerics.ieee_add(_numerics.ieee_add(c32, s01, "f32"), s23, "f32")
+    return _numerics.convert(u, "f32", "f16")

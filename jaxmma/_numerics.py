@@ -104,7 +104,7 @@ def fused_sum(terms: Terms, dtype: str, model: BlockModel, exact_width: int = 0)
             neg, mag, unit, _wide.FloatFormat(model.f32_mantissa, out.exp, out.bias), mode
         ) << U32(cut)
     else:
-        bits = _wide.round_to_float(neg, mag, unit, out, mode)
+        bits = _wide.round_to_float(neg, mag, unit, out, mode, signed_zero=model.exact)
     return apply_specials(bits, terms, dtype)
 
 
@@ -150,14 +150,15 @@ def product_terms(a, b, atype: str, btype: str, *, order_fmt=None, b_rows=False)
     sa = a.sig[..., :, None, :]
     sb = bt(b.sig)
     sign = a.sign[..., :, None, :] ^ bt(b.sign)
-    za, zb = sa == 0, sb == 0
     oa = _order(a, atype, order_fmt)[..., :, None, :]
     ob = bt(_order(b, btype, order_fmt))
     na = a.nan[..., :, None, :]
     nb = bt(b.nan)
     ia = a.inf[..., :, None, :]
     ib = bt(b.inf)
-    nan = na | nb | (ia & zb & ~nb) | (ib & za & ~na)
+    za, zb = (sa == 0) & ~ia & ~na, (sb == 0) & ~ib & ~nb  # true zeros (fields give
+    # Inf and NaN a zero significand)
+    nan = na | nb | (ia & zb) | (ib & za)
     inf = (ia | ib) & ~nan
     sig = jnp.where(ia | ib | na | nb, U32(0), sa * sb)
     return Terms(sign.astype(U32), sig, ea + eb, oa + ob, nan, inf)
@@ -211,32 +212,30 @@ def block_chain(prod: Terms, c_bits, ctype: str, dtype: str, model: BlockModel, 
     return acc
 
 
+def ieee_sum(terms: Terms, dtype: str):
+    """The exact sum of the terms rounded once to nearest even, IEEE-754 style.
+
+    What one FADD, FMUL or FFMA does (a single product and/or addends, no truncation):
+    subnormals kept, overflow to Inf, an exact zero is +0 unless every term is a zero of
+    negative sign, any NaN or an invalid operation gives the canonical NaN.
+    """
+    width = (
+        exact_width("f16", "f16", dtype, 2)
+        if dtype != "f32"
+        else exact_width("f16", "f16", "f32", 2)
+    )
+    bits = fused_sum(terms, dtype, EXACT, width)
+    true_zero = (terms.sig == 0) & ~terms.nan & ~terms.inf
+    neg_zero = jnp.all(true_zero & (terms.sign != 0), axis=-1)
+    sign_bit = U32(1 << (OUT_FORMATS[dtype].nbits - 1))
+    return jnp.where(neg_zero, sign_bit, bits)
+
+
 def ieee_add(x_bits, y_bits, fmt: str):
     """IEEE-754 addition x + y rounded to nearest even (FADD / HADD2), subnormals kept."""
-    fx, fy = _formats.fields(fmt, x_bits), _formats.fields(fmt, y_bits)
-    out = OUT_FORMATS[fmt]
-    sx, sy = fx.sign.astype(U32), fy.sign.astype(U32)
-    zx, zy = fx.sig == 0, fy.sig == 0
-    unit = jnp.minimum(jnp.where(zx, fy.exp, fx.exp), jnp.where(zy, fx.exp, fy.exp))
-    sig = jnp.stack(
-        [jnp.where(fx.nan | fx.inf, U32(0), fx.sig), jnp.where(fy.nan | fy.inf, U32(0), fy.sig)], -1
-    )
-    shift = jnp.stack([fx.exp, fy.exp], -1) - unit[..., None]
-    nl = _wide.limbs_needed((1 << out.exp) + out.man + 4)
-    limbs, _ = _wide.align(sig, shift, nl)
-    neg, mag = _wide.signed_sum(jnp.stack([sx, sy], -1), limbs)
-    bits = _wide.round_to_float(neg, mag, unit, out, "rn")
-    # exact zero: -0 only for (-0) + (-0)
-    both_neg_zero = zx & zy & (sx == 1) & (sy == 1)
-    bits = jnp.where(
-        both_neg_zero & ~(fx.nan | fy.nan | fx.inf | fy.inf), U32(1 << (out.nbits - 1)), bits
-    )
-    terms = Terms(
-        jnp.stack([sx, sy], -1),
-        sig,
-        unit[..., None] * 0,
-        unit[..., None] * 0,
-        jnp.stack([fx.nan, fy.nan], -1),
-        jnp.stack([fx.inf, fy.inf], -1),
-    )
-    return apply_specials(bits, terms, fmt)
+    return ieee_sum(concat(c_terms(x_bits, fmt), c_terms(y_bits, fmt)), fmt)
+
+
+def convert(bits, src: str, dst: str):
+    """IEEE conversion between float formats, rounding to nearest even (F2F / F2FP)."""
+    return ieee_sum(c_terms(bits, src), dst)

@@ -172,7 +172,9 @@ F16 = FloatFormat(10, 5, 15)
 BF16 = FloatFormat(7, 8, 127)
 
 
-def round_to_float(neg, mag, unit_exp, fmt: FloatFormat, mode: str, *, sticky=None):
+def round_to_float(
+    neg, mag, unit_exp, fmt: FloatFormat, mode: str, *, sticky=None, signed_zero: bool = False
+):
     """Round ``(-1)**neg * mag * 2**unit_exp`` into ``fmt`` bits (uint32).
 
     Args:
@@ -181,9 +183,10 @@ def round_to_float(neg, mag, unit_exp, fmt: FloatFormat, mode: str, *, sticky=No
       sticky: optional bool ``[...]``: the exact value lies strictly above ``mag`` (in
         magnitude) by less than one unit.
     Returns:
-      uint32 bits. Zero magnitudes give +0. Overflow gives +-Inf in every mode (the
-      tensor-core behaviour; an IEEE directed mode would give the largest finite value
-      instead, which callers that need it handle themselves).
+      uint32 bits. A zero magnitude gives +0; a nonzero value that rounds to zero gives
+      +0 too, or a zero of its own sign with ``signed_zero`` (IEEE rounding). Overflow
+      gives +-Inf in every mode (the tensor-core behaviour; an IEEE directed mode would
+      give the largest finite value instead, which callers that need it handle).
     """
     p = msb(mag)
     zero = p < 0
@@ -231,5 +234,6 @@ def round_to_float(neg, mag, unit_exp, fmt: FloatFormat, mode: str, *, sticky=No
     overflow = biased >= inf_biased
     field = jnp.where(overflow, U32(inf_biased << fmt.man), field)
     field = jnp.where(zero | (field == 0), U32(0), field)
-    signbit = jnp.where(field != 0, neg.astype(U32) << U32(fmt.nbits - 1), U32(0))
+    keep = (field != 0) | (~zero if signed_zero else False)
+    signbit = jnp.where(keep, neg.astype(U32) << U32(fmt.nbits - 1), U32(0))
     return field | signbit
