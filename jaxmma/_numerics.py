@@ -74,13 +74,35 @@ def element_order(fields, fmt: str):
 
 
 # ------------------------------------------------------------------------------ one block
-def fused_sum(terms: Terms, dtype: str, model: BlockModel, exact_width: int = 0):
+SUM_WINDOW = 64  # bits below the leading term kept by the two-term IEEE sums
+
+
+def fused_sum(
+    terms: Terms, dtype: str, model: BlockModel, exact_width: int = 0, window: bool = False
+):
     """Fused sum of the terms along the last axis, rounded to ``dtype`` bits (uint32).
 
     Specials: any NaN term, Inf - Inf -> canonical NaN; otherwise an Inf term gives Inf.
+    ``window`` (exact model, at most two terms): keep ``SUM_WINDOW`` bits below the
+    leading term and stand for anything below by an odd half unit (a sticky bit that keeps
+    its sign); exact rounding, with a few limbs instead of the whole exponent range.
     """
     out = OUT_FORMATS[dtype]
     zero = terms.sig == 0
+    if model.exact and window:
+        lead = jnp.where(zero, jnp.int32(-(2**30)), terms.lsb + _wide.msb(terms.sig[..., None]))
+        lo = jnp.min(jnp.where(zero, jnp.int32(2**30), terms.lsb), axis=-1)
+        top = jnp.max(lead, axis=-1)
+        unit = jnp.maximum(lo, top - SUM_WINDOW) - 1  # one extra bit: the half unit
+        unit = jnp.where(top < -(2**29), 0, unit)
+        shift = terms.lsb - unit[..., None]
+        limbs, lost = _wide.align(
+            jnp.where(zero, U32(0), terms.sig), shift, _wide.limbs_needed(SUM_WINDOW + 8)
+        )
+        limbs = limbs.at[..., 0].set(limbs[..., 0] | lost.astype(U32))
+        neg, mag = _wide.signed_sum(terms.sign, limbs)
+        bits = _wide.round_to_float(neg, mag, unit, out, "rn", signed_zero=True)
+        return apply_specials(bits, terms, dtype)
     if model.exact:
         lo = jnp.min(jnp.where(zero, jnp.int32(2**30), terms.lsb), axis=-1)
         unit = jnp.where(lo == 2**30, 0, lo)
@@ -219,12 +241,9 @@ def ieee_sum(terms: Terms, dtype: str):
     subnormals kept, overflow to Inf, an exact zero is +0 unless every term is a zero of
     negative sign, any NaN or an invalid operation gives the canonical NaN.
     """
-    width = (
-        exact_width("f16", "f16", dtype, 2)
-        if dtype != "f32"
-        else exact_width("f16", "f16", "f32", 2)
-    )
-    bits = fused_sum(terms, dtype, EXACT, width)
+    if terms.sig.shape[-1] > 2:
+        raise ValueError("ieee_sum adds at most two terms (a product and an addend)")
+    bits = fused_sum(terms, dtype, EXACT, window=True)
     true_zero = (terms.sig == 0) & ~terms.nan & ~terms.inf
     neg_zero = jnp.all(true_zero & (terms.sign != 0), axis=-1)
     sign_bit = U32(1 << (OUT_FORMATS[dtype].nbits - 1))
