@@ -9,6 +9,8 @@ fma chain (:mod:`_float64`).
 
 from __future__ import annotations
 
+import dataclasses
+
 import jax.numpy as jnp
 
 from . import _formats, _numerics
@@ -90,8 +92,11 @@ def _fields(fmt, bits, kind):
     return _formats.fields(fmt, bits)
 
 
-def float_mma_bits(ins, A, B, C, *, model=None, b_rows=False):
-    """D bits for the floating forms (f16, bf16, tf32, fp8, kind::f8f6f4)."""
+def float_mma_bits(ins, A, B, C, *, model=None, b_rows=False, block=None):
+    """D bits for the floating forms (f16, bf16, tf32, fp8, kind::f8f6f4).
+
+    ``block``: override the products per fused block (chained instructions).
+    """
     fa, fb = _fields(ins.atype, A, ins.kind), _fields(ins.btype, B, ins.kind)
     if model == "exact":
         prod = _numerics.product_terms(fa, fb, ins.atype, ins.btype, b_rows=b_rows)
@@ -99,6 +104,8 @@ def float_mma_bits(ins, A, B, C, *, model=None, b_rows=False):
         return _numerics.block_chain(prod, C, ins.ctype, ins.dtype, _numerics.EXACT, width)
     arch = ins.arch_number
     bm = block_model(arch, ins)
+    if block is not None:
+        bm = dataclasses.replace(bm, L=block)
     if family(arch) == 90 and ins.atype in FP8:
         return sm90_fp8(ins, fa, fb, C, bm, b_rows)
     if family(arch) == 90 and ins.shape == "m8n8k4":
