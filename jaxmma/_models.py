@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 
+import jax
 import jax.numpy as jnp
 
 from . import _formats, _numerics
@@ -147,21 +148,27 @@ def sm90_m8n8k4(ins, fa, fb, C):
     s23)`` (``FMUL``/``FFMA``/``FADD``, then ``F2FP`` to nearest even). Every step rounds
     to nearest even in f32 with subnormals.
     """
-    prod = _numerics.product_terms(fa, fb, ins.atype, ins.btype)
-    k = [_numerics.take(prod, slice(i, i + 1)) for i in range(4)]
+    prod = _numerics.product_terms(fa, fb, ins.atype, ins.btype)  # [..., m, n, 4]
     c32 = C if ins.ctype == "f32" else _numerics.convert(C, "f16", "f32")
+    zero = jnp.zeros(C.shape, jnp.uint32)
 
-    def fma(p, acc):
-        return _numerics.ieee_sum(_numerics.concat(p, _numerics.c_terms(acc, "f32")), "f32")
+    def fma(acc, p):  # p: one product term [..., 1]; acc: f32 bits
+        out = _numerics.ieee_sum(_numerics.concat(p, _numerics.c_terms(acc, "f32")), "f32")
+        return out, None
+
+    def steps(idx):  # the products of k in idx, stacked on a leading axis for lax.scan
+        return _numerics.Terms(*(jnp.moveaxis(x[..., list(idx)], -1, 0)[..., None] for x in prod))
 
     if ins.dtype == "f32":
-        s = _numerics.ieee_sum(
-            _numerics.concat(k[0], _numerics.c_terms(jnp.zeros(C.shape, jnp.uint32), "f32")), "f32"
-        )
-        for i in (1, 2, 3):
-            s = fma(k[i], s)
+        s, _ = jax.lax.scan(fma, zero, steps(range(4)))
         return _numerics.ieee_add(c32, s, "f32")
-    s01 = fma(k[1], _numerics.ieee_sum(k[0], "f32"))
-    s23 = fma(k[3], _numerics.ieee_sum(k[2], "f32"))
-    u = _numerics.ieee_add(_numerics.ieee_add(c32, s01, "f32"), s23, "f32")
+    # pairs (0, 1) and (2, 3) side by side on a trailing axis: fma(a1, b1, a0 * b0), ...
+    pair = lambda i: _numerics.Terms(*(x[..., i::2] for x in prod))  # noqa: E731
+    first = _numerics.Terms(*(x[..., None] for x in pair(0)))  # [..., m, n, 2, 1]
+    second = _numerics.Terms(*(x[..., None] for x in pair(1)))
+    q = _numerics.ieee_sum(first, "f32")
+    s2 = _numerics.ieee_sum(_numerics.concat(second, _numerics.c_terms(q, "f32")), "f32")
+    u, _ = jax.lax.scan(
+        lambda acc, x: (_numerics.ieee_add(acc, x, "f32"), None), c32, jnp.moveaxis(s2, -1, 0)
+    )
     return _numerics.convert(u, "f32", "f16")

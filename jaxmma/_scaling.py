@@ -154,7 +154,8 @@ def select_registers(ins, scale_a, scale_b, byte_id_a, thread_id_a, byte_id_b, t
             n=ins.n,
         )
         words = regs[..., np.asarray(lay.lane)]
-        out.append((words >> U32(8) * jnp.asarray(lay.byte, U32)) & U32(0xFF))
+        shift = jnp.broadcast_to(jnp.asarray(8 * lay.byte, U32), words.shape)
+        out.append((words >> shift) & U32(0xFF))
     return tuple(out)
 
 

@@ -53,8 +53,6 @@ def _calls(ins, vec):
     op = ins.opcode
     A = vec.arrays
     keys = [tuple(int(x) for x in row) for row in vec.imms]
-    if op in ("wmma.load", "wmma.store"):
-        keys = [k + (int(a), int(s)) for k, a, s in zip(keys, A["addr"], A["stride"], strict=True)]
     groups = {}
     for w, k in enumerate(keys):
         groups.setdefault(k, []).append(w)
@@ -71,11 +69,11 @@ def _calls(ins, vec):
             yield idx, [A["smem"][idx], A["addrs"][idx], A["r"][idx]], kw, "smem"
         elif op == "movmatrix":
             yield idx, [A["a"][idx]], kw, "d"
-        elif op == "wmma.load":
-            kw.update(addr=key[-2], stride=key[-1])
+        elif op == "wmma.load":  # addresses and strides per warp, one call
+            kw.update(addr=A["addr"][idx], stride=A["stride"][idx])
             yield idx, [A["mem"][idx]], kw, "d"
         else:
-            kw.update(addr=key[-2], stride=key[-1])
+            kw.update(addr=A["addr"][idx], stride=A["stride"][idx])
             yield idx, [A["mem"][idx], A["r"][idx]], kw, "mem"
 
 

@@ -1,0 +1,458 @@
+"""MX and NVFP4 block quantization: float arrays -> element bits and scale bits.
+
+(Public later as ``jaxmma.quant``.) A tensor is cut along one axis (the K axis of a
+matrix product) into blocks of ``block`` consecutive elements; every block gets one scale
+and its elements are rounded to a narrow format after division by the scale:
+
+* MX (OCP Microscaling Formats v1.0): MXFP8 (``e4m3``, ``e5m2``), MXFP6 (``e3m2``,
+  ``e2m3``), MXFP4 (``e2m1``), blocks of 32, ``ue8m0`` (power-of-two) scales.
+* NVFP4: ``e2m1`` elements, blocks of 16, ``ue4m3`` scales, and one float32 scale per
+  tensor (NVIDIA's recipe, see :func:`quantize_nvfp4`).
+
+The results feed the ``.block_scale`` ``mma`` forms (``kind::mxf8f6f4``, ``kind::mxf4``,
+``kind::mxf4nvf4``) through :func:`jaxmma._scaling.as_operands`.
+
+Every division and rounding is exact: the quotient ``x / scale`` is computed as a
+rational number with integer arithmetic and rounded once (``rn``: to nearest even;
+``stochastic``: the 32 most significant bits of the discarded fraction, with a sticky
+bit ORed into their lowest bit, plus 32 random bits; a carry rounds up in magnitude, as
+:func:`jaxmma._formats.encode` does). Results are the same on CPU and GPU, under ``jit``
+and ``vmap``.
+
+Choices where the recipes are silent (``docs/block_scaling.md``):
+
+* A block whose largest magnitude is 0 gets the smallest scale (ue8m0 ``0x00`` =
+  2**-127; ue4m3 ``0x00`` = 0); a block holding NaN or Inf gets a NaN scale (``0xFF``,
+  ``0x7F``) and its elements hold ``x`` rounded without scaling (they decode to NaN
+  anyway). Elements of a block with a zero ue4m3 scale are +0.
+* ``quantize_nvfp4``'s global amax ignores NaN and Inf; a tensor of zeros gets global
+  scale 1.0; a global scale that would round to 0 becomes 2**-149.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+
+from . import _formats, _numerics
+
+U32 = jnp.uint32
+MX_FORMATS = ("e4m3", "e5m2", "e3m2", "e2m3", "e2m1")
+SCALE_ROUNDINGS = ("floor", "ceil", "nearest")
+ELEMENT_ROUNDINGS = ("rn", "stochastic")
+NVFP4_BLOCK = 16
+#: NVIDIA's NVFP4 global scale divides the tensor's amax by e2m1 max x e4m3 max.
+NVFP4_GLOBAL_DIVISOR = 6 * 448  # 2688
+_SMALLEST_F32 = float.fromhex("0x1p-149")
+
+
+@functools.partial(
+    jax.tree_util.register_dataclass,
+    data_fields=("elements", "scales", "global_scale"),
+    meta_fields=("fmt", "scale_fmt", "block", "axis"),
+)
+@dataclasses.dataclass(frozen=True)
+class Quantized:
+    """A block-quantized tensor (a pytree; the format names, block and axis are static).
+
+    Attributes:
+      elements: uint32 raw element bits, the shape of the original tensor.
+      scales: uint32 raw scale bits, that shape with ``shape[axis] // block`` at ``axis``.
+      global_scale: float32 ``[]``, the per-tensor scale of NVFP4 (None for MX).
+      fmt: element format (``"e4m3"``, ``"e5m2"``, ``"e3m2"``, ``"e2m3"``, ``"e2m1"``).
+      scale_fmt: ``"ue8m0"`` or ``"ue4m3"``.
+      block: elements per scale.
+      axis: the blocked axis, negative (counted from the end, so batch axes can be added).
+
+    The value of an element is ``decode(fmt, e) * decode(scale_fmt, s) * global_scale``
+    (:func:`dequantize`).
+    """
+
+    elements: jax.Array
+    scales: jax.Array
+    global_scale: jax.Array | None
+    fmt: str
+    scale_fmt: str
+    block: int
+    axis: int
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return tuple(self.elements.shape)
+
+
+# ---------------------------------------------------------------------------------------
+# Argument checks
+def _check_choice(name: str, value, allowed) -> str:
+    if not isinstance(value, str) or value not in allowed:
+        raise ValueError(f"{name}: expected one of {list(allowed)}, got {value!r}")
+    return value
+
+
+def _as_f32(x) -> jax.Array:
+    x = jnp.asarray(x)
+    if x.dtype not in (jnp.dtype(jnp.float32), jnp.dtype(jnp.float16), jnp.dtype(jnp.bfloat16)):
+        raise TypeError(
+            f"x: expected float32, float16 or bfloat16 (converted exactly to float32), "
+            f"got {x.dtype}"
+        )
+    return x.astype(jnp.float32)
+
+
+def _axis_and_blocks(x, axis, block: int) -> int:
+    if isinstance(block, bool) or not isinstance(block, (int, np.integer)) or block < 1:
+        raise ValueError(f"block: expected a positive int, got {block!r}")
+    if isinstance(axis, bool) or not isinstance(axis, (int, np.integer)):
+        raise ValueError(f"axis: expected an int, got {axis!r}")
+    if x.ndim == 0 or not -x.ndim <= axis < x.ndim:
+        raise ValueError(f"axis: {axis} is out of range for an array of shape {x.shape}")
+    axis = int(axis) % x.ndim - x.ndim
+    if x.shape[axis] % block:
+        raise ValueError(
+            f"x: the length of axis {axis} ({x.shape[axis]}) is not a multiple of block={block}"
+        )
+    return axis
+
+
+def _random_bits(rounding: str, key, shape):
+    if rounding == "stochastic":
+        if key is None:
+            raise ValueError("key: rounding='stochastic' needs a PRNG key")
+        return jax.random.bits(key, shape, jnp.uint32)
+    if key is not None:
+        raise ValueError(f"key: only used with rounding='stochastic', got rounding={rounding!r}")
+    return None
+
+
+def _blocked(x, axis: int, block: int):
+    """``x`` with ``axis`` moved last and split: ``[..., nblocks, block]``."""
+    y = jnp.moveaxis(x, axis, -1)
+    return y.reshape(y.shape[:-1] + (y.shape[-1] // block, block))
+
+
+def _unblocked(y, axis: int):
+    y = y.reshape(y.shape[:-2] + (-1,))
+    return jnp.moveaxis(y, -1, axis)
+
+
+def _f32_fields(x):
+    return _formats.fields("f32", lax.bitcast_convert_type(x, U32))
+
+
+def _msb(v):
+    return 31 - lax.clz(v).astype(jnp.int32)
+
+
+def _f32_from_exact(n, u):
+    """float32 of the exact value ``n * 2**u`` (uint32 ``n < 2**25``; Inf above range)."""
+    p = _msb(jnp.maximum(n, U32(1)))
+    e = u + p
+    mant = jnp.where(
+        p <= 23, n << (23 - p).clip(0, 31).astype(U32), n >> (p - 23).clip(0).astype(U32)
+    )
+    normal = ((e + 127).clip(1, 254).astype(U32) << U32(23)) | (mant & U32(0x7FFFFF))
+    sub = jnp.where(u + 149 >= 0, n << (u + 149).clip(0, 31).astype(U32), U32(0))
+    bits = jnp.where(e >= -126, normal, sub)
+    bits = jnp.where(e > 127, U32(0x7F800000), bits)
+    bits = jnp.where(n == 0, U32(0), bits)
+    return lax.bitcast_convert_type(bits, jnp.float32)
+
+
+# ---------------------------------------------------------------------------------------
+# Exact division and rounding
+def _divide(fmt: str, xsig, xexp, dsig, dexp, mode: str, rbits=None):
+    """``(xsig * 2**xexp) / (dsig * 2**dexp)`` rounded onto ``fmt``'s grid (exponent
+    unbounded above), by long division.
+
+    ``xsig``, ``dsig``: nonzero uint32, ``dsig < 2**28``. ``mode``: ``"rn"``, ``"rz"``,
+    ``"rp"`` (up in magnitude) or ``"stochastic"`` (with uint32 ``rbits``).
+
+    Returns ``(value, away)``: the rounded magnitude as float32 (exact; Inf far above any
+    format's range) and whether the rounding direction points away from zero (what
+    decides between Inf/NaN and max finite on overflow, as in :func:`_formats.encode`).
+    """
+    f = _formats.FORMATS[fmt]
+    m = f.mant_bits
+    emin = f.min_exp + m  # exponent of the smallest normal (or of 1 ulp's binade)
+    lx, ld = _msb(xsig), _msb(dsig)
+    xn = xsig << (31 - lx).astype(U32)
+    dn = dsig << (31 - ld).astype(U32)
+    lead = (lx + xexp) - (ld + dexp) - (xn < dn).astype(jnp.int32)
+    u = jnp.maximum(lead, emin) - m  # the unit of the result's last kept bit
+    t = xexp - dexp - u  # quotient / 2**u = xsig * 2**t / dsig < 2**(m + 1)
+
+    def bit(j):  # bit j of xsig (0 outside 0..31)
+        inside = (j >= 0) & (j < 32)
+        return jnp.where(inside, (xsig >> j.clip(0, 31).astype(U32)) & U32(1), U32(0))
+
+    s = t - m - 1  # the remainder before the first quotient bit: floor(xsig * 2**s) < dsig
+    r = jnp.where(
+        s >= 0,
+        jnp.where(s < 32, xsig << s.clip(0, 31).astype(U32), U32(0)),
+        jnp.where(-s < 32, xsig >> (-s).clip(0, 31).astype(U32), U32(0)),
+    )
+    n = jnp.zeros_like(xsig)
+    frac = jnp.zeros_like(xsig)
+    for w in range(m, -33, -1):
+        r = (r << U32(1)) | bit(w - t)
+        q = r >= dsig
+        r = jnp.where(q, r - dsig, r)
+        if w >= 0:
+            n = (n << U32(1)) | q.astype(U32)
+        else:
+            frac = (frac << U32(1)) | q.astype(U32)
+    low = -32 - t  # bits of xsig below the 32 fraction bits
+    lost = jnp.where(
+        low >= 32,
+        xsig,
+        jnp.where(low > 0, xsig & ((U32(1) << low.clip(0, 31).astype(U32)) - U32(1)), U32(0)),
+    )
+    sticky = (r != 0) | (lost != 0)
+    if mode == "rn":
+        half = (frac >> U32(31)) != 0
+        rest = ((frac & U32(0x7FFFFFFF)) != 0) | sticky
+        inc = half & (rest | ((n & U32(1)) != 0))
+        away = jnp.ones(n.shape, bool)
+    elif mode == "rz":
+        inc = away = jnp.zeros(n.shape, bool)
+    elif mode == "rp":
+        inc = away = (frac != 0) | sticky
+    else:
+        inc = away = (frac | sticky.astype(U32)) > ~rbits
+    return _f32_from_exact(n + inc.astype(U32), u), away
+
+
+def _quotient_bits(fmt: str, x, dsig, dexp, mode: str, rbits, saturate: bool):
+    """Bits of ``x / (dsig * 2**dexp)`` in ``fmt`` (x float32; zero, NaN and Inf are
+    encoded as they are)."""
+    fl = _f32_fields(x)
+    nz = fl.sig != 0
+    dsig = jnp.broadcast_to(dsig, x.shape)
+    dexp = jnp.broadcast_to(dexp, x.shape)
+    v, away = _divide(fmt, jnp.where(nz, fl.sig, U32(1)), fl.exp, dsig, dexp, mode, rbits)
+    signed = jnp.where(fl.sign != 0, -v, v)
+    up = _formats.encode(fmt, signed, rounding="rna", saturate=saturate)
+    down = _formats.encode(fmt, signed, rounding="rz", saturate=saturate)
+    plain = _formats.encode(fmt, x, rounding="rn", saturate=saturate)
+    return jnp.where(nz, jnp.where(away, up, down), plain)
+
+
+def _scaled_bits(fmt: str, x, e, rounding: str, rbits, saturate: bool):
+    """Bits of ``x * 2**-e`` in ``fmt`` (exact, any int32 ``e``), as ``encode`` rounds."""
+    raw = lax.bitcast_convert_type(x, U32)
+    fl = _f32_fields(x)
+    fl = fl._replace(exp=fl.exp - e)
+    f = _formats.FORMATS[fmt]
+    payload = raw & U32(0x7FFFFF)
+    out = _formats._round_float(f, fl, payload, 23, rounding, saturate, rbits, False)
+    return out.astype(U32)
+
+
+# ---------------------------------------------------------------------------------------
+# MX
+def shared_exponent(amax, fmt: str, scale_rounding: str = "floor"):
+    """The ue8m0 scale exponent of blocks with largest magnitude ``amax`` (float32).
+
+    ``floor``: the OCP MX rule ``floor(log2(amax)) - emax_elem`` (emax_elem: the exponent
+    of ``fmt``'s largest normal: e4m3 8, e5m2 15, e3m2 4, e2m3 2, e2m1 2); elements above
+    max finite after scaling saturate. ``ceil``: ``amax / max_elem`` rounded up to a power
+    of two (NVIDIA's recipes; nothing saturates). ``nearest``: ``amax / max_elem`` rounded
+    to the nearest power of two (ties up). Clamped to [-127, 127]; ``amax = 0`` gives -127.
+
+    Returns int32 exponents (meaningless where ``amax`` is NaN or Inf).
+    """
+    f = _formats.get_format(fmt)
+    amax = jnp.asarray(amax, jnp.float32)
+    fl = _f32_fields(amax)
+    nz = fl.sig != 0
+    sig = jnp.where(nz, fl.sig, U32(1))
+    if scale_rounding == "floor":
+        emax = int(np.floor(np.log2(f.max)))
+        e = fl.exp + _msb(sig) - emax
+    else:
+        mx = _f32_fields(jnp.float32(f.max))
+        mode = "rp" if scale_rounding == "ceil" else "rn"
+        v, _ = _divide("ue8m0", sig, fl.exp, mx.sig, mx.exp, mode)
+        vf = _f32_fields(v)
+        e = jnp.where(vf.sig != 0, vf.exp + _msb(jnp.maximum(vf.sig, U32(1))), -127)
+    return jnp.where(nz, jnp.clip(e, -127, 127), -127)
+
+
+def quantize_mx(
+    x,
+    fmt: str,
+    *,
+    axis: int = -1,
+    block: int = 32,
+    scale_rounding: str = "floor",
+    rounding: str = "rn",
+    key=None,
+    saturate: bool = True,
+) -> Quantized:
+    """Quantize to an MX format: ``ue8m0`` power-of-two scales, one per ``block``.
+
+    OCP Microscaling Formats (MX) v1.0, section 6.3: the scale of a block is
+    ``2**shared_exponent`` (:func:`shared_exponent`), each element ``x / scale`` rounded
+    to ``fmt``.
+
+    Args:
+      x: float32/float16/bfloat16 array, any shape.
+      fmt: ``"e4m3"``, ``"e5m2"`` (MXFP8), ``"e3m2"``, ``"e2m3"`` (MXFP6), ``"e2m1"``
+        (MXFP4).
+      axis: the blocked axis (the K axis of a matrix product: -1 for A, -2 for B).
+      block: elements per scale (32 in the MX spec; K / SFA_N for an ``mma`` form).
+      scale_rounding: ``"floor"`` (OCP), ``"ceil"`` (NVIDIA) or ``"nearest"``.
+      rounding: ``"rn"`` or ``"stochastic"`` (needs ``key``) for the elements.
+      key: a ``jax.random`` key, for ``rounding="stochastic"``.
+      saturate: clamp elements above max finite to +-max (the OCP rule); otherwise they
+        become Inf (e5m2), NaN (e4m3) or max (the 6- and 4-bit formats, which have neither).
+
+    Returns:
+      :class:`Quantized` with ``scale_fmt="ue8m0"``.
+
+    Example:
+      >>> q = quantize_mx(jnp.array([[1.0, -0.3, 6.0, 0.0]]), "e2m1", block=4)
+      >>> q.elements.tolist(), q.scales.tolist()
+      ([[2, 9, 7, 0]], [[127]])
+    """
+    _check_choice("fmt", fmt, MX_FORMATS)
+    _check_choice("scale_rounding", scale_rounding, SCALE_ROUNDINGS)
+    _check_choice("rounding", rounding, ELEMENT_ROUNDINGS)
+    x = _as_f32(x)
+    axis = _axis_and_blocks(x, axis, block)
+    rbits = _random_bits(rounding, key, x.shape)
+    xb = _blocked(x, axis, block)
+    amax = jnp.max(jnp.abs(xb), axis=-1)
+    finite = jnp.isfinite(amax)
+    e = shared_exponent(amax, fmt, scale_rounding)
+    scales = jnp.where(finite, (e + 127).astype(U32), U32(0xFF))
+    e_elem = jnp.where(finite, e, 0)
+    e_full = _unblocked(jnp.broadcast_to(e_elem[..., None], xb.shape), axis)
+    elements = _scaled_bits(fmt, x, e_full, rounding, rbits, saturate)
+    return Quantized(elements, jnp.moveaxis(scales, -1, axis), None, fmt, "ue8m0", block, axis)
+
+
+# ---------------------------------------------------------------------------------------
+# NVFP4
+def nvfp4_global_scale(x):
+    """NVIDIA's per-tensor NVFP4 scale: ``amax / (6 * 448)`` rounded to nearest float32.
+
+    ``amax`` is the largest finite magnitude of ``x``; all-zero ``x`` gives 1.0, and a
+    result that would round to 0 gives 2**-149.
+    """
+    x = _as_f32(x)
+    amax = jnp.max(jnp.where(jnp.isfinite(x), jnp.abs(x), 0.0)) if x.size else jnp.float32(0)
+    fl = _f32_fields(amax)
+    nz = fl.sig != 0
+    d = _f32_fields(jnp.float32(NVFP4_GLOBAL_DIVISOR))
+    g, _ = _divide("f32", jnp.where(nz, fl.sig, U32(1)), fl.exp, d.sig, d.exp, "rn")
+    g = jnp.where(g == 0, jnp.float32(_SMALLEST_F32), g)
+    return jnp.where(nz, g, jnp.float32(1.0))
+
+
+def quantize_nvfp4(
+    x,
+    *,
+    axis: int = -1,
+    block: int = NVFP4_BLOCK,
+    global_scale=None,
+    scale_rounding: str = "nearest",
+    rounding: str = "rn",
+    key=None,
+    saturate: bool = True,
+) -> Quantized:
+    """Quantize to NVFP4: e2m1 elements, a ue4m3 scale per 16, one float32 global scale.
+
+    NVIDIA's recipe (NVIDIA, "Pretraining Large Language Models with NVFP4",
+    arXiv:2509.25149; Transformer Engine): the global (decode) scale is
+    ``g = amax(x) / (6 * 448)``; the scale of a block is ``s = amax_b / (6 * g)`` rounded
+    to ue4m3 (to nearest, saturating at 448); element ``i`` is ``x_i / (s * g)`` rounded to
+    e2m1. The value is ``e2m1 * s * g``. Here every quotient is exact (NVIDIA's kernels
+    divide in float32 and may differ in rare ties; see ``docs/block_scaling.md``).
+
+    Args:
+      x: float32/float16/bfloat16 array, any shape.
+      axis: the blocked axis (-1 for A, -2 for B of a matrix product).
+      block: elements per scale: 16 (``scale_vec::4X`` of ``m16n8k64``; 32 for the sparse
+        ``m16n8k128``).
+      global_scale: None (the recipe above, :func:`nvfp4_global_scale`) or a positive
+        finite float32 scalar.
+      scale_rounding: ``"nearest"`` (NVIDIA), ``"ceil"`` (no element saturates) or
+        ``"floor"``: how ``amax_b / (6 * g)`` is rounded to ue4m3.
+      rounding: ``"rn"`` or ``"stochastic"`` (needs ``key``) for the elements.
+      key: a ``jax.random`` key, for ``rounding="stochastic"``.
+      saturate: clamp element overflow to +-6 (e2m1 has no Inf/NaN, so it does either way).
+
+    Returns:
+      :class:`Quantized` with ``fmt="e2m1"``, ``scale_fmt="ue4m3"``, ``global_scale=g``.
+
+    Example:
+      >>> q = quantize_nvfp4(jnp.array([[1.0, -3.0] + [0.0] * 14]), global_scale=1.0)
+      >>> q.elements[0, :2].tolist(), q.scales.tolist()
+      ([4, 15], [[48]])
+    """
+    _check_choice("scale_rounding", scale_rounding, SCALE_ROUNDINGS)
+    _check_choice("rounding", rounding, ELEMENT_ROUNDINGS)
+    x = _as_f32(x)
+    axis = _axis_and_blocks(x, axis, block)
+    rbits = _random_bits(rounding, key, x.shape)
+    if global_scale is None:
+        g = nvfp4_global_scale(x)
+    else:
+        g = jnp.asarray(global_scale, jnp.float32)
+        if g.ndim:
+            raise ValueError(f"global_scale: expected a scalar, got shape {g.shape}")
+    gf = _f32_fields(g)
+    xb = _blocked(x, axis, block)
+    amax = jnp.max(jnp.abs(xb), axis=-1)
+    finite = jnp.isfinite(amax)
+    mode = {"nearest": "rn", "ceil": "rp", "floor": "rz"}[scale_rounding]
+    six_g = (U32(3) * gf.sig, gf.exp + 1)
+    sbits = _quotient_bits("ue4m3", amax, *six_g, mode, None, True)
+    sbits = jnp.where(finite, sbits, U32(0x7F))
+    sf = _formats.fields("ue4m3", sbits)
+    # elements: x / (s * g); a NaN-scale block divides by 1, a zero scale gives +0
+    dsig = jnp.where(finite, sf.sig * gf.sig, U32(1))
+    dexp = jnp.where(finite, sf.exp + gf.exp, 0)
+    zero_scale = finite & (sf.sig == 0)
+    dsig = jnp.where(zero_scale, U32(1), dsig)
+    full = lambda v: _unblocked(jnp.broadcast_to(v[..., None], xb.shape), axis)  # noqa: E731
+    erounding = "rn" if rounding == "rn" else "stochastic"
+    elements = _quotient_bits("e2m1", x, full(dsig), full(dexp), erounding, rbits, saturate)
+    elements = jnp.where(full(zero_scale), U32(0), elements)
+    return Quantized(elements, jnp.moveaxis(sbits, -1, axis), g, "e2m1", "ue4m3", block, axis)
+
+
+# ---------------------------------------------------------------------------------------
+def dequantize(q: Quantized) -> jax.Array:
+    """The float32 values of a :class:`Quantized` tensor: ``element * scale * global``.
+
+    Each value is the exact product rounded once to nearest even float32 (MX values are
+    exact; overflow gives Inf). A NaN scale or element gives NaN.
+
+    Example:
+      >>> dequantize(quantize_mx(jnp.array([0.3, 5.0, -7.0, 1e-3]), "e2m1", block=4)).tolist()
+      [0.5, 4.0, -6.0, 0.0]
+    """
+    if not isinstance(q, Quantized):
+        raise TypeError(f"q: expected a Quantized tensor, got {type(q).__name__}")
+    e = _formats.fields(q.fmt, q.elements)
+    s = _formats.fields(q.scale_fmt, jnp.repeat(q.scales, q.block, axis=q.axis))
+    g = _f32_fields(jnp.float32(1.0) if q.global_scale is None else q.global_scale)
+    g = jax.tree.map(lambda v: jnp.broadcast_to(v, e.sig.shape), g)
+
+    def zero(f):
+        return (f.sig == 0) & ~f.nan & ~f.inf
+
+    nan = e.nan | s.nan | g.nan | (e.inf & (zero(s) | zero(g))) | (g.inf & (zero(e) | zero(s)))
+    inf = (e.inf | g.inf) & ~nan
+    sig = jnp.where(nan | inf, U32(0), e.sig * s.sig * g.sig)
+    lsb = e.exp + s.exp + g.exp
+    term = _numerics.Terms((e.sign ^ g.sign).astype(U32), sig, lsb, lsb, nan, inf)
+    bits = _numerics.ieee_sum(_numerics.Terms(*(v[..., None] for v in term)), "f32")
+    return lax.bitcast_convert_type(bits, jnp.float32)
