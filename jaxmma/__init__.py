@@ -1,5 +1,7 @@
 """jaxmma: bit-exact emulation of NVIDIA warp-level matrix instructions in JAX."""
 
+from . import formats as formats
+from . import sparse as sparse
 from ._instruction import Instruction as Instruction
 from ._instruction import all_instructions as all_instructions
 from ._instruction import instruction as instruction
@@ -9,5 +11,7 @@ __version__ = "0.1.0"
 __all__ = [
     "Instruction",
     "all_instructions",
+    "formats",
     "instruction",
+    "sparse",
 ]

@@ -1,0 +1,29 @@
+"""Element formats of PTX ISA 9.7.14.2-3: decode, encode with every rounding, packing."""
+
+from ._formats import FORMATS as FORMATS
+from ._formats import Fields as Fields
+from ._formats import Format as Format
+from ._formats import decode as decode
+from ._formats import encode as encode
+from ._formats import fields as fields
+from ._formats import get_format as get_format
+from ._formats import round_to_format as round_to_format
+from ._packing import from_container as from_container
+from ._packing import pack as pack
+from ._packing import to_container as to_container
+from ._packing import unpack as unpack
+
+__all__ = [
+    "FORMATS",
+    "Fields",
+    "Format",
+    "decode",
+    "encode",
+    "fields",
+    "from_container",
+    "get_format",
+    "pack",
+    "round_to_format",
+    "to_container",
+    "unpack",
+]
