@@ -123,10 +123,10 @@ def main(argv=None):
     p.add_argument("--only", default="")
     args = p.parse_args(argv)
     dev = jax.devices()[0]
+    cpu = platform.processor() or platform.machine()
     print(
-        f"# {datetime.date.today()}  {platform.node()}  {platform.processor() or platform.machine()}"
-        f"  jax {jax.__version__} on {dev.platform} ({dev.device_kind}), warps per call "
-        f"{args.warps}"
+        f"# {datetime.date.today()}  {platform.node()}  {cpu}  jax {jax.__version__} on "
+        f"{dev.platform} ({dev.device_kind}), warps per call {args.warps}"
     )
     print(
         "| family | jaxmma warps/s | MMA-Sim per-call warps/s | MMA-Sim batched warps/s |"
