@@ -15,11 +15,11 @@ demo: $(STAMP)
 	$(BIN)/python -m jaxmma
 
 lint: $(STAMP)
-	$(BIN)/ruff check jaxmma tests benchmarks
-	$(BIN)/ruff format --check jaxmma tests benchmarks
+	$(BIN)/ruff check jaxmma tests benchmarks docs
+	$(BIN)/ruff format --check jaxmma tests benchmarks docs
 
 test: $(STAMP) lint
-	$(BIN)/python -m pytest tests
+	$(BIN)/python -m pytest -n 2 tests
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache
