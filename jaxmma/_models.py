@@ -128,7 +128,7 @@ def sm90_fp8(ins, fa, fb, C, bm, b_rows=False):
     lo = [k for k in range(K) if (k % 4) < 2]
     hi = [k for k in range(K) if (k % 4) >= 2]
     prod = _numerics.product_terms(fa, fb, ins.atype, ins.btype, order_fmt="f16", b_rows=b_rows)
-    zero = jnp.zeros(C.shape, jnp.uint32)
+    zero = _zeros(C.shape)
     first = _numerics.block_chain(
         _numerics.take(prod, jnp.array(lo)), zero, ins.dtype, ins.dtype, bm
     )
@@ -150,7 +150,7 @@ def sm90_m8n8k4(ins, fa, fb, C):
     """
     prod = _numerics.product_terms(fa, fb, ins.atype, ins.btype)  # [..., m, n, 4]
     c32 = C if ins.ctype == "f32" else _numerics.convert(C, "f16", "f32")
-    zero = jnp.zeros(C.shape, jnp.uint32)
+    zero = _zeros(C.shape)
 
     def fma(acc, p):  # p: one product term [..., 1]; acc: f32 bits
         out = _numerics.ieee_sum(_numerics.concat(p, _numerics.c_terms(acc, "f32")), "f32")
@@ -172,3 +172,8 @@ def sm90_m8n8k4(ins, fa, fb, C):
         lambda acc, x: (_numerics.ieee_add(acc, x, "f32"), None), c32, jnp.moveaxis(s2, -1, 0)
     )
     return _numerics.convert(u, "f32", "f16")
+
+
+def _zeros(shape):
+    """+0 accumulators, kept out of XLA's constant folding (slow on large constants)."""
+    return jax.lax.optimization_barrier(jnp.zeros(shape, jnp.uint32))

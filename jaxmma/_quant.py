@@ -144,6 +144,17 @@ def _f32_fields(x):
     return _formats.fields("f32", lax.bitcast_convert_type(x, U32))
 
 
+def _block_amax(xb):
+    """Largest magnitude along the last axis, on the bits (no float compare, so no
+    platform flushes subnormals): float32, NaN if any element is NaN."""
+    mag = lax.bitcast_convert_type(xb, U32) & U32(0x7FFFFFFF)
+    return lax.bitcast_convert_type(jnp.max(mag, axis=-1), jnp.float32)
+
+
+def _is_finite(x):
+    return (lax.bitcast_convert_type(x, U32) & U32(0x7FFFFFFF)) < U32(0x7F800000)
+
+
 def _msb(v):
     return 31 - lax.clz(v).astype(jnp.int32)
 
@@ -327,8 +338,8 @@ def quantize_mx(
     axis = _axis_and_blocks(x, axis, block)
     rbits = _random_bits(rounding, key, x.shape)
     xb = _blocked(x, axis, block)
-    amax = jnp.max(jnp.abs(xb), axis=-1)
-    finite = jnp.isfinite(amax)
+    amax = _block_amax(xb)
+    finite = _is_finite(amax)
     e = shared_exponent(amax, fmt, scale_rounding)
     scales = jnp.where(finite, (e + 127).astype(U32), U32(0xFF))
     e_elem = jnp.where(finite, e, 0)
@@ -346,12 +357,12 @@ def nvfp4_global_scale(x):
     result that would round to 0 gives 2**-149.
     """
     x = _as_f32(x)
-    amax = jnp.max(jnp.where(jnp.isfinite(x), jnp.abs(x), 0.0)) if x.size else jnp.float32(0)
+    amax = _block_amax(jnp.where(_is_finite(x), x, 0.0).reshape(-1))
     fl = _f32_fields(amax)
     nz = fl.sig != 0
     d = _f32_fields(jnp.float32(NVFP4_GLOBAL_DIVISOR))
     g, _ = _divide("f32", jnp.where(nz, fl.sig, U32(1)), fl.exp, d.sig, d.exp, "rn")
-    g = jnp.where(g == 0, jnp.float32(_SMALLEST_F32), g)
+    g = jnp.where(_f32_fields(g).sig == 0, jnp.float32(_SMALLEST_F32), g)
     return jnp.where(nz, g, jnp.float32(1.0))
 
 
@@ -409,8 +420,8 @@ def quantize_nvfp4(
             raise ValueError(f"global_scale: expected a scalar, got shape {g.shape}")
     gf = _f32_fields(g)
     xb = _blocked(x, axis, block)
-    amax = jnp.max(jnp.abs(xb), axis=-1)
-    finite = jnp.isfinite(amax)
+    amax = _block_amax(xb)
+    finite = _is_finite(amax)
     mode = {"nearest": "rn", "ceil": "rp", "floor": "rz"}[scale_rounding]
     six_g = (U32(3) * gf.sig, gf.exp + 1)
     sbits = _quotient_bits("ue4m3", amax, *six_g, mode, None, True)
