@@ -63,7 +63,8 @@ class Quantized:
     Attributes:
       elements: uint32 raw element bits, the shape of the original tensor.
       scales: uint32 raw scale bits, that shape with ``shape[axis] // block`` at ``axis``.
-      global_scale: float32 ``[]``, the per-tensor scale of NVFP4 (None for MX).
+      global_scale: float32 ``[]``, the per-tensor scale of NVFP4 (None for MX); under
+        ``vmap`` it gains the mapped (leading) axes.
       fmt: element format (``"e4m3"``, ``"e5m2"``, ``"e3m2"``, ``"e2m3"``, ``"e2m1"``).
       scale_fmt: ``"ue8m0"`` or ``"ue4m3"``.
       block: elements per scale.
@@ -246,7 +247,9 @@ def _quotient_bits(fmt: str, x, dsig, dexp, mode: str, rbits, saturate: bool):
     dsig = jnp.broadcast_to(dsig, x.shape)
     dexp = jnp.broadcast_to(dexp, x.shape)
     v, away = _divide(fmt, jnp.where(nz, fl.sig, U32(1)), fl.exp, dsig, dexp, mode, rbits)
-    signed = jnp.where(fl.sign != 0, -v, v)
+    signed = lax.bitcast_convert_type(
+        lax.bitcast_convert_type(v, U32) | (fl.sign << U32(31)), jnp.float32
+    )
     up = _formats.encode(fmt, signed, rounding="rna", saturate=saturate)
     down = _formats.encode(fmt, signed, rounding="rz", saturate=saturate)
     plain = _formats.encode(fmt, x, rounding="rn", saturate=saturate)
@@ -277,8 +280,14 @@ def shared_exponent(amax, fmt: str, scale_rounding: str = "floor"):
 
     Returns int32 exponents (meaningless where ``amax`` is NaN or Inf).
     """
-    f = _formats.get_format(fmt)
-    amax = jnp.asarray(amax, jnp.float32)
+    _check_choice("fmt", fmt, MX_FORMATS)
+    _check_choice("scale_rounding", scale_rounding, SCALE_ROUNDINGS)
+    return _shared_exponent(jnp.asarray(amax, jnp.float32), fmt, scale_rounding)
+
+
+@functools.partial(jax.jit, static_argnums=(1, 2))
+def _shared_exponent(amax, fmt: str, scale_rounding: str):
+    f = _formats.FORMATS[fmt]
     fl = _f32_fields(amax)
     nz = fl.sig != 0
     sig = jnp.where(nz, fl.sig, U32(1))
@@ -319,7 +328,8 @@ def quantize_mx(
       block: elements per scale (32 in the MX spec; K / SFA_N for an ``mma`` form).
       scale_rounding: ``"floor"`` (OCP), ``"ceil"`` (NVIDIA) or ``"nearest"``.
       rounding: ``"rn"`` or ``"stochastic"`` (needs ``key``) for the elements.
-      key: a ``jax.random`` key, for ``rounding="stochastic"``.
+      key: a ``jax.random`` key, for ``rounding="stochastic"``: element ``i`` uses
+        ``jax.random.bits(key, x.shape, jnp.uint32)[i]``.
       saturate: clamp elements above max finite to +-max (the OCP rule); otherwise they
         become Inf (e5m2), NaN (e4m3) or max (the 6- and 4-bit formats, which have neither).
 
@@ -337,10 +347,27 @@ def quantize_mx(
     x = _as_f32(x)
     axis = _axis_and_blocks(x, axis, block)
     rbits = _random_bits(rounding, key, x.shape)
+    return _quantize_mx(
+        x,
+        rbits,
+        fmt=fmt,
+        axis=axis,
+        block=int(block),
+        scale_rounding=scale_rounding,
+        rounding=rounding,
+        saturate=bool(saturate),
+    )
+
+
+_STATIC = ("fmt", "axis", "block", "scale_rounding", "rounding", "saturate")
+
+
+@functools.partial(jax.jit, static_argnames=_STATIC)
+def _quantize_mx(x, rbits, *, fmt, axis, block, scale_rounding, rounding, saturate):
     xb = _blocked(x, axis, block)
     amax = _block_amax(xb)
     finite = _is_finite(amax)
-    e = shared_exponent(amax, fmt, scale_rounding)
+    e = _shared_exponent(amax, fmt, scale_rounding)
     scales = jnp.where(finite, (e + 127).astype(U32), U32(0xFF))
     e_elem = jnp.where(finite, e, 0)
     e_full = _unblocked(jnp.broadcast_to(e_elem[..., None], xb.shape), axis)
@@ -356,7 +383,11 @@ def nvfp4_global_scale(x):
     ``amax`` is the largest finite magnitude of ``x``; all-zero ``x`` gives 1.0, and a
     result that would round to 0 gives 2**-149.
     """
-    x = _as_f32(x)
+    return _global_scale(_as_f32(x))
+
+
+@jax.jit
+def _global_scale(x):
     amax = _block_amax(jnp.where(_is_finite(x), x, 0.0).reshape(-1))
     fl = _f32_fields(amax)
     nz = fl.sig != 0
@@ -396,7 +427,8 @@ def quantize_nvfp4(
       scale_rounding: ``"nearest"`` (NVIDIA), ``"ceil"`` (no element saturates) or
         ``"floor"``: how ``amax_b / (6 * g)`` is rounded to ue4m3.
       rounding: ``"rn"`` or ``"stochastic"`` (needs ``key``) for the elements.
-      key: a ``jax.random`` key, for ``rounding="stochastic"``.
+      key: a ``jax.random`` key, for ``rounding="stochastic"`` (random bits as for
+        :func:`quantize_mx`).
       saturate: clamp element overflow to +-6 (e2m1 has no Inf/NaN, so it does either way).
 
     Returns:
@@ -412,12 +444,28 @@ def quantize_nvfp4(
     x = _as_f32(x)
     axis = _axis_and_blocks(x, axis, block)
     rbits = _random_bits(rounding, key, x.shape)
-    if global_scale is None:
-        g = nvfp4_global_scale(x)
-    else:
+    g = None
+    if global_scale is not None:
         g = jnp.asarray(global_scale, jnp.float32)
         if g.ndim:
             raise ValueError(f"global_scale: expected a scalar, got shape {g.shape}")
+    return _quantize_nvfp4(
+        x,
+        rbits,
+        g,
+        fmt="e2m1",
+        axis=axis,
+        block=int(block),
+        scale_rounding=scale_rounding,
+        rounding=rounding,
+        saturate=bool(saturate),
+    )
+
+
+@functools.partial(jax.jit, static_argnames=_STATIC)
+def _quantize_nvfp4(x, rbits, g, *, fmt, axis, block, scale_rounding, rounding, saturate):
+    if g is None:
+        g = _global_scale(x)
     gf = _f32_fields(g)
     xb = _blocked(x, axis, block)
     amax = _block_amax(xb)
@@ -434,9 +482,9 @@ def quantize_nvfp4(
     dsig = jnp.where(zero_scale, U32(1), dsig)
     full = lambda v: _unblocked(jnp.broadcast_to(v[..., None], xb.shape), axis)  # noqa: E731
     erounding = "rn" if rounding == "rn" else "stochastic"
-    elements = _quotient_bits("e2m1", x, full(dsig), full(dexp), erounding, rbits, saturate)
+    elements = _quotient_bits(fmt, x, full(dsig), full(dexp), erounding, rbits, saturate)
     elements = jnp.where(full(zero_scale), U32(0), elements)
-    return Quantized(elements, jnp.moveaxis(sbits, -1, axis), g, "e2m1", "ue4m3", block, axis)
+    return Quantized(elements, jnp.moveaxis(sbits, -1, axis), g, fmt, "ue4m3", block, axis)
 
 
 # ---------------------------------------------------------------------------------------
@@ -452,10 +500,16 @@ def dequantize(q: Quantized) -> jax.Array:
     """
     if not isinstance(q, Quantized):
         raise TypeError(f"q: expected a Quantized tensor, got {type(q).__name__}")
+    return _dequantize(q)
+
+
+@jax.jit
+def _dequantize(q: Quantized) -> jax.Array:
     e = _formats.fields(q.fmt, q.elements)
     s = _formats.fields(q.scale_fmt, jnp.repeat(q.scales, q.block, axis=q.axis))
-    g = _f32_fields(jnp.float32(1.0) if q.global_scale is None else q.global_scale)
-    g = jax.tree.map(lambda v: jnp.broadcast_to(v, e.sig.shape), g)
+    g = jnp.float32(1.0) if q.global_scale is None else q.global_scale
+    g = g.reshape(g.shape + (1,) * (e.sig.ndim - g.ndim))  # batched by vmap: leading axes
+    g = jax.tree.map(lambda v: jnp.broadcast_to(v, e.sig.shape), _f32_fields(g))
 
     def zero(f):
         return (f.sig == 0) & ~f.nan & ~f.inf

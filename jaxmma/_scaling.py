@@ -250,17 +250,20 @@ def as_operands(ins, qa, qb):
       multiply ``D`` by ``qa.global_scale * qb.global_scale`` (with C scaled to match).
     """
     Quantized = _quantized_type()
-    out = []
-    for name, q in (("a", qa), ("b", qb)):
+    for name, q in (("qa", qa), ("qb", qb)):
         if not isinstance(q, Quantized):
-            raise TypeError(f"q{name}: expected a Quantized operand, got {type(q).__name__}")
-        SA_or_SB = _quantized_scales(ins, f"scale_{name}", q)
-        bits = q.elements
-        if ins.kind == "mxf8f6f4":
-            bits = _packing.to_container(bits, q.fmt)
-        out.append((bits, SA_or_SB))
-    (A, SA), (B, SB) = out
+            raise TypeError(f"{name}: expected a Quantized operand, got {type(q).__name__}")
+    (A, SA), (B, SB) = _operand(ins, "a", qa), _operand(ins, "b", qb)
     return A, B, SA, SB
+
+
+def _operand(ins, op: str, q):
+    """(operand bits, scale bits) of a Quantized A (``op='a'``) or B."""
+    scales = _quantized_scales(ins, f"scale_{op}", q)
+    bits = q.elements
+    if ins.kind == "mxf8f6f4":
+        bits = _packing.to_container(bits, q.fmt)
+    return bits, scales
 
 
 def matrix_operands(ins, A, B, kwargs):
@@ -270,23 +273,17 @@ def matrix_operands(ins, A, B, kwargs):
     """
     Quantized = _quantized_type()
     kwargs = dict(kwargs)
-    for name, q in (("a", A), ("b", B)):
+    out = {"a": A, "b": B}
+    for op, q in out.items():
         if not isinstance(q, Quantized):
             continue
-        if kwargs.get(f"scale_{name}") is not None:
+        if kwargs.get(f"scale_{op}") is not None:
             raise ValueError(
-                f"scale_{name}: given together with a Quantized {name.upper()}, which carries "
+                f"scale_{op}: given together with a Quantized {op.upper()}, which carries "
                 "its own scales"
             )
-        kwargs[f"scale_{name}"] = _quantized_scales(ins, f"scale_{name}", q)
-        bits = q.elements
-        if ins.kind == "mxf8f6f4":
-            bits = _packing.to_container(bits, q.fmt)
-        if name == "a":
-            A = bits
-        else:
-            B = bits
-    return A, B, kwargs
+        out[op], kwargs[f"scale_{op}"] = _operand(ins, op, q)
+    return out["a"], out["b"], kwargs
 
 
 # ---------------------------------------------------------------------------------------
@@ -297,21 +294,20 @@ def _element_fields(ins, fmt: str, bits):
     return _formats.fields(fmt, bits)
 
 
-def _per_term(sa, sb, nterms: int, nblk: int, b_rows: bool):
+def _per_term(sa, sb, nterms: int, nblk: int):
     """Scale fields per term: SA ``[..., M, nblk]`` -> ``[..., M, 1, T]``, SB -> ``[..., 1,
     N, T]`` (term t belongs to block ``t // (nterms / nblk)``)."""
     idx = np.arange(nterms) // (nterms // nblk)
     a = jax.tree.map(lambda x: x[..., idx][..., :, None, :], sa)
     b = jax.tree.map(lambda x: jnp.swapaxes(x, -1, -2)[..., idx][..., None, :, :], sb)
-    del b_rows  # B's scale depends on the column and the block only
-    return a, b
+    return a, b  # (with b_rows too: B's scale depends on the column and the block only)
 
 
 def _scaled_products(ins, fa, fb, SA, SB, b_rows: bool) -> Terms:
     """Every exact product times its two scales, as terms ``[..., M, N, K]``."""
     prod = _numerics.product_terms(fa, fb, ins.atype, ins.btype, b_rows=b_rows)
     sa, sb = (_formats.fields(ins.stype, S) for S in (SA, SB))
-    sa, sb = _per_term(sa, sb, prod.sig.shape[-1], SA.shape[-1], b_rows)
+    sa, sb = _per_term(sa, sb, prod.sig.shape[-1], SA.shape[-1])
     man = _formats.FORMATS[ins.stype].mant_bits
     nan = prod.nan | sa.nan | sb.nan
     return Terms(
@@ -357,7 +353,7 @@ def _group_terms(fa, fb, SA, SB, stype: str, b_rows: bool) -> tuple[Terms, jnp.n
     total = jnp.sum(grouped, axis=-1, dtype=jnp.int32)
     all_zero = jnp.all(mag.reshape(grouped.shape) == 0, axis=-1)
     sa, sb = (_formats.fields(stype, S) for S in (SA, SB))
-    sa, sb = _per_term(sa, sb, K // GROUP, SA.shape[-1], b_rows)
+    sa, sb = _per_term(sa, sb, K // GROUP, SA.shape[-1])
     man = _formats.FORMATS[stype].mant_bits
     ssig = sa.sig * sb.sig
     order = jnp.where(all_zero | (ssig == 0), GROUP_E_ZERO, sa.exp + sb.exp + 2 * man)
