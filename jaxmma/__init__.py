@@ -1,6 +1,7 @@
 """jaxmma: bit-exact emulation of NVIDIA warp-level matrix instructions in JAX."""
 
 from . import formats as formats
+from . import quant as quant
 from . import sparse as sparse
 from ._instruction import Instruction as Instruction
 from ._instruction import all_instructions as all_instructions
@@ -13,5 +14,6 @@ __all__ = [
     "all_instructions",
     "formats",
     "instruction",
+    "quant",
     "sparse",
 ]

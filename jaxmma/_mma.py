@@ -62,6 +62,10 @@ def execute(
 def matrix_mma(ins, A, B, C, *, model=None, **kwargs):
     """Matrix-level ``D = A @ B + C`` (see :meth:`jaxmma.Instruction.mma`)."""
     _check_model(model)
+    if ins.stype:
+        from . import _scaling
+
+        A, B, kwargs = _scaling.matrix_operands(ins, A, B, kwargs)
     Ab = _values.to_bits(ins.atype, A, "A", ins.kind)
     Bb = _values.to_bits(ins.btype, B, "B", ins.kind)
     Cb = _values.to_bits(ins.ctype, C, "C", ins.kind)

@@ -160,6 +160,10 @@ def _offsets(lay: WmmaLayout, mem_layout: str, addr, stride):
     c = jnp.asarray(lay.col, jnp.int32)
     stride = jnp.asarray(stride, jnp.int32)[..., None, None]
     addr = jnp.asarray(addr, jnp.int32)[..., None, None]
+    batch = jnp.broadcast_shapes(stride.shape, addr.shape)
+    stride, addr = jnp.broadcast_to(stride, batch), jnp.broadcast_to(addr, batch)
+    r = jnp.broadcast_to(r, batch[:-2] + r.shape)
+    c = jnp.broadcast_to(c, batch[:-2] + c.shape)
     idx = r * stride + c if mem_layout == "row" else c * stride + r
     return addr * 8 + idx * lay.elem_bits
 
