@@ -114,17 +114,23 @@ def stmatrix(ins, smem, addrs, regs):
     addrs = jnp.broadcast_to(addrs, batch + (32,))
     regs = jnp.broadcast_to(regs, batch + regs.shape[-2:])
     elems = _fragments.unpack(regs, lay.elem_bits)  # [..., 32, nelem]
-    byte0 = _element_offsets(lay, addrs) // 8
-    nb = lay.mem_bits // 8
-    nbytes = smem.shape[-1]
-    flat = smem.reshape((-1, nbytes))
-    idx = byte0.reshape((flat.shape[0], -1))
-    val = elems.reshape((flat.shape[0], -1))
-    for j in range(nb):
-        part = ((val >> jnp.uint32(8 * j)) & jnp.uint32(0xFF)).astype(jnp.uint8)
-        rows = jnp.arange(flat.shape[0])[:, None]
+    return write_bytes(smem, _element_offsets(lay, addrs) // 8, elems, lay.mem_bits // 8)
+
+
+def write_bytes(image, byte_offsets, values, nbytes: int):
+    """Store ``values`` (little-endian, ``nbytes`` each) at ``byte_offsets`` of the image.
+
+    ``image`` ``uint8 [..., size]``; offsets and values ``[..., 32, nelem]`` with the same
+    batch. Stores outside the image are dropped (never wrapped).
+    """
+    flat = image.reshape((-1, image.shape[-1]))
+    idx = byte_offsets.reshape((flat.shape[0], -1))
+    val = values.reshape((flat.shape[0], -1))
+    rows = jnp.arange(flat.shape[0])[:, None]
+    for j in range(nbytes):
+        part = ((val >> (8 * j)) & 0xFF).astype(jnp.uint8)
         flat = flat.at[rows, idx + j].set(part, mode="drop")
-    return flat.reshape(smem.shape)
+    return flat.reshape(image.shape)
 
 
 def _broadcast(smem, addrs):

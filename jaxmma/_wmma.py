@@ -239,15 +239,9 @@ def store(ins, mem, regs, addr=0, stride=None):
     regs = jnp.broadcast_to(regs, batch + regs.shape[-2:])
     off = jnp.broadcast_to(off, batch + off.shape[-2:])
     elems = regs if lay.elem_bits == 64 else _fragments.unpack(regs, lay.elem_bits)
-    nb = lay.elem_bits // 8
-    flat = mem.reshape((-1, mem.shape[-1]))
-    idx = (off // 8).reshape((flat.shape[0], -1))
-    val = elems.reshape((flat.shape[0], -1))
-    rows = jnp.arange(flat.shape[0])[:, None]
-    for j in range(nb):
-        part = ((val >> (8 * j)) & 0xFF).astype(jnp.uint8)
-        flat = flat.at[rows, idx + j].set(part, mode="drop")
-    return flat.reshape(mem.shape)
+    from ._movement import write_bytes
+
+    return write_bytes(mem, off // 8, elems, lay.elem_bits // 8)
 
 
 # ------------------------------------------------------------------------------ mma
