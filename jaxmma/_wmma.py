@@ -226,26 +226,21 @@ def store(ins, mem, regs, addr=0, stride=None):
     """``wmma.store``: writes the fragment ``regs`` into the image; returns the new image."""
     lay = _operand_layout(ins, "d")
     mem = _check_mem(ins, mem, addr, stride, lay, ins.layout)
-    regs = jnp.asarray(regs)
-    want = jnp.uint64 if lay.reg_bits == 64 else jnp.uint32
-    if regs.dtype != want or regs.shape[-2:] != (32, lay.nregs):
-        raise ValueError(
-            f"regs: expected {jnp.dtype(want).name} [..., 32, {lay.nregs}] for "
-            f"{ins.text}, got {regs.dtype} {tuple(regs.shape)}"
-        )
+    regs = _check_regs(lay, regs, "regs", ins)
     off = _offsets(lay, ins.layout, addr, stride)
     batch = jnp.broadcast_shapes(mem.shape[:-1], regs.shape[:-2], off.shape[:-2])
     mem = jnp.broadcast_to(mem, batch + mem.shape[-1:])
     regs = jnp.broadcast_to(regs, batch + regs.shape[-2:])
     off = jnp.broadcast_to(off, batch + off.shape[-2:])
-    elems = regs if lay.elem_bits == 64 else _fragments.unpack(regs, lay.elem_bits)
+    elems = _fragments.unpack(regs, lay.elem_bits)
     from ._movement import write_bytes
 
     return write_bytes(mem, off // 8, elems, lay.elem_bits // 8)
 
 
 # ------------------------------------------------------------------------------ mma
-def _unfragment(lay: WmmaLayout, regs, name, ins):
+def _check_regs(lay: WmmaLayout, regs, name, ins):
+    """The fragment's registers, checked: ``[..., 32, nregs]`` of the register width."""
     regs = jnp.asarray(regs)
     want = jnp.uint64 if lay.reg_bits == 64 else jnp.uint32
     if regs.dtype != want or regs.shape[-2:] != (32, lay.nregs):
@@ -253,7 +248,11 @@ def _unfragment(lay: WmmaLayout, regs, name, ins):
             f"{name}: expected {jnp.dtype(want).name} [..., 32, {lay.nregs}] for "
             f"{ins.text}, got {regs.dtype} {tuple(regs.shape)}"
         )
-    elems = regs if lay.elem_bits == 64 else _fragments.unpack(regs, lay.elem_bits)
+    return regs
+
+
+def _unfragment(lay: WmmaLayout, regs, name, ins):
+    elems = _fragments.unpack(_check_regs(lay, regs, name, ins), lay.elem_bits)
     flat_idx = (lay.row * lay.cols + lay.col).reshape(-1)
     first = np.unique(flat_idx, return_index=True)[1]  # the first copy of every element
     order = first[np.argsort(flat_idx[first])]
@@ -265,7 +264,7 @@ def _fragment(lay: WmmaLayout, M):
     idx = (lay.row * lay.cols + lay.col).reshape(-1)
     flat = M.reshape(M.shape[:-2] + (-1,))
     elems = flat[..., idx].reshape(M.shape[:-2] + (32, -1))
-    return elems if lay.elem_bits == 64 else _fragments.pack(elems, lay.elem_bits)
+    return _fragments.pack(elems, lay.elem_bits)
 
 
 def mma(ins, a, b, c, *, model=None):
