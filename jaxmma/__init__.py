@@ -3,6 +3,8 @@
 from . import formats as formats
 from . import quant as quant
 from . import sparse as sparse
+from ._gemm import dot_general as dot_general
+from ._gemm import matmul as matmul
 from ._instruction import Instruction as Instruction
 from ._instruction import all_instructions as all_instructions
 from ._instruction import instruction as instruction
@@ -12,8 +14,10 @@ __version__ = "0.1.0"
 __all__ = [
     "Instruction",
     "all_instructions",
+    "dot_general",
     "formats",
     "instruction",
+    "matmul",
     "quant",
     "sparse",
 ]

@@ -13,8 +13,9 @@ import dataclasses
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
-from . import _formats, _numerics
+from . import _fixed, _formats, _numerics
 from ._numerics import BlockModel
 
 FP8 = ("e4m3", "e5m2")
@@ -67,6 +68,8 @@ def mma_bits(ins, A, B, C, *, scales=None, model=None, sparse_idx=None):
     ``sparse_idx``: for ``mma.sp``, int32 ``[..., M, K/2]``, the dense column (k) of each
     stored element of the compressed A; the stored products alone enter the sum.
     """
+    if ins.opcode == "wmma.mma" and model is None and family(ins.arch_number) == 90:
+        return sm90_wmma(ins, A, B, C)
     a = ins.atype
     B = gather_rows(B, sparse_idx)
     rows = sparse_idx is not None
@@ -111,8 +114,51 @@ def float_mma_bits(ins, A, B, C, *, model=None, b_rows=False, block=None):
         return sm90_fp8(ins, fa, fb, C, bm, b_rows)
     if family(arch) == 90 and ins.shape == "m8n8k4":
         return sm90_m8n8k4(ins, fa, fb, C)
-    prod = _numerics.product_terms(fa, fb, ins.atype, ins.btype, b_rows=b_rows)
-    return _numerics.block_chain(prod, C, ins.ctype, ins.dtype, bm)
+    return _chain(ins, fa, fb, C, ins.ctype, bm, b_rows)
+
+
+def _sig_bits(ins) -> int:
+    return max(_numerics.man_bits(ins.atype), _numerics.man_bits(ins.btype)) + 1
+
+
+def _chain(ins, fa, fb, C, ctype, bm, b_rows, order_fmt=None, ks=None):
+    """The block chain over the products of k in ``ks`` (all by default), C first.
+
+    The fixed-width engine (:mod:`_fixed`) computes it where it covers the model; the
+    general multi-limb engine otherwise. Both give the same bits.
+    """
+    if not b_rows and _fixed.supports(bm, ins.dtype, _sig_bits(ins)):
+        a = _fixed.operand(fa, ins.atype, order_fmt)
+        b = _fixed.operand(fb, ins.btype, order_fmt)
+        if ks is not None:
+            a, b = _fixed.cols(a, ks), _fixed.rows(b, ks)
+        return _fixed.chain(a, b, C, ctype, ins.dtype, bm)
+    prod = _numerics.product_terms(fa, fb, ins.atype, ins.btype, order_fmt=order_fmt, b_rows=b_rows)
+    if ks is not None:
+        prod = _numerics.take(prod, ks)
+    return _numerics.block_chain(prod, C, ctype, ins.dtype, bm)
+
+
+def sm90_wmma(ins, A, B, C):
+    """``wmma.mma`` on sm_90, as ptxas compiles it (see docs/numerics.md).
+
+    Read off the SASS for sm_90a: ``.f16`` with different C and D types runs
+    ``HMMA.16816.F32``: an ``.f16`` C is first converted to f32 (``HADD2.F32``), an ``.f16``
+    D is converted from the f32 result (``F2FP``, nearest even). ``.tf32`` m16n16k8 runs two
+    chained ``HMMA.1684`` (k = 0-3, then 4-7 with the first result as C). The other types
+    run the ``mma`` of the same element types.
+    """
+    plain = dataclasses.replace(ins, form=dataclasses.replace(ins.form, opcode="mma"))
+    if ins.atype == "f16" and ins.ctype != ins.dtype:
+        as_f32 = dataclasses.replace(
+            plain, form=dataclasses.replace(plain.form, ctype="f32", dtype="f32")
+        )
+        if ins.ctype == "f16":
+            return mma_bits(as_f32, A, B, _numerics.convert(C, "f16", "f32"))
+        return _numerics.convert(mma_bits(as_f32, A, B, C), "f32", "f16")
+    if ins.atype == "tf32":
+        return float_mma_bits(ins, A, B, C, block=4)
+    return mma_bits(plain, A, B, C)
 
 
 def sm90_fp8(ins, fa, fb, C, bm, b_rows=False):
@@ -125,16 +171,11 @@ def sm90_fp8(ins, fa, fb, C, bm, b_rows=False):
     nearest even).
     """
     K = fa.sig.shape[-1]
-    lo = [k for k in range(K) if (k % 4) < 2]
-    hi = [k for k in range(K) if (k % 4) >= 2]
-    prod = _numerics.product_terms(fa, fb, ins.atype, ins.btype, order_fmt="f16", b_rows=b_rows)
+    lo = np.array([k for k in range(K) if (k % 4) < 2])
+    hi = np.array([k for k in range(K) if (k % 4) >= 2])
     zero = _zeros(C.shape)
-    first = _numerics.block_chain(
-        _numerics.take(prod, jnp.array(lo)), zero, ins.dtype, ins.dtype, bm
-    )
-    second = _numerics.block_chain(
-        _numerics.take(prod, jnp.array(hi)), first, ins.dtype, ins.dtype, bm
-    )
+    first = _chain(ins, fa, fb, zero, ins.dtype, bm, b_rows, "f16", lo)
+    second = _chain(ins, fa, fb, first, ins.dtype, bm, b_rows, "f16", hi)
     return _numerics.ieee_add(second, C, ins.dtype)
 
 

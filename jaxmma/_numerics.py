@@ -108,26 +108,33 @@ def fused_sum(
         unit = jnp.where(lo == 2**30, 0, lo)
         width = exact_width
         shift = terms.lsb - unit[..., None]
-        mode = "rn"
     else:
         order = jnp.where(zero, model.e_zero(dtype), terms.order)
         e_max = jnp.max(order, axis=-1)
         unit = e_max - model.F
         shift = terms.lsb - unit[..., None]
         width = model.F + 3  # products < 2**(e_max + 2)
-        mode = "rz" if dtype == "f32" else "rn"
     nl = _wide.limbs_needed(width + 1)
     limbs, _ = _wide.align(jnp.where(zero, U32(0), terms.sig), shift, nl)
     neg, mag = _wide.signed_sum(terms.sign, limbs)
-    narrow = dtype == "f32" and model.f32_mantissa < out.man and not model.exact
-    if narrow:  # e.g. sm_89 fp8: an f32 with 13 mantissa bits (e8m13)
-        cut = out.man - model.f32_mantissa
-        bits = _wide.round_to_float(
-            neg, mag, unit, _wide.FloatFormat(model.f32_mantissa, out.exp, out.bias), mode
-        ) << U32(cut)
+    if model.exact:
+        bits = _wide.round_to_float(neg, mag, unit, out, "rn", signed_zero=True)
     else:
-        bits = _wide.round_to_float(neg, mag, unit, out, mode, signed_zero=model.exact)
+        bits = round_block(neg, mag, unit, dtype, model)
     return apply_specials(bits, terms, dtype)
+
+
+def round_block(neg, mag, unit, dtype: str, model: BlockModel):
+    """The output rounding of one fused block (not the exact model): the exact sum
+    ``(-1)**neg * mag * 2**unit`` (``mag``: normalized limbs) to ``dtype`` bits, f32 by
+    truncation (to ``model.f32_mantissa`` bits), f16 to nearest even."""
+    out = OUT_FORMATS[dtype]
+    mode = "rz" if dtype == "f32" else "rn"
+    if dtype == "f32" and model.f32_mantissa < out.man:  # e.g. sm_89 fp8: e8m13
+        cut = out.man - model.f32_mantissa
+        narrow = _wide.FloatFormat(model.f32_mantissa, out.exp, out.bias)
+        return _wide.round_to_float(neg, mag, unit, narrow, mode) << U32(cut)
+    return _wide.round_to_float(neg, mag, unit, out, mode)
 
 
 def exact_width(atype: str, btype: str, ctype: str, k: int) -> int:
@@ -147,6 +154,11 @@ def apply_specials(bits, terms: Terms, dtype: str):
     pos_inf = jnp.any(terms.inf & (terms.sign == 0), axis=-1)
     neg_inf = jnp.any(terms.inf & (terms.sign != 0), axis=-1)
     nan = jnp.any(terms.nan, axis=-1) | (pos_inf & neg_inf)
+    return special_bits(bits, nan, pos_inf, neg_inf, dtype)
+
+
+def special_bits(bits, nan, pos_inf, neg_inf, dtype: str):
+    """Override finite result bits: +-Inf where one sign of Inf met, canonical NaN."""
     out = OUT_FORMATS[dtype]
     inf_bits = U32(((1 << out.exp) - 1) << out.man)
     sign_bit = U32(1 << (out.nbits - 1))
@@ -172,8 +184,8 @@ def product_terms(a, b, atype: str, btype: str, *, order_fmt=None, b_rows=False)
     sa = a.sig[..., :, None, :]
     sb = bt(b.sig)
     sign = a.sign[..., :, None, :] ^ bt(b.sign)
-    oa = _order(a, atype, order_fmt)[..., :, None, :]
-    ob = bt(_order(b, btype, order_fmt))
+    oa = operand_order(a, atype, order_fmt)[..., :, None, :]
+    ob = bt(operand_order(b, btype, order_fmt))
     na = a.nan[..., :, None, :]
     nb = bt(b.nan)
     ia = a.inf[..., :, None, :]
@@ -186,7 +198,7 @@ def product_terms(a, b, atype: str, btype: str, *, order_fmt=None, b_rows=False)
     return Terms(sign.astype(U32), sig, ea + eb, oa + ob, nan, inf)
 
 
-def _order(fields, fmt, order_fmt):
+def operand_order(fields, fmt, order_fmt=None):
     if order_fmt is None:
         return element_order(fields, fmt)
     # the element re-encoded exactly in order_fmt (e.g. fp8 converted to f16): the leading

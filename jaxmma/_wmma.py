@@ -272,38 +272,8 @@ def mma(ins, a, b, c, *, model=None):
     A = _unfragment(_operand_layout(ins, "a"), a, "a", ins)
     B = _unfragment(_operand_layout(ins, "b"), b, "b", ins)
     C = _unfragment(_operand_layout(ins, "c"), c, "c", ins)
-    D = mma_bits(ins, A, B, C, model=model)
+    D = _models.mma_bits(ins, A, B, C, model=model)
     return _fragment(_operand_layout(ins, "d"), D)
-
-
-def mma_bits(ins, A, B, C, *, model=None):
-    """Raw-bit ``D = A @ B + C`` of ``wmma.mma``, as sm_90 compiles it.
-
-    Read off the SASS ptxas emits for sm_90a: ``.f16`` with different C and D types runs
-    ``HMMA.16816.F32``: an ``.f16`` C is first converted to f32 (``HADD2.F32``), an ``.f16``
-    D is converted from the f32 result (``F2FP``, nearest even). ``.tf32`` m16n16k8 runs two
-    chained ``HMMA.1684`` (k = 0-3, then 4-7 with the first result as C). The other types
-    run the ``mma`` of the same element types.
-    """
-    from . import _numerics
-
-    if model is None and _models.family(ins.arch_number) == 90:
-        if ins.atype == "f16" and ins.ctype != ins.dtype:
-            if ins.ctype == "f16":
-                return _models.mma_bits(_as_f32(ins), A, B, _numerics.convert(C, "f16", "f32"))
-            D = _models.mma_bits(_as_f32(ins), A, B, C)
-            return _numerics.convert(D, "f32", "f16")
-        if ins.atype == "tf32":
-            return _models.float_mma_bits(ins, A, B, C, block=4)
-    return _models.mma_bits(ins, A, B, C, model=model)
-
-
-def _as_f32(ins):
-    """The same wmma with f32 accumulators (only its numerics are used)."""
-    import dataclasses
-
-    form = dataclasses.replace(ins.form, ctype="f32", dtype="f32")
-    return dataclasses.replace(ins, form=form)
 
 
 def execute(ins, *args, **kwargs):

@@ -1,0 +1,481 @@
+"""The GEMM layer: ``jaxmma.matmul`` and ``jaxmma.dot_general``.
+
+A GEMM of any size is tiled onto one instruction as a CUTLASS-style ``mma.sync`` kernel
+runs it: every output tile starts from C and chains the instruction over the k-steps in
+increasing k (D of one step is C of the next). Nothing here does arithmetic: each k-step
+is one call of :func:`jaxmma._models.mma_bits` (the one numerics entry point, the same
+function the register and matrix levels reach) on the whole ``[M, k] x [k, N]`` slab,
+since the models are elementwise over the output. The steps run in a ``lax.scan``, so the
+program and its compile time do not grow with K, and the working set is one slab.
+
+Ragged sizes are padded as a kernel pads them: M and N need nothing (the models are
+elementwise over rows and columns); K is padded with +0 elements up to a multiple of k
+(the hardware sums those zeros like any other term).
+
+``promote_every=P`` (f32 accumulators): the instruction's accumulator restarts from +0,
+and after every P k-steps (and once more for a remainder) it is added into an f32 total
+that started at C, by one IEEE add rounded to nearest (FADD), as fp8 GEMMs that promote
+to CUDA cores do (DeepSeek-V3, arXiv:2412.19437: every 128 elements of K).
+
+Derivatives (:mod:`_ste`): straight-through, the tangent of the exact product of the
+values the instruction reads.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from . import _models, _numerics, _operands, _ste, _values
+from ._instruction import Instruction
+from ._instruction import instruction as _parse_text
+
+#: opcodes whose instruction is a matrix product
+PRODUCTS = ("mma", "wmma.mma", "wgmma.mma_async")
+
+
+@functools.lru_cache(maxsize=512)
+def _parse(text: str, arch: str | None) -> Instruction:
+    return _parse_text(text, arch)
+
+
+def resolve(instruction, arch=None) -> Instruction:
+    """``instruction`` (text or :class:`Instruction`) for ``arch`` (None: its own)."""
+    if isinstance(instruction, str):
+        ins = _parse(instruction, arch)
+    elif isinstance(instruction, Instruction):
+        ins = instruction
+        if arch is not None and arch != ins.arch:
+            ins = _parse(ins.text, arch)
+    else:
+        raise TypeError(
+            "instruction: expected PTX text or a jaxmma.Instruction, got "
+            f"{type(instruction).__name__}"
+        )
+    if ins.opcode not in PRODUCTS:
+        raise ValueError(
+            f"instruction: {ins.text!r} has no matrix product; expected one of "
+            f"{', '.join(PRODUCTS)} (with .sp and .block_scale forms)"
+        )
+    return ins
+
+
+@dataclasses.dataclass(frozen=True)
+class Config:
+    """The static configuration of one GEMM (hashable: a ``jit`` static argument)."""
+
+    ins: Instruction
+    promote_every: int | None = None
+    grad_ins: Instruction | None = None
+
+    @property
+    def text(self) -> str:
+        return self.ins.text
+
+
+def config(instruction, arch=None, promote_every=None, grad_instruction=None) -> Config:
+    ins = resolve(instruction, arch)
+    if promote_every is not None:
+        if isinstance(promote_every, bool) or not isinstance(promote_every, (int, np.integer)):
+            raise TypeError(
+                f"promote_every: expected None or a positive int, got {promote_every!r}"
+            )
+        if promote_every <= 0:
+            raise ValueError(
+                f"promote_every: expected None or a positive number of k-steps, got {promote_every}"
+            )
+        if ins.dtype != "f32":
+            raise ValueError(
+                f"promote_every: promotion adds into an f32 total; {ins.text} has "
+                f".{ins.dtype} accumulators (allowed only with .f32)"
+            )
+        promote_every = int(promote_every)
+    grad = None
+    if grad_instruction is not None:
+        grad = resolve(grad_instruction, None)
+        if grad.sparse or grad.stype:
+            raise ValueError(
+                f"grad_instruction: expected a dense mma form for the gradient GEMMs, got "
+                f"{grad.text!r}"
+            )
+    return Config(ins, promote_every, grad)
+
+
+# ---------------------------------------------------------------------------------------
+# Bits
+def _lead(*xs):
+    return jnp.broadcast_shapes(*(x.shape[:-2] for x in xs))
+
+
+def _pad_axis(x, axis: int, size: int, value=0):
+    pad = size - x.shape[axis]
+    if pad == 0:
+        return x
+    widths = [(0, 0)] * x.ndim
+    widths[axis] = (0, pad)
+    return jnp.pad(x, widths, constant_values=np.asarray(value, x.dtype))
+
+
+def _steps(x, axis: int, nsteps: int):
+    """Split ``axis`` (of size nsteps * w) into steps and move them to the front."""
+    axis = axis % x.ndim
+    shape = x.shape[:axis] + (nsteps, x.shape[axis] // nsteps) + x.shape[axis + 1 :]
+    return jnp.moveaxis(x.reshape(shape), axis, 0)
+
+
+def gemm_bits(cfg: Config, A, B, C, *, scales=None):
+    """Raw-bit GEMM: ``A [..., M, K]``, ``B [..., K, N]``, ``C [..., M, N]`` -> D bits.
+
+    ``scales``: ``(SA [..., M, K / block], SB [..., K / block, N])`` for block-scaled forms.
+    For sparse forms A is the dense (structured) matrix.
+    """
+    ins = cfg.ins
+    lead = _lead(A, B, C, *(scales or ()))
+    A = jnp.broadcast_to(A, lead + A.shape[-2:])
+    B = jnp.broadcast_to(B, lead + B.shape[-2:])
+    C = jnp.broadcast_to(C, lead + C.shape[-2:])
+    M, K = A.shape[-2:]
+    S = max(1, -(-K // ins.k))
+    A = _pad_axis(A, -1, S * ins.k)
+    B = _pad_axis(B, -2, S * ins.k)
+    xs = {"a": _steps(A, -1, S), "b": _steps(B, -2, S)}
+    if scales is not None:
+        from . import _scaling
+
+        nblk = _scaling.num_blocks(ins)
+        one = {"ue8m0": 0x7F, "ue4m3": 0x38}[ins.stype]  # 1.0: scales of padded blocks
+        SA, SB = (jnp.broadcast_to(s, lead + s.shape[-2:]) for s in scales)
+        xs["sa"] = _steps(_pad_axis(SA, -1, S * nblk, one), -1, S)
+        xs["sb"] = _steps(_pad_axis(SB, -2, S * nblk, one), -2, S)
+    if ins.sparse:
+        xs["a"], xs["idx"] = _compress_steps(ins, xs["a"])
+
+    def step(acc, x):
+        sc = (x["sa"], x["sb"]) if "sa" in x else None
+        d = _models.mma_bits(ins, x["a"], x["b"], acc, scales=sc, sparse_idx=x.get("idx"))
+        return d, None
+
+    P = cfg.promote_every
+    if P is None:
+        D, _ = jax.lax.scan(step, C, xs)
+        return D
+
+    zero = _models._zeros(C.shape)
+
+    def group(total, g):
+        acc, _ = jax.lax.scan(step, zero, g)
+        return _numerics.ieee_add(total, acc, "f32"), None
+
+    G, R = divmod(S, P)
+    total = C
+    if G:
+        full = jax.tree.map(lambda x: x[: G * P].reshape((G, P) + x.shape[1:]), xs)
+        total, _ = jax.lax.scan(group, total, full)
+    if R:
+        total, _ = group(total, jax.tree.map(lambda x: x[G * P :], xs))
+    return total
+
+
+def _compress_steps(ins, a):
+    """Dense structured A steps ``[S, ..., M, k]`` -> compressed values and their dense
+    columns, ``[S, ..., M, k/2]`` each (M padded to a multiple of m with zero rows)."""
+    from . import _sparse
+
+    M = a.shape[-2]
+    Mp = -(-M // ins.m) * ins.m
+    a = _pad_axis(a, -2, Mp)
+    tiles = a.reshape(a.shape[:-2] + (Mp // ins.m, ins.m, ins.k))
+    vals, idx = _sparse.matrix_operands(ins, tiles, None)
+    back = lambda x: x.reshape(a.shape[:-2] + (Mp, ins.k // 2))[..., :M, :]  # noqa: E731
+    return back(vals), back(idx)
+
+
+# ---------------------------------------------------------------------------------------
+# Values
+def _check_shapes(ins, A, B, C):
+    for name, x in (("A", A), ("B", B)):
+        if x.ndim < 2:
+            raise ValueError(
+                f"{name}: expected a matrix [..., rows, cols] (at least 2 dimensions), got "
+                f"shape {tuple(x.shape)}"
+            )
+    if A.shape[-1] != B.shape[-2]:
+        raise ValueError(
+            f"A, B: contracting sizes differ: A {tuple(A.shape)} has K = {A.shape[-1]}, "
+            f"B {tuple(B.shape)} has K = {B.shape[-2]}"
+        )
+    M, N = A.shape[-2], B.shape[-1]
+    try:
+        lead = jnp.broadcast_shapes(A.shape[:-2], B.shape[:-2])
+    except ValueError:
+        raise ValueError(
+            f"A, B: batch dimensions {tuple(A.shape[:-2])} and {tuple(B.shape[:-2])} do not "
+            "broadcast"
+        ) from None
+    if C is not None:
+        if C.ndim < 2 or C.shape[-2:] != (M, N):
+            raise ValueError(
+                f"C: expected trailing shape [{M}, {N}] (M of A, N of B), got {tuple(C.shape)}"
+            )
+        try:
+            jnp.broadcast_shapes(lead, C.shape[:-2])
+        except ValueError:
+            raise ValueError(
+                f"C: batch dimensions {tuple(C.shape[:-2])} do not broadcast with {lead}"
+            ) from None
+
+
+def _c_bits(ins, C, shape):
+    if C is None:
+        return _models._zeros(shape) if ins.dtype != "f64" else jnp.zeros(shape, jnp.uint64)
+    return _operands.to_bits(ins, ins.ctype, C, "C")
+
+
+def _forward(cfg: Config, A, B, C, q):
+    """Values in, values out (the primal of :func:`matmul`)."""
+    ins = cfg.ins
+    if q is not None:  # block-scaled: the quantized operands carry the bits
+        from . import _scaling
+
+        Ab, Bb, SA, SB = _scaling.as_operands(ins, q[0], q[1])
+        scales = (SA, SB)
+    else:
+        Ab = _operands.to_bits(ins, ins.atype, A, "A")
+        Bb = _operands.to_bits(ins, ins.btype, B, "B")
+        scales = None
+    lead = _lead(Ab, Bb)
+    shape = lead + (Ab.shape[-2], Bb.shape[-1])
+    alpha = _global_scale(q)
+    if alpha is not None and C is not None:
+        Cb = _c_bits(ins, C, shape)
+        D = gemm_bits(cfg, Ab, Bb, _models._zeros(shape), scales=scales)
+        D = jax.lax.bitcast_convert_type(_values.from_bits("f32", D) * alpha, jnp.uint32)
+        D = _numerics.ieee_add(D, jnp.broadcast_to(Cb, D.shape), "f32")
+        return _values.from_bits("f32", D)
+    D = gemm_bits(cfg, Ab, Bb, _c_bits(ins, C, shape), scales=scales)
+    D = _values.from_bits(ins.dtype, D)
+    return D if alpha is None else D * alpha
+
+
+def _global_scale(q):
+    if q is None:
+        return None
+    ga, gb = q[0].global_scale, q[1].global_scale
+    if ga is None and gb is None:
+        return None
+    one = jnp.float32(1)
+    ga = one if ga is None else ga.astype(jnp.float32)
+    gb = one if gb is None else gb.astype(jnp.float32)
+    return (ga * gb)[..., None, None] if jnp.ndim(ga * gb) else ga * gb
+
+
+def _operand_values(cfg: Config, A, B, q):
+    """The float32 values the instruction multiplies (for the straight-through tangent)."""
+    ins = cfg.ins
+    if q is not None:
+        from . import _quant
+
+        return _quant.dequantize(q[0]), _quant.dequantize(q[1])
+    va = _operands.values(ins, ins.atype, _operands.to_bits(ins, ins.atype, A, "A"))
+    vb = _operands.values(ins, ins.btype, _operands.to_bits(ins, ins.btype, B, "B"))
+    return va, vb
+
+
+def _quantize_operands(ins, A, B, quantize):
+    """Block-scaled forms: Quantized A/B pass; float arrays are quantized along K."""
+    from . import _quant, _scaling
+
+    out = []
+    for name, x, axis in (("A", A, -1), ("B", B, -2)):
+        if isinstance(x, _quant.Quantized):
+            out.append((None, x))
+            continue
+        x = jnp.asarray(x)
+        if not jnp.issubdtype(x.dtype, jnp.floating):
+            raise TypeError(
+                f"{name}: expected a jaxmma.quant.Quantized operand or a float array to "
+                f"quantize for {ins.text}, got {x.dtype}"
+            )
+        fmt = ins.atype if name == "A" else ins.btype
+        if quantize is not None:
+            qx = quantize(x, axis=axis)
+        elif ins.stype == "ue4m3":
+            qx = _quant.quantize_nvfp4(x, axis=axis, block=_scaling.block_size(ins))
+        else:
+            qx = _quant.quantize_mx(x, fmt, axis=axis, block=_scaling.block_size(ins))
+        out.append((x, qx))
+    (A, qa), (B, qb) = out
+    return A, B, (qa, qb)
+
+
+def _gemm_values(cfg: Config, A, B, C, q):
+    """matmul after its arguments were checked (traced once per configuration)."""
+    fwd = functools.partial(_forward, cfg)
+    vals = functools.partial(_operand_values, cfg)
+    if cfg.grad_ins is not None:
+        return _ste.with_gemm_gradients(fwd, vals, cfg.grad_ins, A, B, C, q)
+    return _ste.straight_through(fwd, vals, A, B, C, q)
+
+
+_gemm_jit = jax.jit(_gemm_values, static_argnums=0)
+
+
+def matmul(
+    A,
+    B,
+    C=None,
+    *,
+    instruction,
+    arch=None,
+    promote_every=None,
+    quantize=None,
+    grad_instruction=None,
+):
+    """``D = A @ B + C`` computed as a GEMM kernel built on one PTX instruction computes it.
+
+    Every ``m x n`` tile of D starts from C and chains ``instruction`` over the k-steps in
+    increasing k, with the instruction's exact arithmetic on the chosen architecture.
+
+    Args:
+      A: ``[..., M, K]``; B: ``[..., K, N]``; C: ``[..., M, N]`` or None (+0). Batch
+        dimensions broadcast as in ``jnp.matmul``; M, N, K of any size (K is padded with
+        +0 to a multiple of the instruction's k). Element dtypes (``jnp.bfloat16``,
+        ``jnp.float8_e4m3fn``, ``jnp.int8``, ...) are used as they are; other float
+        dtypes are rounded to nearest into the element type (saturating for fp8/fp6/fp4
+        and integers: ``cvt.rn.satfinite``); unsigned integers are raw bits. C is in the
+        accumulator type (f32 inputs are rounded to an f16 accumulator).
+        Sparse (``mma.sp``) forms: A is the dense matrix with the form's structure (2 of
+        every 4, 1 of 2 for ``.tf32``), checked (ValueError for concrete A).
+        Block-scaled forms: A and B are :class:`jaxmma.quant.Quantized` (quantized along
+        K with the form's block: ``quantize_mx(X, fmt, block=...)``, ``quantize_nvfp4``),
+        or float arrays quantized here with ``quantize`` (default: NVFP4 for ``ue4m3``
+        scales, MX with floor scales otherwise). Per-tensor (NVFP4 global) scales
+        multiply the accumulator in f32 afterwards, and C is then added (one f32 add),
+        as a kernel's epilogue does.
+      instruction: PTX text of an ``mma`` / ``mma.sp`` / block-scaled ``mma`` /
+        ``wmma.mma`` form, or a :class:`jaxmma.Instruction`.
+      arch: the architecture whose arithmetic is emulated (default: the instruction's).
+      promote_every: P k-steps between promotions of the instruction accumulator into an
+        f32 total (f32 accumulators only); None: no promotion.
+      quantize: for block-scaled forms with float A/B, ``quantize(x, axis=...)`` ->
+        ``Quantized`` (e.g. ``functools.partial(jaxmma.quant.quantize_mx, fmt="e2m1",
+        block=32, scale_rounding="ceil")``).
+      grad_instruction: compute the two gradient GEMMs of the backward pass through this
+        dense instruction (e.g. an ``.e5m2`` form, as fp8 training recipes do) instead of
+        exactly; reverse mode only.
+
+    Returns:
+      D ``[..., M, N]`` in the accumulator type (float32, float16, int32, float64).
+
+    Derivatives: straight-through. The tangent is that of the exact product of the values
+    the instruction reads, ``dA @ B + A @ dB + dC`` in float32.
+
+    Raises:
+      ValueError: bad shapes, an instruction without a matrix product, a bad
+        ``promote_every``, an ``arch`` that cannot run the form, a non-structured sparse A.
+      TypeError: an operand dtype the instruction cannot take.
+
+    Example:
+      >>> import jax.numpy as jnp, jaxmma
+      >>> A = jnp.ones((40, 100), jnp.bfloat16); B = jnp.ones((100, 24), jnp.bfloat16)
+      >>> D = jaxmma.matmul(A, B, instruction="mma.sync.aligned.m16n8k16.row.col"
+      ...                   ".f32.bf16.bf16.f32", arch="sm_90")
+      >>> D.shape, D.dtype, float(D[0, 0])
+      ((40, 24), dtype('float32'), 100.0)
+    """
+    cfg = config(instruction, arch, promote_every, grad_instruction)
+    ins = cfg.ins
+    q = None
+    if ins.stype:
+        A, B, q = _quantize_operands(ins, A, B, quantize)
+        _check_shapes(ins, q[0].elements, q[1].elements, None if C is None else jnp.asarray(C))
+    else:
+        if quantize is not None:
+            raise ValueError(f"quantize: only block-scaled forms quantize; {ins.text} does not")
+        A, B = jnp.asarray(A), jnp.asarray(B)
+        _check_shapes(ins, A, B, None if C is None else jnp.asarray(C))
+    return _gemm_jit(cfg, A, B, C, q)
+
+
+def dot_general(
+    lhs,
+    rhs,
+    dimension_numbers,
+    precision=None,
+    preferred_element_type=None,
+    *,
+    instruction,
+    arch=None,
+    promote_every=None,
+    out_sharding=None,
+    **kwargs,
+):
+    """``jax.lax.dot_general`` computed by :func:`matmul` on ``instruction``.
+
+    Any contracting and batch dimensions; the output dims are (batch, lhs free, rhs
+    free), as ``lax.dot_general`` orders them. The contracting dimensions are flattened
+    into K in the order ``dimension_numbers`` lists them. ``preferred_element_type``
+    casts the accumulator result (round to nearest); ``precision`` is accepted and
+    ignored (the instruction fixes the arithmetic). A drop-in for the ``dot_general=``
+    argument of flax layers:
+    ``functools.partial(jaxmma.dot_general, instruction=...)``. Further keyword arguments
+    (``quantize``, ``grad_instruction``) go to :func:`matmul`.
+
+    Example:
+      >>> import functools, jax, jax.numpy as jnp, jaxmma
+      >>> dg = functools.partial(jaxmma.dot_general, instruction="mma.sync.aligned."
+      ...                        "m16n8k16.row.col.f32.bf16.bf16.f32", arch="sm_90")
+      >>> x = jnp.ones((2, 5, 32)); w = jnp.ones((32, 3))
+      >>> dg(x, w, (((2,), (0,)), ((), ()))).shape
+      (2, 5, 3)
+    """
+    del precision
+    lhs, rhs = jnp.asarray(lhs), jnp.asarray(rhs)
+    (lc, rc), (lb, rb) = _dimension_numbers(dimension_numbers, lhs, rhs)
+    lf = [d for d in range(lhs.ndim) if d not in lc and d not in lb]
+    rf = [d for d in range(rhs.ndim) if d not in rc and d not in rb]
+    batch = tuple(lhs.shape[d] for d in lb)
+    size = lambda x, dims: math.prod(x.shape[d] for d in dims)  # noqa: E731
+    L = jnp.transpose(lhs, lb + lf + lc).reshape(batch + (size(lhs, lf), size(lhs, lc)))
+    R = jnp.transpose(rhs, rb + rc + rf).reshape(batch + (size(rhs, rc), size(rhs, rf)))
+    D = matmul(L, R, instruction=instruction, arch=arch, promote_every=promote_every, **kwargs)
+    D = D.reshape(batch + tuple(lhs.shape[d] for d in lf) + tuple(rhs.shape[d] for d in rf))
+    if preferred_element_type is not None:
+        D = D.astype(preferred_element_type)
+    if out_sharding is not None:
+        D = jax.lax.with_sharding_constraint(D, out_sharding)
+    return D
+
+
+def _dimension_numbers(dn, lhs, rhs):
+    try:
+        (lc, rc), (lb, rb) = dn
+        lc, rc, lb, rb = (tuple(int(d) for d in x) for x in (lc, rc, lb, rb))
+    except (TypeError, ValueError):
+        raise ValueError(
+            "dimension_numbers: expected ((lhs_contracting, rhs_contracting), (lhs_batch, "
+            f"rhs_batch)), got {dn!r}"
+        ) from None
+    for name, dims, x in (("lhs", lc + lb, lhs), ("rhs", rc + rb, rhs)):
+        if any(d < 0 or d >= x.ndim for d in dims) or len(set(dims)) != len(dims):
+            raise ValueError(
+                f"dimension_numbers: {name} dimensions {dims} must be distinct and in "
+                f"range for rank {x.ndim}"
+            )
+    if len(lc) != len(rc) or len(lb) != len(rb):
+        raise ValueError(
+            f"dimension_numbers: contracting {lc} / {rc} and batch {lb} / {rb} must pair up"
+        )
+    for kind, ld, rd in (("contracting", lc, rc), ("batch", lb, rb)):
+        for i, j in zip(ld, rd, strict=True):
+            if lhs.shape[i] != rhs.shape[j]:
+                raise ValueError(
+                    f"dimension_numbers: {kind} dimension {i} of lhs {tuple(lhs.shape)} and "
+                    f"{j} of rhs {tuple(rhs.shape)} differ in size"
+                )
+    return (list(lc), list(rc)), (list(lb), list(rb))

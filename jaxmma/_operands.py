@@ -1,0 +1,85 @@
+"""GEMM operands: user arrays -> the raw bits an instruction reads, and back to values.
+
+A GEMM takes what model code has: arrays in the instruction's element dtype (used as they
+are: their bits), float arrays of another dtype (converted to the element type, see
+:func:`to_bits`), or unsigned integer arrays of raw bits (the instruction's operand
+encoding, as ``ins.mma`` takes them).
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from . import _formats, _packing, _values
+
+#: element formats without a NaN or Inf, or narrower than 16 bits: a float input is
+#: rounded to nearest and clamped to the largest finite value (``cvt.rn.satfinite``)
+SATURATE = ("e4m3", "e5m2", "e3m2", "e2m3", "e2m1", "s8", "u8", "s4", "u4")
+#: element formats without a dtype of their own that ml_dtypes spells exactly
+NARROW_DTYPES = {
+    "e3m2": jnp.float6_e3m2fn,
+    "e2m3": jnp.float6_e2m3fn,
+    "e2m1": jnp.float4_e2m1fn,
+}
+UNSIGNED = (np.uint8, np.uint16, np.uint32, np.uint64)
+
+
+def element_dtype(fmt: str):
+    """The jnp dtype whose values are exactly the format's (None for s4/u4/b1)."""
+    return _values.DTYPES.get(fmt) or NARROW_DTYPES.get(fmt)
+
+
+def to_bits(ins, fmt: str, x, name: str):
+    """An operand array -> uint32 raw bits of ``fmt`` in ``ins``'s operand encoding.
+
+    * the element dtype (``jnp.bfloat16`` for ``.bf16``, ``jnp.float8_e4m3fn`` for
+      ``.e4m3``, ``jnp.int8`` for ``.s8``, ``jnp.float32`` for ``.tf32``, whose low 13 bits
+      the instruction ignores, ...): its bits, unchanged;
+    * any other float dtype: rounded to nearest even into ``fmt``, as ``cvt.rn`` does;
+      for the 8-, 6- and 4-bit and integer formats saturating (``cvt.rn.satfinite``:
+      out-of-range values and +-Inf clamp to the largest finite value, NaN stays NaN
+      where the format has one and gives 0 for integers); f16/bf16 overflow to +-Inf;
+    * unsigned integers: raw bits, taken as they are (``kind::f8f6f4``: the byte
+      containers).
+
+    Raises:
+      TypeError: any other dtype (a signed integer of another width, bool, ...), naming
+        ``name`` and the dtypes allowed.
+    """
+    x = jnp.asarray(x)
+    want = element_dtype(fmt)
+    out = jnp.uint64 if fmt == "f64" else jnp.uint32
+    if x.dtype.type in UNSIGNED:
+        return x.astype(out)
+    if want is not None and x.dtype == jnp.dtype(want) and fmt not in NARROW_DTYPES:
+        return _values.to_bits(fmt, x, name)
+    if jnp.issubdtype(x.dtype, jnp.floating) and fmt not in ("b1", "s32"):
+        if fmt == "f64":
+            return jax.lax.bitcast_convert_type(x.astype(jnp.float64), jnp.uint64)
+        if x.dtype.itemsize < 2:  # fp8/fp6/fp4 inputs: exact in float32
+            x = x.astype(jnp.float32)
+        bits = _formats.encode(fmt, x, rounding="rn", saturate=fmt in SATURATE)
+        if ins.kind == "f8f6f4":
+            bits = _packing.to_container(bits, fmt)
+        return bits
+    allowed = ["unsigned raw bits"]
+    if fmt not in ("b1", "s32"):
+        allowed.insert(0, "a float dtype (converted)")
+    if want is not None:
+        allowed.insert(0, jnp.dtype(want).name)
+    raise TypeError(
+        f"{name}: expected {', '.join(allowed)} for the .{fmt} operand of {ins.text}, got {x.dtype}"
+    )
+
+
+def values(ins, fmt: str, bits):
+    """Raw operand bits -> float32 values (float64 for f64): what the instruction reads."""
+    if ins.kind == "f8f6f4":
+        bits = _packing.from_container(bits, fmt)
+    if fmt in ("s8", "u8", "s4", "u4", "b1", "s32"):
+        f = _formats.fields(fmt, bits)
+        mag = f.sig.astype(jnp.float32)
+        return jnp.where(f.sign != 0, -mag, mag)
+    return _formats.decode(fmt, bits)

@@ -1,0 +1,125 @@
+"""Derivatives of the emulated products: straight-through estimators.
+
+The emulation works on raw bits, which have no derivative; JAX would differentiate the
+bit casts to zero. Every float-taking product (``ins.mma``, ``matmul``, ``dot_general``)
+instead gets the tangent of the exact product of the values the instruction reads:
+
+    dD = dA @ B + A @ dB + dC        (float32, then D's dtype)
+
+where A and B are the operands after conversion to the element type (or quantization):
+the rounding itself passes gradients straight through, as quantization-aware training
+does. The tangent is linear, so forward mode (``jax.jvp``) and reverse mode (``jax.grad``,
+``jax.vjp``) both work. :func:`with_gemm_gradients` instead runs the two gradient GEMMs of
+the reverse pass through a given instruction (e.g. ``.e5m2``), reverse mode only.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+F32 = jnp.float32
+HIGHEST = jax.lax.Precision.HIGHEST
+
+
+def _is_float(t) -> bool:
+    return t is not None and jnp.issubdtype(jnp.result_type(t), jnp.floating)
+
+
+def _product(x, y):
+    lead = jnp.broadcast_shapes(x.shape[:-2], y.shape[:-2])
+    x = jnp.broadcast_to(x.astype(F32), lead + x.shape[-2:])
+    y = jnp.broadcast_to(y.astype(F32), lead + y.shape[-2:])
+    return jnp.matmul(x, y, precision=HIGHEST)
+
+
+def _tangent_dtype(out):
+    return out.dtype if jnp.issubdtype(out.dtype, jnp.floating) else jax.dtypes.float0
+
+
+def straight_through(forward, values, A, B, C, aux):
+    """``forward(A, B, C, aux)`` with the straight-through tangent.
+
+    Args:
+      forward: ``(A, B, C, aux) -> D``, the emulation (not differentiable itself).
+      values: ``(A, B, aux) -> (A_values, B_values)``, float arrays of what the
+        instruction multiplies (``[..., M, K]``, ``[..., K, N]``).
+      A, B, C: the operands as given (None where absent); float ones get tangents.
+      aux: anything else ``forward`` needs (e.g. quantized operands); no tangent.
+    """
+
+    @jax.custom_jvp
+    def f(A, B, C, aux):
+        return forward(A, B, C, aux)
+
+    @f.defjvp
+    def f_jvp(primals, tangents):
+        A, B, C, aux = primals
+        dA, dB, dC, _ = tangents
+        out = f(A, B, C, aux)
+        if not jnp.issubdtype(out.dtype, jnp.floating):
+            return out, jnp.zeros(out.shape, jax.dtypes.float0)
+        va, vb = values(A, B, aux)
+        t = jnp.zeros(out.shape, F32)
+        if _is_float(A) and _is_float(dA):
+            t = t + _product(dA, vb)
+        if _is_float(B) and _is_float(dB):
+            t = t + _product(va, dB)
+        if _is_float(C) and _is_float(dC):
+            t = t + jnp.broadcast_to(dC.astype(F32), out.shape)
+        return out, t.astype(out.dtype)
+
+    return f(A, B, C, aux)
+
+
+def _unbroadcast(g, shape):
+    """Sum ``g`` over the leading dimensions that broadcasting added to ``shape``."""
+    extra = g.ndim - len(shape)
+    g = jnp.sum(g, axis=tuple(range(extra))) if extra else g
+    axes = tuple(i for i, n in enumerate(shape) if n == 1 and g.shape[i] != 1)
+    return jnp.sum(g, axis=axes, keepdims=True) if axes else g
+
+
+def with_gemm_gradients(forward, values, grad_ins, A, B, C, aux):
+    """``forward`` with reverse-mode gradients computed as GEMMs on ``grad_ins``:
+    ``dA = G @ B^T`` and ``dB = A^T @ G`` through :func:`jaxmma.matmul`, ``dC = G``."""
+    from . import _gemm
+
+    def gemm(x, y):
+        return _gemm.matmul(x.astype(F32), y.astype(F32), instruction=grad_ins)
+
+    @jax.custom_vjp
+    def f(A, B, C, aux):
+        return forward(A, B, C, aux)
+
+    def fwd(A, B, C, aux):
+        return f(A, B, C, aux), (A, B, C, aux)
+
+    def bwd(res, g):
+        A, B, C, aux = res
+        va, vb = values(A, B, aux)
+        g = g.astype(F32)
+        grads = []
+        for x, d in (
+            (A, lambda: gemm(g, jnp.swapaxes(vb, -1, -2))),
+            (B, lambda: gemm(jnp.swapaxes(va, -1, -2), g)),
+            (C, lambda: g),
+        ):
+            if _is_float(x):
+                grads.append(_unbroadcast(d(), x.shape).astype(x.dtype))
+            elif x is None:
+                grads.append(None)
+            else:
+                grads.append(jnp.zeros(jnp.shape(x), jax.dtypes.float0))
+        zero_aux = jax.tree.map(
+            lambda x: (
+                jnp.zeros(jnp.shape(x), jax.dtypes.float0)
+                if not _is_float(x)
+                else jnp.zeros_like(x)
+            ),
+            aux,
+        )
+        return (*grads, zero_aux)
+
+    f.defvjp(fwd, bwd)
+    return f(A, B, C, aux)
