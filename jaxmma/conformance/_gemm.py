@@ -32,6 +32,13 @@ Distributions (A and B; C follows them at the scale of the sums):
   per dot product (+-0, +-Inf, NaNs with random payloads, max finite, min normal);
   integers: the type's limits, 0 and +-1, with C near the s32 limits (saturation, wrap).
 * ``bits``: uniform raw bits everywhere (tf32 low 13 bits included).
+* ``small``: ``normal`` scaled so that the products land in the output's subnormal range
+  where the input formats reach it (:func:`small_exp`); integers: -3 .. 3.
+* ``cancel``: ``normal`` A and B where the second half of K cancels the first exactly; C
+  is +-0 (signed zero results, cancellation inside and across the k-steps).
+
+The random streams are keyed by :attr:`Case.data_key`, which leaves out ``promote_every``
+and ``.satfinite``: those variants of a form see the same inputs.
 """
 
 from __future__ import annotations
@@ -49,7 +56,7 @@ from . import _golden, _kernels, _vectors
 
 GENERATOR = "jaxmma-gemm/1"
 FORMAT = 1
-DISTS = ("normal", "wide", "special", "bits")
+DISTS = ("normal", "wide", "special", "bits", "small", "cancel", "special", "normal")
 WIDE_EXP = 24  # A/B exponents in [-WIDE_EXP, WIDE_EXP] at most (C: twice that)
 _U64 = np.uint64
 
@@ -96,8 +103,18 @@ class Case:
         return self.problems * self.mt * self.nt
 
     @property
+    def data_key(self) -> str:
+        """Names the random streams: the shape and types, steps, K and problems, so that
+        the ``promote_every`` and ``.satfinite`` variants of a form share their inputs."""
+        ins = self.instruction()
+        return (
+            f"{ins.shape}.{ins.dtype}.{ins.atype}.{ins.btype}.{ins.ctype}|S={self.steps}|"
+            f"K={self.K}|G={self.problems}x{self.mt}x{self.nt}"
+        )
+
+    @property
     def key(self) -> str:
-        """Names the record's random streams (and identifies it in a golden file)."""
+        """Identifies the record in a golden file."""
         p = self.promote_every or 0
         return f"{self.text}|P={p}|S={self.steps}|K={self.K}|G={self.problems}x{self.mt}x{self.nt}"
 
@@ -143,7 +160,7 @@ class Problem:
     dists: tuple
 
     def crc32(self) -> int:
-        crc = zlib.crc32(self.case.key.encode())
+        crc = zlib.crc32(self.case.data_key.encode())
         for name in ("A", "B", "C"):
             a = np.ascontiguousarray(getattr(self, name), dtype="<u4")
             crc = zlib.crc32(f"{name}:{a.shape}".encode(), crc)
@@ -164,7 +181,7 @@ class _Streams:
         self.case = case
 
     def u64(self, name: str, shape) -> np.ndarray:
-        key = _vectors.stream_key(self.case.key, self.case.seed, name)
+        key = _vectors.stream_key(self.case.data_key, self.case.seed, name)
         n = int(np.prod(shape))
         return _vectors.splitmix64(key, np.arange(n, dtype=np.uint64)).reshape(shape)
 
@@ -252,6 +269,45 @@ def _float_operand(st: _Streams, name, fmt, dist, shape, scale_exp: int, K: int,
     return _place(fmt, codes)
 
 
+def small_exp(ins) -> int:
+    """Exponent of the ``small`` A and B: their products land at the bottom of the output
+    format (its subnormals) where the input formats reach that far, else at the inputs'
+    own bottom."""
+    out = _vectors.FLOATS[ins.dtype]
+    lo = max(_vectors.FLOATS[ins.atype].emin, _vectors.FLOATS[ins.btype].emin)
+    return max((out.emin - 4) // 2, lo + 2)
+
+
+def _cancel(st: _Streams, name, fmt, shape, K: int):
+    """``normal`` A and B whose second half of K negates the first (A) or repeats it (B):
+    exact sums are zero (up to an unpaired element); C is +-0."""
+    tag = f"{name}/cancel"
+    is_float = fmt in _vectors.FLOATS
+    if name == "C":
+        if not is_float:
+            return np.zeros(shape, np.uint64)
+        f = _vectors.FLOATS[fmt]
+        return st.bits(tag + "/s", shape, 1) << _U64(f.width - 1)
+    if is_float:
+        codes = _float_operand(st, name, fmt, "normal", shape, 0, K, fmt)
+        width = 32 if fmt == "tf32" else _vectors.FLOATS[fmt].width
+    else:
+        codes = _int_operand(st, name, fmt, "normal", shape, K)
+    h = K // 2
+    codes = codes.copy()
+    if name == "A":
+        first = codes[..., :h]
+        if is_float:
+            neg = first ^ _U64(1 << (width - 1))
+        else:
+            bits = _vectors.INTS[fmt][0]
+            neg = (_U64(1 << bits) - first) & _U64((1 << bits) - 1)
+        codes[..., h : 2 * h] = neg
+    else:
+        codes[..., h : 2 * h, :] = codes[..., :h, :]
+    return codes
+
+
 def _int_operand(st: _Streams, name, fmt, dist, shape, K: int):
     bits, _ = _vectors.INTS[fmt]
     mask = _U64((1 << bits) - 1)
@@ -259,6 +315,9 @@ def _int_operand(st: _Streams, name, fmt, dist, shape, K: int):
     tag = f"{name}/{dist}"
     if dist in ("bits", "wide"):
         return st.bits(tag, shape, bits)
+    if dist == "small":  # magnitudes 0 .. 3: sums far from the limits, many exact zeros
+        v = st.below(tag, shape, 7) - 3
+        return v.astype(np.uint64) & mask
     if dist == "normal":
         scale = 32.0 * (np.sqrt(float(K)) * 32 if name == "C" else 1)
         v = np.trunc(st.normal(tag + "/z", shape) * scale).astype(np.int64)
@@ -283,13 +342,17 @@ def inputs(case: Case) -> Problem:
     out = {}
     for name in "ABC":
         arr = np.zeros((G, *shapes[name]), np.uint64)
-        for dist in DISTS:
+        for dist in sorted(set(DISTS)):
             sel = np.array([d == dist for d in dists])
             if not sel.any():
                 continue
             fmt = fmts[name]
-            if fmt in _vectors.FLOATS:
-                se = (_log2(K) // 2 + 1) if name == "C" and dist != "wide" else 0
+            if dist == "cancel":
+                vals = _cancel(st, name, fmt, arr.shape, K)
+            elif fmt in _vectors.FLOATS:
+                se = (_log2(K) // 2 + 1) if name == "C" else 0
+                if dist == "small":
+                    se = small_exp(ins) * (2 if name == "C" else 1)
                 vals = _float_operand(st, name, fmt, dist, arr.shape, se, K, ins.dtype)
             else:
                 vals = _int_operand(st, name, fmt, dist, arr.shape, K)
