@@ -139,17 +139,11 @@ def test_matmul_matches_hardware(rec):
     problem = _gemm.regenerate(rec)
     ins = case.instruction()
     hw = _gemm.untile(case, _hardware_tiles(rec, case))  # [G, M, N]
-    got = []
-    for g in range(case.problems):  # the raw K (matmul zero-pads it), raw element bits
-        D = jaxmma.matmul(
-            problem.A[g],
-            problem.B[g],
-            problem.C[g],
-            instruction=ins,
-            promote_every=case.promote_every,
-        )
-        got.append(_bits(D))
-    got = np.asarray(got)
+    # all problems in one batched call; the raw K (matmul zero-pads it); raw element bits
+    D = jaxmma.matmul(
+        problem.A, problem.B, problem.C, instruction=ins, promote_every=case.promote_every
+    )
+    got = _bits(D)
     assert got.shape == hw.shape
     if not np.array_equal(got, hw):
         bad = np.argwhere(got != hw)
@@ -172,3 +166,69 @@ def test_tiling_round_trip():
     assert np.array_equal(At, Ar) and np.array_equal(Bt, Br) and np.array_equal(Ct, Cr)
     assert np.array_equal(_gemm.untile(case, Ct), p.C)
     assert case.K % case.instruction().k != 0 and not A[..., case.K :].any()
+
+
+# ----------------------------------------------------------------------------- variants
+def _by_key():
+    return {r.meta["key"]: r for r in RECORDS}
+
+
+def _variant(text, promote_every, steps):
+    """The record of a FORMS entry with the given steps."""
+    case = next(
+        c
+        for c in _gemm.default_cases()
+        if c.text == text and c.promote_every == promote_every and c.steps == steps
+    )
+    return _by_key()[case.key], case
+
+
+E4M3 = "mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32"
+S8 = "mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32"
+S8_SAT = "mma.sync.aligned.m16n8k32.row.col.satfinite.s32.s8.s8.s32"
+
+
+def test_variants_share_their_inputs():
+    groups = {}
+    for r in RECORDS:
+        groups.setdefault(_gemm.case_of(r).data_key, []).append(r)
+    assert len(groups) == 21  # 7 type combinations x 3 (steps, K)
+    for recs in groups.values():
+        assert len({r.meta["inputs_crc32"] for r in recs}) == 1
+        assert len({tuple(r.meta["dists"]) for r in recs}) == 1
+
+
+@pytest.mark.parametrize("steps", [7, 64])
+def test_promotion_every_4_steps_changes_the_hardware_bits(steps):
+    """Same inputs: groups of 4 chained from +0 then FADDed into C differ from the plain
+    chain (the order of the additions differs), in normal-distribution tiles too."""
+    plain, case = _variant(E4M3, None, steps)
+    prom, _ = _variant(E4M3, 4, steps)
+    a, b = plain.outputs["d"], prom.outputs["d"]
+    normal = [w for w in range(case.warps) if plain.meta["dists"][w // 4] == "normal"]
+    assert (a[normal] != b[normal]).mean() > 0.05
+
+
+@pytest.mark.parametrize("steps", [1, 7, 64])
+def test_promotion_every_step_is_the_plain_chain_on_sm90(steps):
+    """An observation about sm_90, not an assumption of the tests above: ptxas runs the
+    fp8 ``mma.sync`` as two ``HMMA.16816.F32`` from zero (after converting to f16) and adds
+    C with an ``FADD``, so promoting after every step gives the same bits as the chain."""
+    plain, _ = _variant(E4M3, None, steps)
+    prom, _ = _variant(E4M3, 1, steps)
+    assert np.array_equal(plain.outputs["d"], prom.outputs["d"])
+
+
+@pytest.mark.parametrize("steps", [1, 7, 64])
+def test_satfinite_changes_the_bits_where_the_s32_chain_overflows(steps):
+    wrap, case = _variant(S8, None, steps)
+    sat, _ = _variant(S8_SAT, None, steps)
+    a = wrap.outputs["d"].view(np.int32)
+    b = sat.outputs["d"].view(np.int32)
+    differ = a != b
+    assert differ.any()
+    if steps == 1:  # one step: saturated where they differ (later steps move away again)
+        assert np.all(np.isin(b[differ], [2**31 - 1, -(2**31)]))
+    special = [w for w in range(case.warps) if wrap.meta["dists"][w // 4] == "special"]
+    normal = [w for w in range(case.warps) if wrap.meta["dists"][w // 4] == "normal"]
+    assert differ[special].any() and not differ[normal].any()
