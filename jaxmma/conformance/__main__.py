@@ -8,6 +8,9 @@ Commands
            form differs (or a record fails its CRC).
   list     the forms a run would take, their warps, kernels and golden group.
   compile  compile every kernel with the local nvcc (no GPU needed) and report.
+  gemm     on a GPU: chained GEMMs (``mma`` over many k-steps, optional f32 promotion) of
+           a few forms (``_gemm.FORMS``), saved as ``gemm-*.npz`` golden files; checked
+           by tests/test_gemm_golden.py.
 
 Warps per form (``--warps N``, default 128): ``mma``/``wmma.mma`` get N warps for the
 primary variant of a form (first layout pair, no ``.satfinite``, ``.rn``) and N // 4 for
@@ -330,6 +333,66 @@ def cmd_check(args) -> int:
     return _summary(results)
 
 
+def cmd_gemm(args) -> int:
+    from . import _gemm, _gpu
+
+    t_all = time.perf_counter()
+    info = _gpu.device_info()
+    arch = args.arch or info["arch"]
+    print(
+        f"device: {info['device']} ({info['arch']}), driver {info['driver']}, "
+        f"CUDA runtime {info['cuda_runtime']}, {info['nvcc']}; emulating {arch}",
+        flush=True,
+    )
+    rx = re.compile(args.forms) if args.forms else None
+    cases = [c for c in _gemm.default_cases(args.seed, arch) if not rx or rx.search(c.text)]
+    if not cases:
+        print("no cases selected")
+        return 1
+    ks = list(_gemm.kernels(cases).values())
+    print(f"{len(cases)} chained GEMM cases, {len(ks)} kernels", flush=True)
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        fut = pool.submit(_gpu.compile_kernels, ks, arch, args.build)
+        t0 = time.perf_counter()
+        problems = [_gemm.inputs(c) for c in cases]
+        frags = [_gemm.fragments(p) for p in problems]
+        t_in = time.perf_counter() - t0
+        build = fut.result()
+    print(
+        f"inputs and fragments: {t_in:.1f} s; compile: {len(build.cubins)} kernels in "
+        f"{build.seconds:.1f} s, {len(build.errors)} refused",
+        flush=True,
+    )
+    for name, err in build.errors.items():
+        print(f"  {name}: {err[:300]}")
+    runner = _gpu.Runner(build)
+    date = _gemm.now()
+    records, failed = [], 0
+    t0 = time.perf_counter()
+    for case, prob, fr in zip(cases, problems, frags, strict=True):
+        try:
+            d = _gemm.run_case(runner, case, fr)
+        except Exception as e:  # noqa: BLE001 - report, keep the others
+            failed += 1
+            print(f"  gpu error: {case.key}: {type(e).__name__}: {str(e)[:200]}", flush=True)
+            if not runner.healthy():
+                print("  the CUDA context failed; stopping", flush=True)
+                break
+            continue
+        records.append(_gemm.make_record(prob, d, info, date))
+        print(f"  {case.key}: d {list(d.shape)} crc {records[-1].meta['outputs_crc32']:#010x}")
+    print(f"gpu: {len(records)} cases in {time.perf_counter() - t0:.1f} s", flush=True)
+    if args.save and records:
+        sizes = _gemm.save(args.save, records)
+        print(
+            f"saved {len(records)} records in {len(sizes)} files under {args.save}: "
+            f"{sum(sizes.values()) / 2**20:.2f} MiB",
+            flush=True,
+        )
+    print(f"total {time.perf_counter() - t_all:.1f} s")
+    return 1 if failed or build.errors else 0
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(
         prog="python -m jaxmma.conformance",
@@ -373,10 +436,21 @@ def main(argv=None) -> int:
     common(sp, "sm_90")
     sp = sub.add_parser("compile", help="compile every kernel with the local nvcc")
     common(sp, "sm_90")
+    g = sub.add_parser("gemm", help="chained GEMMs on the GPU (needs CuPy and nvcc)")
+    g.add_argument("--forms", help="regular expression on the instruction text")
+    g.add_argument("--arch", default=None, help="architecture (default: the GPU's)")
+    g.add_argument("--build", help="build directory (default: a temp dir per arch)")
+    g.add_argument("--seed", type=int, default=0)
+    g.add_argument("--save", metavar="DIR", help="write gemm-*.npz, e.g. tests/golden/sm_90")
     args = p.parse_args(argv)
-    return {"run": cmd_run, "check": cmd_check, "list": cmd_list, "compile": cmd_compile}[args.cmd](
-        args
-    )
+    cmds = {
+        "run": cmd_run,
+        "check": cmd_check,
+        "list": cmd_list,
+        "compile": cmd_compile,
+        "gemm": cmd_gemm,
+    }
+    return cmds[args.cmd](args)
 
 
 if __name__ == "__main__":

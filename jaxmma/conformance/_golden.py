@@ -131,7 +131,12 @@ def load_golden(path: str):
 
 
 def golden_files(directory: str) -> list:
-    return sorted(os.path.join(directory, n) for n in os.listdir(directory) if n.endswith(".npz"))
+    """The single-instruction golden files (not the chained GEMM ``gemm-*.npz``)."""
+    return sorted(
+        os.path.join(directory, n)
+        for n in os.listdir(directory)
+        if n.endswith(".npz") and not n.startswith("gemm-")
+    )
 
 
 def regenerate_inputs(record: Record) -> _vectors.Vectors:
