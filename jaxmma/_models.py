@@ -67,6 +67,10 @@ def mma_bits(ins, A, B, C, *, scales=None, model=None, sparse_idx=None):
     ``sparse_idx``: for ``mma.sp``, int32 ``[..., M, K/2]``, the dense column (k) of each
     stored element of the compressed A; the stored products alone enter the sum.
     """
+    if ins.opcode == "wgmma.mma_async":  # Hopper's warpgroup MMA has its own parameters
+        from . import _wgmma
+
+        return _wgmma.mma_bits(ins, A, B, C, model=model)
     a = ins.atype
     B = gather_rows(B, sparse_idx)
     rows = sparse_idx is not None
