@@ -21,6 +21,9 @@ with the Hopper ``wgmma`` parameters of MMA-Sim (Xie et al. 2025):
 
 ``scale-d`` false gives ``D = A * B`` (the accumulator does not enter: it is replaced by
 +0); ``imm-scale-a/b = -1`` negate every element of A/B (the sign bit is flipped).
+
+Checked on an H100 (``tests/golden/sm_90/wgmma-sm_90a.npz``): 19 forms, every element of
+D equal, scale-d and imm-scale included.
 """
 
 from __future__ import annotations
