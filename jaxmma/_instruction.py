@@ -17,6 +17,7 @@ _IMPLEMENTATIONS = {
     "ldmatrix": "._movement",
     "stmatrix": "._movement",
     "movmatrix": "._movement",
+    "wgmma.mma_async": "._wgmma",
 }
 
 

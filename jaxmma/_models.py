@@ -70,6 +70,10 @@ def mma_bits(ins, A, B, C, *, scales=None, model=None, sparse_idx=None):
     """
     if ins.opcode == "wmma.mma" and model is None and family(ins.arch_number) == 90:
         return sm90_wmma(ins, A, B, C)
+    if ins.opcode == "wgmma.mma_async":  # Hopper's warpgroup MMA has its own parameters
+        from . import _wgmma
+
+        return _wgmma.mma_bits(ins, A, B, C, model=model)
     a = ins.atype
     B = gather_rows(B, sparse_idx)
     rows = sparse_idx is not None

@@ -1,4 +1,4 @@
-"""Parse PTX instruction text of section 9.7.14 into an :class:`Instruction`.
+"""Parse PTX instruction text of sections 9.7.14 and 9.7.15 into an :class:`Instruction`.
 
 Parsing reads every qualifier, validates it against the one table of forms in
 :mod:`jaxmma._spec`, and refuses with a ``ValueError`` that names the qualifier, the value
@@ -155,6 +155,15 @@ def _tokenize(text: str) -> _Tokens:
     rest = parts[1:]
     if head == "mma" and rest and rest[0] in ("sp", "sp::ordered_metadata"):
         t.sparse = rest.pop(0)
+    elif head == "wgmma":
+        if not rest or rest[0] != "mma_async":
+            raise _fail("opcode", word, _spec.OPCODES)
+        head = f"wgmma.{rest.pop(0)}"
+        if rest and rest[0] == "sp":
+            raise ValueError(
+                f"{word!r}: wgmma.mma_async.sp (sparse A) is not emulated yet; "
+                "the dense wgmma.mma_async forms are"
+            )
     elif head == "wmma":
         if not rest or rest[0] not in ("load", "store", "mma"):
             raise _fail("opcode", word, _spec.OPCODES)
@@ -333,6 +342,47 @@ def _match_mma(t: _Tokens) -> tuple[Form, dict]:
     return form, quals
 
 
+def _match_wgmma(t: _Tokens) -> tuple[Form, dict]:
+    """``wgmma.mma_async.sync.aligned.shape{.satfinite}.dtype.atype.btype{.and.popc}``."""
+    op = t.opcode
+    if t.layouts:
+        raise ValueError(
+            f"{t.text!r}: wgmma.mma_async takes no layout qualifiers (.row/.col); A is "
+            "row-major and B column-major, and the .f16/.bf16 transposes are the "
+            "imm-trans-a/imm-trans-b operands (they do not change the product)"
+        )
+    if len(t.types) != 3:
+        raise ValueError(
+            f"{t.text!r}: expected the element types .dtype.atype.btype, "
+            f"got {len(t.types)} type qualifier(s) {t.types}"
+        )
+    d, a, b = t.types
+    cands = list(_spec.forms(op))
+    cands = _narrow(cands, lambda f: f.atype == a, ".atype", a, lambda f: f.atype, op)
+    cands = _narrow(
+        cands, lambda f: f.btype == b, ".btype", b, lambda f: f.btype, f"{op} with .atype .{a}"
+    )
+    cands = _narrow(cands, lambda f: f.dtype == d, ".dtype", d, lambda f: f.dtype, f"{op}.{a}.{b}")
+    ctx = f"{op}.{d}.{a}.{b}"
+    cands = _narrow(cands, lambda f: f.shape == t.shape, "shape", t.shape, lambda f: f.shape, ctx)
+    (form,) = cands
+    if t.bitop or t.popc or form.bitops:
+        if not form.bitops:
+            raise ValueError(f"{t.text!r}: .{t.bitop or 'popc'} applies to .b1 only")
+        if not (t.bitop and t.popc):
+            raise ValueError(f"{t.text!r}: single-bit wgmma.mma_async needs .and.popc")
+        if t.bitop not in form.bitops:
+            raise _fail("bitOp", t.bitop, form.bitops, ctx)
+    if t.satfinite and not form.satfinite:
+        raise ValueError(f"{t.text!r}: .satfinite applies to the .s8/.u8 forms only")
+    for bad in ("rounding", "kind", "block_scale", "stype", "scale_vec", "num", "trans", "ss"):
+        if getattr(t, bad):
+            raise ValueError(f"{t.text!r}: qualifier {bad} does not apply to {op}")
+    if t.elem or t.frag:
+        raise ValueError(f"{t.text!r}: unexpected qualifier for {op}")
+    return form, {"satfinite": t.satfinite, "bitop": t.bitop}
+
+
 def _suggest_variant(t: _Tokens) -> None:
     """Raise a clearer error when the text is valid under another sparsity variant."""
     for other in ("sp", "sp::ordered_metadata"):
@@ -434,7 +484,19 @@ def _elem_bits(fmt: str, kind: str | None) -> int:
 
 
 def operands(form: Form) -> tuple[Operand, ...]:
-    """The register operands of a form, in PTX operand order."""
+    """The register operands of a form, in PTX operand order.
+
+    ``wgmma.mma_async``: registers per thread of the warpgroup (128 threads): ``d`` (also
+    the accumulator) and ``a`` for the form that takes A from registers (A may instead
+    be a shared-memory descriptor; B always is one).
+    """
+    if form.opcode == "wgmma.mma_async":
+        dbits = _elem_bits(form.dtype, None)
+        abits = _elem_bits(form.atype, None)
+        return (
+            Operand("d", form.m * form.n * dbits // (128 * 32), 32, form.dtype, dbits, True),
+            Operand("a", form.m * form.k * abits // (128 * 32), 32, form.atype, abits),
+        )
     if form.opcode in ("mma", "wmma.mma"):
         reg = 64 if form.atype == "f64" else 32
         mats = 4 if (form.shape == "m8n8k4" and form.atype == "f16") else 1
@@ -513,6 +575,8 @@ def parse(text: str, arch: str | None = None) -> tuple[Form, dict, Arch]:
             raise ValueError("wmma.mma has no block scaling")
     elif t.opcode in ("wmma.load", "wmma.store"):
         form, quals = _match_wmma_mem(t)
+    elif t.opcode == "wgmma.mma_async":
+        form, quals = _match_wgmma(t)
     else:
         form, quals = _match_movement(t)
     a = default_arch(form) if arch is None else parse_arch(arch)
@@ -551,6 +615,14 @@ def canonical_text(form: Form, quals: dict) -> str:
         if f.stype:
             parts.append(f.stype)
         if f.opcode == "mma" and q.get("bitop"):
+            parts += [q["bitop"], "popc"]
+        return ".".join(parts)
+    if f.opcode == "wgmma.mma_async":
+        # .satfinite after the types, as the spec's examples and CUTLASS write it
+        parts = [f.opcode, "sync", "aligned", f.shape, f.dtype, f.atype, f.btype]
+        if q.get("satfinite"):
+            parts.append("satfinite")
+        if q.get("bitop"):
             parts += [q["bitop"], "popc"]
         return ".".join(parts)
     if f.opcode in ("wmma.load", "wmma.store"):

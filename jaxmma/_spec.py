@@ -1,4 +1,4 @@
-"""The one table of every instruction form of PTX ISA section 9.7.14.
+"""The one table of every instruction form of PTX ISA sections 9.7.14 and 9.7.15.
 
 Every other module (the parser, the emulators, the conformance harness, the tests, the
 benchmarks and the docs) reads the forms from :data:`FORMS`; nothing else lists them.
@@ -39,7 +39,7 @@ SM120_FAMILY = frozenset({120, 121})
 class Form:
     """One instruction form of the spec (see the module docstring)."""
 
-    opcode: str  # mma | wmma.load | wmma.store | wmma.mma | ldmatrix | stmatrix | movmatrix
+    opcode: str  # mma | wmma.* | ldmatrix | stmatrix | movmatrix | wgmma.mma_async
     shape: str  # m16n8k16, m8n8, ...
     atype: str | None = None
     btype: str | None = None
@@ -586,7 +586,38 @@ def _movement() -> list[Form]:
     return forms
 
 
-FORMS: tuple[Form, ...] = tuple(_mma_dense() + _mma_sparse() + _wmma() + _movement())
+# ---------------------------------------------------------------------------------------
+# wgmma.mma_async (9.7.15.5.2): warpgroup-level, dense, sm_90a only. The text has no
+# layouts (A is row-major, B column-major); transposes, scale-d and the negating
+# imm-scale-a/b are operands, not qualifiers. dtype is also the accumulator type.
+SM90A = Target(90, frozenset({90}))
+WGMMA_N = tuple(range(8, 257, 8))  # floating forms: N = 8, 16, ..., 256
+WGMMA_N_INT = (8, 16, 24, 32, *range(48, 225, 16))  # .s8/.u8: ..., 32, 48, 64, ..., 224
+WGMMA_N_B1 = (8, 16, 24, 32, *range(48, 257, 16))  # .b1: ..., 32, 48, 64, ..., 256
+
+
+def _wgmma() -> list[Form]:
+    forms = []
+
+    def add(n, k, a, b, d, **kw):
+        kw.setdefault("ptx", (8, 0))
+        forms.append(Form("wgmma.mma_async", f"m64n{n}k{k}", a, b, d, d, target=SM90A, **kw))
+
+    for n in WGMMA_N:
+        for d in ("f16", "f32"):
+            add(n, 16, "f16", "f16", d)
+        add(n, 16, "bf16", "bf16", "f32")
+        add(n, 8, "tf32", "tf32", "f32")
+        for a, b, d in itertools.product(F8, F8, ("f16", "f32")):
+            add(n, 32, a, b, d)
+    for n, a, b in itertools.product(WGMMA_N_INT, I8, I8):
+        add(n, 32, a, b, "s32", satfinite=True, ptx=(8, 0) if a == b else (8, 4))
+    for n in WGMMA_N_B1:
+        add(n, 256, "b1", "b1", "s32", bitops=("and",))
+    return forms
+
+
+FORMS: tuple[Form, ...] = tuple(_mma_dense() + _mma_sparse() + _wmma() + _movement() + _wgmma())
 
 #: Places where the spec's text or examples disagree with ptxas (CUDA 13.0); the table
 #: follows ptxas. Each case is pinned by a test.
@@ -607,7 +638,16 @@ SPEC_ERRATA = {
 }
 
 # Accessors --------------------------------------------------------------------------------
-OPCODES = ("mma", "wmma.load", "wmma.store", "wmma.mma", "ldmatrix", "stmatrix", "movmatrix")
+OPCODES = (
+    "mma",
+    "wmma.load",
+    "wmma.store",
+    "wmma.mma",
+    "ldmatrix",
+    "stmatrix",
+    "movmatrix",
+    "wgmma.mma_async",
+)
 
 
 def forms(opcode: str | None = None) -> tuple[Form, ...]:

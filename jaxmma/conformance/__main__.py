@@ -66,6 +66,8 @@ def select(pattern: str | None, arch: str, texts=(), log=print) -> list:
     rx = re.compile(pattern) if pattern else None
     chosen, skipped = [], 0
     for ins in jaxmma.all_instructions():
+        if ins.opcode not in ORDER:  # warpgroup forms: see _wgmma_capture.py
+            continue
         if rx and not rx.search(ins.text):
             continue
         if not ins.runs_on(arch):
