@@ -20,7 +20,8 @@ X64_HINT = (
 HOW = (
     "wrap the jitted function in jax.experimental.checkify.checkify and call "
     "err.throw() on the error it returns (err, out = checkify.checkify(jax.jit(f))(...)), "
-    "call it outside jit with concrete inputs, or pass check=False"
+    "or call it outside jit with concrete inputs (or, where the call has one, pass "
+    "check=False)"
 )
 
 

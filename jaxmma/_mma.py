@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import jax.numpy as jnp
 
-from . import _fragments, _models, _values
+from . import _fragments, _models, _shapes, _values
 
 
 def _check_model(model):
@@ -33,8 +33,12 @@ def execute(
     byte_id_b=0,
     thread_id_b=0,
     model=None,
+    check=None,
 ):
-    """Register-level ``mma``: ``d = ins(a, b, c[, e], selector=..., scale_a=...)``."""
+    """Register-level ``mma``: ``d = ins(a, b, c[, e], selector=..., scale_a=...)``.
+
+    ``check`` (``mma.sp`` only): raise on undefined-behaviour metadata (see
+    :mod:`jaxmma.sparse`)."""
     _check_model(model)
     A = _fragments.unfragment(ins, "a", a)
     B = _fragments.unfragment(ins, "b", b)
@@ -43,9 +47,9 @@ def execute(
     if ins.sparse:
         from . import _sparse
 
-        idx = _sparse.metadata_indices(ins, e, selector)
-    elif e is not None or selector is not None:
-        raise ValueError(f"e/selector are operands of mma.sp only, not of {ins.text}")
+        idx = _sparse.metadata_indices(ins, e, selector, check=check)
+    elif e is not None or selector is not None or check is not None:
+        raise ValueError(f"e/selector/check are operands of mma.sp only, not of {ins.text}")
     scales = None
     if ins.stype:
         from . import _scaling
@@ -55,13 +59,55 @@ def execute(
         )
     elif scale_a is not None or scale_b is not None:
         raise ValueError(f"scale_a/scale_b are operands of .block_scale forms, not of {ins.text}")
+    nd = len(_fragments.matrix_shape(ins, "c"))  # 3 for m8n8k4 .f16 (four matrices)
+    SA, SB = scales or (None, None)
+    A, B, C, idx, SA, SB = _shapes.broadcast(
+        (
+            ("a", A, nd),
+            ("b", B, nd),
+            ("c", C, nd),
+            ("e", idx, 2),
+            ("scale_a", SA, 2),
+            ("scale_b", SB, 2),
+        ),
+        ins.text,
+    )
+    scales = None if scales is None else (SA, SB)
     D = _models.mma_bits(ins, A, B, C, scales=scales, model=model, sparse_idx=idx)
     return _fragments.fragment(ins, "d", D)
+
+
+def check_matrix_shapes(ins, A, B, C) -> None:
+    """ValueError naming the operand when a matrix of ``ins.mma`` has the wrong trailing
+    shape, or when the leading (batch) dimensions do not broadcast.
+
+    A sparse A is checked by :mod:`_sparse` (dense ``[M, K]`` or compressed with
+    ``metadata``); a ``Quantized`` operand by its ``shape``.
+    """
+    if ins.opcode == "mma":
+        want = {op: _fragments.matrix_shape(ins, op) for op in ("b", "c")}
+        want["a"] = None if ins.sparse else _fragments.matrix_shape(ins, "a")
+    else:  # wmma.mma
+        want = {"a": (ins.m, ins.k), "b": (ins.k, ins.n), "c": (ins.m, ins.n)}
+    named = []
+    for op, x in (("a", A), ("b", B), ("c", C)):
+        shape = tuple(x.shape) if hasattr(x, "shape") else tuple(jnp.shape(x))
+        w = want[op]
+        if w is None:
+            continue
+        if len(shape) < len(w) or shape[len(shape) - len(w) :] != w:
+            raise ValueError(
+                f"{op.upper()}: expected a matrix of trailing shape {list(w)} for "
+                f"{ins.text} (A [..., M, K], B [..., K, N], C [..., M, N]), got {shape}"
+            )
+        named.append((op.upper(), shape[: len(shape) - len(w)]))
+    _shapes.batch_shape(named, ins.text)
 
 
 def matrix_mma(ins, A, B, C, *, model=None, **kwargs):
     """Matrix-level ``D = A @ B + C`` (see :meth:`jaxmma.Instruction.mma`)."""
     _check_model(model)
+    check_matrix_shapes(ins, A, B, C)
     if ins.stype:
         from . import _scaling
 
@@ -73,7 +119,9 @@ def matrix_mma(ins, A, B, C, *, model=None, **kwargs):
     if ins.sparse:
         from . import _sparse
 
-        Ab, idx = _sparse.matrix_operands(ins, Ab, kwargs.pop("metadata", None))
+        Ab, idx = _sparse.matrix_operands(
+            ins, Ab, kwargs.pop("metadata", None), check=kwargs.pop("check", None)
+        )
     if ins.stype:
         from . import _scaling
 

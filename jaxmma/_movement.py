@@ -17,7 +17,7 @@ from __future__ import annotations
 import jax.numpy as jnp
 import numpy as np
 
-from . import _errors, _fragments, _layouts, _memory
+from . import _errors, _fragments, _layouts, _memory, _shapes, _values
 
 ALIGN = 16
 
@@ -28,7 +28,7 @@ def _layout(ins):
 
 
 def _check_addrs(addrs, lay, nbytes: int):
-    addrs = jnp.asarray(addrs)
+    addrs = _values.registers(addrs, "addrs")
     if addrs.dtype != jnp.uint32:
         raise TypeError(f"addrs: expected uint32 byte offsets [..., 32], got {addrs.dtype}")
     if addrs.ndim < 1 or addrs.shape[-1] != 32:
@@ -98,42 +98,28 @@ def stmatrix(ins, smem, addrs, regs, *, check=False):
     check = _check_flag(check)
     smem = _memory.check_image(smem, "smem")
     addrs = _check_addrs(addrs, lay, smem.shape[-1])
-    regs = jnp.asarray(regs)
+    regs = _values.registers(regs, "regs")
     if regs.dtype != jnp.uint32:
         raise TypeError(f"regs: expected uint32 registers [..., 32, {lay.nregs}], got {regs.dtype}")
     if regs.ndim < 2 or regs.shape[-2:] != (32, lay.nregs):
         raise ValueError(
             f"regs: expected shape [..., 32, {lay.nregs}] for {ins.text}, got {tuple(regs.shape)}"
         )
-    batch = _batch_shape(
-        ("smem", smem.shape[:-1]), ("addrs", addrs.shape[:-1]), ("regs", regs.shape[:-2])
+    smem, addrs, regs = _shapes.broadcast(
+        (("smem", smem, 1), ("addrs", addrs, 1), ("regs", regs, 2)), ins.text
     )
-    smem = jnp.broadcast_to(smem, batch + smem.shape[-1:])
-    addrs = jnp.broadcast_to(addrs, batch + (32,))
-    regs = jnp.broadcast_to(regs, batch + regs.shape[-2:])
     elems = _fragments.unpack(regs, lay.elem_bits)  # [..., 32, nelem]
     bitoff = _element_offsets(lay, addrs, smem.shape[-1])
     _check_traced(ins, lay, addrs, bitoff, smem.shape[-1], check)
     return _memory.write(smem, bitoff, elems, lay.mem_bits)
 
 
-def _batch_shape(*named):
-    """The broadcast of the leading (batch) shapes ``(name, shape)``; ValueError naming
-    them when they do not broadcast."""
-    try:
-        return tuple(jnp.broadcast_shapes(*(s for _, s in named)))
-    except ValueError:
-        got = ", ".join(f"{n} {tuple(s)}" for n, s in named)
-        raise ValueError(f"leading (batch) dimensions do not broadcast: {got}") from None
-
-
 def _broadcast(smem, addrs):
-    batch = _batch_shape(("smem", smem.shape[:-1]), ("addrs", addrs.shape[:-1]))
-    return (jnp.broadcast_to(smem, batch + smem.shape[-1:]), jnp.broadcast_to(addrs, batch + (32,)))
+    return _shapes.broadcast((("smem", smem, 1), ("addrs", addrs, 1)))
 
 
 def movmatrix(ins, a):
-    a = jnp.asarray(a)
+    a = _values.registers(a, "a")
     if a.dtype != jnp.uint32:
         raise TypeError(f"a: expected uint32 registers [..., 32], got {a.dtype}")
     if a.ndim < 1 or a.shape[-1] != 32:

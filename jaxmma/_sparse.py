@@ -13,7 +13,7 @@ are stored; the metadata names the stored slots:
 
 Nibble ``n`` of a metadata register (bits ``[4n+3:4n]``) describes one chunk;
 :func:`jaxmma._layouts.metadata_layout` says which lane and nibble describe which (row,
-chunk) for each selector (``notes/LAYOUTS.md``, hardware-checked on sm_90). The low two
+chunk) for each selector (``docs/layouts.md``, hardware-checked on sm_90). The low two
 bits ``i0`` of the nibble place stored slot 0, its high two bits ``i1`` stored slot 1:
 
 * 2:4: stored columns ``2c, 2c+1`` of the compressed row are dense ``4c + i0, 4c + i1``.
@@ -24,7 +24,7 @@ bits ``i0`` of the nibble place stored slot 0, its high two bits ``i1`` stored s
 
 Inside the emulator the metadata travels as ``idx``: int32 ``[..., M, K/2]``, the dense
 column of every stored element of the compressed A (row-major, compressed-column order);
-only the ``K/2`` stored products enter the fused sum (``notes/NUMERICS.md``).
+only the ``K/2`` stored products enter the fused sum (``docs/numerics.md``).
 
 Undefined behaviour (spec 9.7.14.6.1, 9.7.14.6.3) and what the emulator does by default:
 
@@ -36,13 +36,14 @@ Undefined behaviour (spec 9.7.14.6.1, 9.7.14.6.3) and what the emulator does by 
   (bit 1 of the nibble); the other bits are ignored.
 * Lanes outside the selected set are never read.
 
-**Checked mode** turns these into errors: ``checked(True)`` (globally, or ``with
-checked():`` for a block) or ``check=True`` on a call. Concrete (eager) inputs raise a
-``ValueError`` at once, naming the lane, nibble, row and chunk; traced inputs (under
-``jit``/``vmap``) emit a :func:`jax.experimental.checkify.check`, so wrap the function in
-:func:`jax.experimental.checkify.checkify` and call ``err.throw()`` (which raises a
-``ValueError`` subclass). Under ``jit`` without ``checkify`` JAX refuses to trace the
-check. The flag is read when a function is traced.
+**Checked mode** turns these into errors: ``check=True`` on a call (the recommended way;
+also ``ins(a, b, c, e, selector=f, check=True)`` and ``ins.mma(A, B, C, check=True)``),
+or ``with checked():``, which sets the default for eager calls only. Concrete (eager)
+inputs raise a ``ValueError`` at once, naming the lane, nibble, row and chunk; traced
+inputs (under ``jit``/``vmap``) emit a :func:`jax.experimental.checkify.check`, so wrap
+the function in :func:`jax.experimental.checkify.checkify` and call ``err.throw()``
+(which raises a ``ValueError`` subclass). Under plain ``jit`` a ``ValueError`` says so
+when the function is traced.
 
 Matrix-level misuse (a dense A with too many non-zeros in a chunk, an ``idx`` that no
 metadata nibble can express) always raises for concrete inputs; for traced inputs only in
@@ -51,6 +52,7 @@ checked mode (without it the lowest-index non-zero slots are kept).
 
 from __future__ import annotations
 
+import contextvars
 import functools
 import operator
 from typing import NamedTuple
@@ -59,9 +61,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
-from jax.experimental import checkify
 
-from . import _fragments, _layouts, _values
+from . import _errors, _fragments, _layouts, _values
 
 __all__ = [
     "checked",
@@ -76,51 +77,58 @@ __all__ = [
 
 # ---------------------------------------------------------------------------------------
 # Checked mode
-_STATE = {"check": False}
+_DEFAULT_CHECK = contextvars.ContextVar("jaxmma_sparse_check", default=False)
 
 
 class checked:
-    """Turn checked mode on or off (globally; restored on exit when used with ``with``).
+    """Set the default of ``check`` for *eager* calls (per thread; restored by ``with``).
 
-    In checked mode, undefined-behaviour metadata (see the module docstring) and malformed
-    matrix-level operands raise: concrete inputs a ``ValueError`` at once, traced inputs
-    through :func:`jax.experimental.checkify.check`. The flag is read at trace time, so a
-    function already compiled by ``jit`` keeps the mode it was traced with.
+    The recommended way is the explicit argument: ``check=True`` on
+    :func:`metadata_indices`, :func:`compress`, :func:`decompress`,
+    :func:`matrix_operands`, and on the instructions themselves (``ins(a, b, c, e,
+    selector=f, check=True)``, ``ins.mma(A, B, C, check=True)``); it is part of the traced
+    function, so a jitted function checks exactly when it says so.
+
+    This context only sets the default for calls whose inputs are concrete (eager calls
+    outside ``jit``/``vmap``); traced calls check only with an explicit ``check=True``, so
+    nothing is baked into a compiled function by whatever mode was on when it was traced.
+    The mode is a :class:`contextvars.ContextVar`: each thread (and asyncio task) has its
+    own.
 
     Args:
       enabled: ``True`` (default) to check, ``False`` to stop checking.
 
     Example:
-      >>> checked(True)            # from now on            # doctest: +SKIP
-      >>> with checked():          # only inside the block  # doctest: +SKIP
+      >>> with checked():          # eager calls in the block check   # doctest: +SKIP
       ...     d = ins(a, b, c, e, selector=0)
     """
 
     def __init__(self, enabled: bool = True):
         if not isinstance(enabled, (bool, np.bool_)):
             raise TypeError(f"enabled: expected True or False, got {enabled!r}")
-        self._previous = _STATE["check"]
-        _STATE["check"] = bool(enabled)
+        self._token = _DEFAULT_CHECK.set(bool(enabled))
 
     def __repr__(self) -> str:
-        return f"checked({_STATE['check']})"
+        return f"checked({_DEFAULT_CHECK.get()})"
 
     def __enter__(self):
         return self
 
     def __exit__(self, *exc):
-        _STATE["check"] = self._previous
+        _DEFAULT_CHECK.reset(self._token)
         return False
 
 
 def is_checked() -> bool:
-    """Whether checked mode is on (see :class:`checked`)."""
-    return _STATE["check"]
+    """Whether eager calls check by default in this thread (see :class:`checked`)."""
+    return _DEFAULT_CHECK.get()
 
 
-def _want_check(check) -> bool:
+def _want_check(check, *inputs) -> bool:
+    """``check`` as given; ``None``: the :class:`checked` default for concrete ``inputs``,
+    False for traced ones."""
     if check is None:
-        return _STATE["check"]
+        return _DEFAULT_CHECK.get() and _concrete(*inputs)
     if not isinstance(check, (bool, np.bool_)):
         raise TypeError(f"check: expected None, True or False, got {check!r}")
     return bool(check)
@@ -297,7 +305,12 @@ def _fail(
     for key, v in values.items():
         fields[key] = jnp.broadcast_to(v, bad.shape).reshape(-1)[first]
     at = "batch element {batch}, " if bad.ndim > 2 else ""
-    checkify.check(jnp.logical_not(flat[first]), traced_message.replace("<@>", at), **fields)
+    _errors.traced_check(
+        jnp.logical_not(flat[first]),
+        traced_message.replace("<@>", at),
+        "a sparse check (check=True, or validate)",
+        **fields,
+    )
 
 
 def _where(pos) -> str:
@@ -459,7 +472,7 @@ def _idx_bad_core(slots: int, width: int, order: str | None, idx):
 def _check_e(geo: _Geometry, e):
     if e is None:
         raise ValueError(f"e: the metadata operand is required for {geo.text}")
-    e = jnp.asarray(e)
+    e = _values.registers(e, "e")
     if e.dtype != jnp.uint32:
         raise TypeError(f"e: expected uint32 metadata registers for {geo.text}, got {e.dtype}")
     if e.ndim < 1 or e.shape[-1] != 32:
@@ -497,7 +510,7 @@ def _check_nibbles(geo: _Geometry, tab: _Tables, nib, bad, selector: int) -> Non
 
 def metadata_indices(ins, e, selector, *, check=None):
     """Decode the metadata registers of ``mma.sp`` into the dense column of each stored
-    element of A (PTX ISA 9.7.14.6.1-2, ``notes/LAYOUTS.md``).
+    element of A (PTX ISA 9.7.14.6.1-2, ``docs/layouts.md``).
 
     Every nibble of the lanes the selector picks describes one chunk of one row of A; its
     indices place the stored elements of that chunk (see the module docstring). Lanes
@@ -532,7 +545,7 @@ def metadata_indices(ins, e, selector, *, check=None):
     e = _check_e(geo, e)
     tab = _tables(geo, sel)
     idx, nib, bad = _decode_core(geo.slots, geo.width, e, tab.lane, tab.shift, tab.valid)
-    if _want_check(check):
+    if _want_check(check, e):
         _check_nibbles(geo, tab, nib, bad, sel)
     return idx
 
@@ -675,7 +688,7 @@ def matrix_operands(ins, A_bits, metadata, *, check=None):
     """
     geo = _geometry(ins)
     A = jnp.asarray(A_bits)
-    want = _want_check(check)
+    want = _want_check(check, A, metadata)
     if metadata is None:
         values, idx, _ = _compress(geo, _check_dense(geo, A, "A"), "A", want)
         return values, idx
@@ -789,7 +802,7 @@ def compress(A, ins, selector=0, *, registers: bool = True, check=None):
     geo = _geometry(ins)
     sel = _selector(geo, selector)
     A = _check_dense(geo, A, "A")
-    values, _, nib = _compress(geo, A, "A", _want_check(check))
+    values, _, nib = _compress(geo, A, "A", _want_check(check, A))
     tab = _tables(geo, sel)
     e = _pack_core(nib, tab.row, tab.chunk, tab.used)
     if registers:

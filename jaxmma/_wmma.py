@@ -30,7 +30,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from . import _errors, _fragments, _layouts, _memory, _models
+from . import _errors, _fragments, _layouts, _memory, _models, _shapes, _values
 
 ALIGN = 16
 ATOM_K = {
@@ -252,16 +252,6 @@ def _check_traced(ins, lay, addr, stride, off, nbytes: int) -> None:
     _memory.check_traced(ok, "addr/stride", ins.opcode)
 
 
-def _batch(ins, *named):
-    try:
-        return tuple(jnp.broadcast_shapes(*(s for _, s in named)))
-    except ValueError:
-        got = ", ".join(f"{n} {tuple(s)}" for n, s in named)
-        raise ValueError(
-            f"leading (batch) dimensions do not broadcast for {ins.text}: {got}"
-        ) from None
-
-
 def load(ins, mem, addr=0, stride=None, *, check=False):
     """``wmma.load``: ``mem`` uint8 ``[..., nbytes]`` -> registers ``[..., 32, nregs]``."""
     check = _check_flag(check)
@@ -271,9 +261,7 @@ def load(ins, mem, addr=0, stride=None, *, check=False):
     off = _offsets(lay, ins.layout, addr, stride, nbytes)
     if check:
         _check_traced(ins, lay, addr, stride, off, nbytes)
-    batch = _batch(ins, ("mem", mem.shape[:-1]), ("addr/stride", off.shape[:-2]))
-    mem = jnp.broadcast_to(mem, batch + mem.shape[-1:])
-    off = jnp.broadcast_to(off, batch + off.shape[-2:])
+    mem, off = _shapes.broadcast((("mem", mem, 1), ("addr/stride", off, 2)), ins.text)
     if lay.elem_bits == 64:
         ok = _memory.inside(off, 64, nbytes)
         lo = _memory.read(mem, off, 32).astype(jnp.uint64)
@@ -293,15 +281,9 @@ def store(ins, mem, regs, addr=0, stride=None, *, check=False):
     off = _offsets(lay, ins.layout, addr, stride, nbytes)
     if check:
         _check_traced(ins, lay, addr, stride, off, nbytes)
-    batch = _batch(
-        ins,
-        ("mem", mem.shape[:-1]),
-        ("regs", regs.shape[:-2]),
-        ("addr/stride", off.shape[:-2]),
+    mem, regs, off = _shapes.broadcast(
+        (("mem", mem, 1), ("regs", regs, 2), ("addr/stride", off, 2)), ins.text
     )
-    mem = jnp.broadcast_to(mem, batch + mem.shape[-1:])
-    regs = jnp.broadcast_to(regs, batch + regs.shape[-2:])
-    off = jnp.broadcast_to(off, batch + off.shape[-2:])
     elems = _fragments.unpack(regs, lay.elem_bits)
     return _memory.write(mem, off, elems, lay.elem_bits)
 
@@ -309,7 +291,7 @@ def store(ins, mem, regs, addr=0, stride=None, *, check=False):
 # ------------------------------------------------------------------------------ mma
 def _check_regs(lay: WmmaLayout, regs, name, ins):
     """The fragment's registers, checked: ``[..., 32, nregs]`` of the register width."""
-    regs = jnp.asarray(regs)
+    regs = _values.registers(regs, name, lay.reg_bits)
     want = jnp.uint64 if lay.reg_bits == 64 else jnp.uint32
     if regs.dtype != want:
         raise TypeError(
@@ -345,6 +327,7 @@ def mma(ins, a, b, c, *, model=None):
     A = _unfragment(_operand_layout(ins, "a"), a, "a", ins)
     B = _unfragment(_operand_layout(ins, "b"), b, "b", ins)
     C = _unfragment(_operand_layout(ins, "c"), c, "c", ins)
+    A, B, C = _shapes.broadcast((("a", A, 2), ("b", B, 2), ("c", C, 2)), ins.text)
     D = mma_bits(ins, A, B, C, model=model)
     return _fragment(_operand_layout(ins, "d"), D)
 

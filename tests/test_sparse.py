@@ -1,7 +1,7 @@
 """Tests of jaxmma._sparse (mma.sp metadata, compression, user tools; PTX ISA 9.7.14.6).
 
 The oracle is kept apart from the code it checks: ``LAYOUTS_TABLE`` below is the table of
-``notes/LAYOUTS.md`` ("Nibble n of a contributing lane -> (row, chunk)") written out row by
+``docs/layouts.md`` ("Nibble n of a contributing lane -> (row, chunk)") written out row by
 row, and :func:`oracle_indices` decodes a metadata register in plain Python loops from the
 bullet points of the same section (chunk sizes, i0/i1, tf32 ``i0 // 2``, 4-bit pairs).
 """
@@ -25,7 +25,7 @@ from jaxmma import _sparse as S
 from jaxmma import _spec
 
 # ---------------------------------------------------------------------------------------
-# The oracle: notes/LAYOUTS.md, "Sparse mma.sp metadata register e", transcribed.
+# The oracle: docs/layouts.md, "Sparse mma.sp metadata register e", transcribed.
 F8F6F4 = ("e4m3", "e5m2", "e3m2", "e2m3", "e2m1")
 
 # (shape, A types, selectors, contributes(q, sel), row(g, q, n), chunk(g, q, n))
@@ -61,7 +61,7 @@ def table_row(shape, atype):
 
 
 def chunk_size(shape, atype):
-    """LAYOUTS.md "Chunk size": 2 for tf32, 8 for s4/u4 and mxf4* e2m1, else 4."""
+    """docs/layouts.md "Chunk size": 2 for tf32, 8 for s4/u4 and mxf4* e2m1, else 4."""
     if atype == "tf32":
         return 2
     if atype in ("s4", "u4") or (atype == "e2m1" and shape == "m16n8k128"):
@@ -106,7 +106,7 @@ def oracle_indices(shape, atype, k, e, sel):
                 8 * c + 2 * i1,
                 8 * c + 2 * i1 + 1,
             ]
-    assert (idx >= 0).all(), "the LAYOUTS.md table leaves a chunk undescribed"
+    assert (idx >= 0).all(), "the docs/layouts.md table leaves a chunk undescribed"
     return idx
 
 
@@ -706,3 +706,64 @@ def test_matrix_level_equals_register_level():
     idx = S.metadata_indices(ins, e, 1)
     D2 = jax.jit(lambda v, i, b, c: ins.mma(v, b, c, metadata=i))(vals, idx, B, C)
     np.testing.assert_array_equal(np.asarray(D2).view(np.uint32), D)
+
+
+# ---------------------------------------------------------------------------------------
+# check= as an argument; the checked() context sets the default of eager calls only
+def _bad_e(ins, sel=0):
+    e = _valid_e(ins, sel, np.random.default_rng(3))
+    e[0] = (e[0] & ~np.uint32(0xF)) | np.uint32(0b0101)  # i0 == i1: undefined
+    return jnp.asarray(e)
+
+
+def test_checked_context_applies_to_eager_calls_only():
+    ins = _INS[K32_ORDERED]
+    e = _bad_e(ins)
+    f = jax.jit(lambda x: S.metadata_indices(ins, x, 0))
+    with S.checked():
+        with pytest.raises(ValueError, match="lane 0, nibble 0"):
+            S.metadata_indices(ins, e, 0)
+        f(e)  # traced: only an explicit check=True checks, nothing is baked in
+    f(e)
+
+
+def test_checked_context_is_per_thread():
+    import threading
+
+    seen = []
+    with S.checked():
+        t = threading.Thread(target=lambda: seen.append(S.is_checked()))
+        t.start()
+        t.join()
+        assert S.is_checked()
+    assert seen == [False] and not S.is_checked()
+
+
+def test_check_argument_on_the_instruction():
+    ins = _INS[K32_ORDERED]
+    a, b = jnp.zeros((32, 4), jnp.uint32), jnp.zeros((32, 4), jnp.uint32)
+    c = jnp.zeros((32, ins.nregs["c"]), jnp.uint32)
+    C = jnp.zeros((16, 8), jnp.float16 if ins.ctype == "f16" else jnp.float32)
+    e = _bad_e(ins)
+    ins(a, b, c, e, selector=0)  # decoded as is by default
+    with pytest.raises(ValueError, match="lane 0, nibble 0"):
+        ins(a, b, c, e, selector=0, check=True)
+    g = checkify.checkify(jax.jit(lambda x: ins(a, b, c, x, selector=0, check=True)))
+    err, _ = g(e)
+    with pytest.raises(ValueError, match="lane 0, nibble 0"):
+        err.throw()
+    with pytest.raises(ValueError, match="checkify.checkify"):
+        jax.jit(lambda x: ins(a, b, c, x, selector=0, check=True))(e)
+    vals = jnp.zeros((16, 16), jnp.float16)
+    dup = np.array([[4 * ch + j for ch in range(8) for j in (0, 1)]] * 16, np.int32)
+    dup[:, 1] = 0  # chunk 0 stores column 0 twice: what nibble 0b0000 decodes to
+    dup = jnp.asarray(dup)
+    ins.mma(vals, jnp.zeros((32, 8), jnp.float16), C, metadata=dup)
+    with pytest.raises(ValueError, match="metadata: row 0, chunk 0"):
+        ins.mma(
+            vals,
+            jnp.zeros((32, 8), jnp.float16),
+            C,
+            metadata=dup,
+            check=True,
+        )
