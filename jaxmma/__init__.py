@@ -1,6 +1,7 @@
 """jaxmma: bit-exact emulation of NVIDIA warp-level matrix instructions in JAX."""
 
 from . import formats as formats
+from . import layouts as layouts
 from . import quant as quant
 from . import sparse as sparse
 from ._instruction import Instruction as Instruction
@@ -14,6 +15,7 @@ __all__ = [
     "all_instructions",
     "formats",
     "instruction",
+    "layouts",
     "quant",
     "sparse",
 ]
