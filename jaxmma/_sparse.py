@@ -55,6 +55,7 @@ from __future__ import annotations
 import contextvars
 import functools
 import operator
+import warnings
 from typing import NamedTuple
 
 import jax
@@ -63,6 +64,7 @@ import numpy as np
 from jax import lax
 
 from . import _errors, _fragments, _layouts, _values
+from ._instruction import Instruction
 
 __all__ = [
     "checked",
@@ -173,13 +175,21 @@ class _Geometry(NamedTuple):
         return self.keep * self.width
 
 
-@functools.cache
 def _geometry(ins) -> _Geometry:
-    if getattr(ins, "opcode", None) != "mma" or not getattr(ins, "sparse", None):
-        text = getattr(ins, "text", ins)
-        raise ValueError(
-            f"ins: expected an mma.sp / mma.sp::ordered_metadata instruction, got {text!r}"
+    if not isinstance(ins, Instruction):
+        raise TypeError(
+            f"ins: expected an mma.sp / mma.sp::ordered_metadata jaxmma.Instruction, got "
+            f"{type(ins).__name__}"
         )
+    if ins.opcode != "mma" or not ins.sparse:
+        raise ValueError(
+            f"ins: expected an mma.sp / mma.sp::ordered_metadata instruction, got {ins.text!r}"
+        )
+    return _geometry_of(ins)
+
+
+@functools.cache
+def _geometry_of(ins) -> _Geometry:
     fmt = _layouts.metadata_format(shape=ins.shape, atype=ins.atype)
     slots, width, pattern = _SLOTS[fmt.chunk_size]
     ordered = ins.sparse == "sp::ordered_metadata"
@@ -715,8 +725,25 @@ def matrix_operands(ins, A_bits, metadata, *, check=None):
 
 
 # ---------------------------------------------------------------------------------------
-# User tools
-def prune(A, ins):
+# User tools: the instruction comes first, as in metadata_indices(ins, e, selector); the
+# old order (A, ins) still works, with a DeprecationWarning.
+def _deprecated_order(name: str, old: str) -> None:
+    warnings.warn(
+        f"jaxmma.sparse.{old} is deprecated: pass the instruction first, "
+        f"{name}(ins, ...), as metadata_indices(ins, e, selector) does",
+        DeprecationWarning,
+        stacklevel=4,
+    )
+
+
+def _ins_first(name: str, old: str, ins, A):
+    if isinstance(A, Instruction) and not isinstance(ins, Instruction):
+        _deprecated_order(name, old)
+        return A, ins
+    return ins, A
+
+
+def prune(ins, A):
     """Make a dense matrix follow the sparsity pattern of ``ins``, keeping the largest.
 
     In every chunk of every row the ``keep`` slots of largest magnitude stay (2 of 4
@@ -735,15 +762,16 @@ def prune(A, ins):
     Example:
       >>> ins = jaxmma.instruction("mma.sp.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32")
       >>> A = jnp.array([[1.0, -3.0, 2.0, 0.5] * 4] * 16, jnp.float16)
-      >>> prune(A, ins)[0, :4].tolist()
+      >>> prune(ins, A)[0, :4].tolist()
       [0.0, -3.0, 2.0, 0.0]
     """
+    ins, A = _ins_first("prune", "prune(A, ins)", ins, A)
     geo = _geometry(ins)
     A = _check_dense(geo, A, "A")
     return _prune_core(geo.slots, geo.width, _how(geo), A, _mag_mask(geo))
 
 
-def validate(A, ins) -> None:
+def validate(ins, A) -> None:
     """Check that a dense matrix follows the sparsity pattern of ``ins``.
 
     Zero means ``+0``/``-0`` of the element format (NaN is non-zero; raw bits ignore the
@@ -759,14 +787,15 @@ def validate(A, ins) -> None:
         inputs are checked through :func:`jax.experimental.checkify.check`.
 
     Example:
-      >>> validate(prune(A, ins), ins)  # passes                   # doctest: +SKIP
+      >>> validate(ins, prune(ins, A))  # passes                   # doctest: +SKIP
     """
+    ins, A = _ins_first("validate", "validate(A, ins)", ins, A)
     geo = _geometry(ins)
     A = _check_dense(geo, A, "A")
     _compress(geo, A, "A", traced_check=True)
 
 
-def compress(A, ins, selector=0, *, registers: bool = True, check=None):
+def compress(ins, A, selector=0, *, registers: bool = True, check=None):
     """Compress a dense sparse matrix into its stored values and metadata registers.
 
     The stored slots of a chunk are its non-zero slots, completed (where a chunk has fewer)
@@ -796,9 +825,10 @@ def compress(A, ins, selector=0, *, registers: bool = True, check=None):
     Example:
       >>> ins = jaxmma.instruction("mma.sp::ordered_metadata.sync.aligned.m16n8k32"
       ...                          ".row.col.f32.f16.f16.f32")          # doctest: +SKIP
-      >>> a, e = compress(prune(A, ins), ins, selector=1)               # doctest: +SKIP
+      >>> a, e = compress(ins, prune(ins, A), selector=1)               # doctest: +SKIP
       >>> d = ins(a, b, c, e, selector=1)                               # doctest: +SKIP
     """
+    ins, A = _ins_first("compress", "compress(A, ins, ...)", ins, A)
     geo = _geometry(ins)
     sel = _selector(geo, selector)
     A = _check_dense(geo, A, "A")
@@ -811,7 +841,7 @@ def compress(A, ins, selector=0, *, registers: bool = True, check=None):
     return values, e
 
 
-def decompress(values, e, ins, selector=0, *, check=None):
+def decompress(ins, values, e=None, selector=0, *, check=None):
     """Expand stored values and metadata registers into the dense matrix.
 
     Args:
@@ -828,8 +858,11 @@ def decompress(values, e, ins, selector=0, *, check=None):
       on one column, the first one is shown.
 
     Example:
-      >>> dense = decompress(*compress(A, ins, selector=1), ins, selector=1)  # doctest: +SKIP
+      >>> dense = decompress(ins, *compress(ins, A, selector=1), selector=1)  # doctest: +SKIP
     """
+    if isinstance(e, Instruction) and not isinstance(ins, Instruction):
+        _deprecated_order("decompress", "decompress(values, e, ins, ...)")
+        ins, values, e = e, ins, values
     geo = _geometry(ins)
     values = jnp.asarray(values)
     nregs = ins.nregs["a"]

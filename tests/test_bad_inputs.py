@@ -638,49 +638,51 @@ case("pack-length", ValueError, "elems: expected a last axis", F.pack, z((3,)), 
 case("unpack-bits", ValueError, "bits_per_elem", F.unpack, z((2,)), 5)
 case("unpack-float", TypeError, "regs: expected an unsigned", F.unpack, X, 8)
 case("unpack-scalar", ValueError, "regs: expected at least one axis", F.unpack, z(()), 8)
-case("to-container-fmt", ValueError, "fmt: expected one of", F.to_container, z((4,)), "f16")
-case("to-container-float", TypeError, "bits: expected an unsigned", F.to_container, X, "e2m1")
-case("from-container-fmt", ValueError, "fmt: expected one of", F.from_container, z((4,)), "bf16")
-case("from-container-float", TypeError, "byte: expected an unsigned", F.from_container, X, "e2m1")
+case("to-container-fmt", ValueError, "fmt: expected one of", F.to_container, "f16", z((4,)))
+case("to-container-float", TypeError, "bits: expected an unsigned", F.to_container, "e2m1", X)
+case("from-container-fmt", ValueError, "fmt: expected one of", F.from_container, "bf16", z((4,)))
+case("from-container-float", TypeError, "byte: expected an unsigned", F.from_container, "e2m1", X)
 
 # ---------------------------------------------------------------- sparse
 DA = z((16, 32), jnp.float16)
-case("prune-dense-ins", ValueError, "ins: expected an mma.sp", S.prune, DA, BF16)
+case("prune-dense-ins", ValueError, "ins: expected an mma.sp", S.prune, BF16, DA)
 case(
     "prune-shape",
     ValueError,
     r"A: expected a dense matrix of trailing shape \[16, 32\]",
     S.prune,
-    z((16, 16), jnp.float16),
     SP,
+    z((16, 16), jnp.float16),
 )
 case(
     "prune-complex",
     TypeError,
     "A: expected element values",
     S.prune,
-    z((16, 32), jnp.complex64),
     SP,
+    z((16, 32), jnp.complex64),
 )
 case(
     "validate-too-many",
     ValueError,
     "A: row 0, chunk 0",
     S.validate,
-    jnp.ones((16, 32), jnp.float16),
     SP,
+    jnp.ones((16, 32), jnp.float16),
     jit=False,
 )
-case("compress-selector", ValueError, "selector=9", S.compress, DA, SP, 9)
-case("compress-check-str", TypeError, "check", S.compress, DA, SP, 0, check="no")
+case("compress-selector", ValueError, "selector=9", S.compress, SP, DA, 9)
+case("compress-check-str", TypeError, "check", S.compress, SP, DA, 0, check="no")
+case("prune-ins-string", TypeError, "ins: expected an mma.sp", S.prune, "mma.sp", DA)
+case("prune-no-ins", TypeError, "ins: expected an mma.sp", S.prune, DA, DA)
 case(
     "decompress-values-shape",
     ValueError,
     "values: expected registers",
     S.decompress,
+    SP,
     z((16, 8)),
     E_OK,
-    SP,
     0,
 )
 case(
@@ -831,6 +833,23 @@ def test_bad_input_is_refused(fn, args, kwargs, exc, pattern, jit, mode):
 def test_sweep_size():
     """The issue asks for at least 100 bad inputs across the public API."""
     assert len(CASES) >= 100
+
+
+def test_deprecated_argument_orders_still_work():
+    A = jnp.asarray(np.tile([1.0, -3.0, 2.0, 0.5], (16, 8)), jnp.float16)
+    new = S.prune(SP, A)
+    with pytest.warns(DeprecationWarning, match=r"prune\(A, ins\) is deprecated"):
+        old = S.prune(A, SP)
+    np.testing.assert_array_equal(np.asarray(old), np.asarray(new))
+    with pytest.warns(DeprecationWarning, match="validate"):
+        S.validate(new, SP)
+    with pytest.warns(DeprecationWarning, match="compress"):
+        a, e = S.compress(new, SP, 0)
+    with pytest.warns(DeprecationWarning, match="decompress"):
+        dense = S.decompress(a, e, SP, 0)
+    np.testing.assert_array_equal(
+        np.asarray(dense), np.asarray(jax.lax.bitcast_convert_type(new, jnp.uint16))
+    )
 
 
 def test_quantized_operand_mismatch():

@@ -48,7 +48,7 @@ def test_map_is_what_fragment_gathers(text, operand):
     regs = np.asarray(ins.fragment(operand, jnp.asarray(M)))
     per = m.row.shape[-1]
     elems = np.stack([(regs >> (m.elem_bits * j)) & mask for j in range(per)], -1)
-    np.testing.assert_array_equal(elems, flat & mask)
+    np.testing.assert_array_equal(elems, flat.astype(np.uint32) & np.uint32(mask))
 
 
 def test_movement_and_wmma_maps():

@@ -470,7 +470,7 @@ def quantized_pair(kind, scale_vec, a, b, sparse, seed=31):
     if sparse:
         from jaxmma import _sparse
 
-        X = _sparse.prune(X, ins)
+        X = _sparse.prune(ins, X)
     return ins, quant(X, a, -1), quant(Y, b, -2)
 
 
