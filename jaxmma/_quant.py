@@ -68,8 +68,13 @@ class Quantized:
     """A block-quantized tensor (a pytree; the format names, block and axis are static).
 
     Attributes:
-      elements: uint32 raw element bits, the shape of the original tensor.
-      scales: uint32 raw scale bits, that shape with ``shape[axis] // block`` at ``axis``.
+      elements: uint8 raw element bits (one byte per element, the format's bits in the
+        low bits; the XLA runtime has no 6-bit float type, so no ml_dtypes type is used),
+        the shape of the original tensor.
+      scales: uint8 raw scale bits (``.ue8m0`` or ``.ue4m3``; a NaN scale is ``0xFF`` /
+        ``0x7F``), that shape with ``shape[axis] // block`` at ``axis``.
+
+    :func:`raw_bits` gives both as uint32, as the instructions take them.
       global_scale: float32 ``[]``, the per-tensor scale of NVFP4 (None for MX); under
         ``vmap`` it gains the mapped (leading) axes.
       fmt: element format (``"e4m3"``, ``"e5m2"``, ``"e3m2"``, ``"e2m3"``, ``"e2m1"``).
@@ -92,6 +97,17 @@ class Quantized:
     @property
     def shape(self) -> tuple[int, ...]:
         return tuple(self.elements.shape)
+
+
+def raw_bits(q: Quantized) -> tuple[jax.Array, jax.Array]:
+    """The element and scale bits of ``q`` as uint32 (the one conversion every consumer
+    calls: :func:`dequantize`, :func:`jaxmma._scaling.as_operands` and ``ins.mma``)."""
+    return jnp.asarray(q.elements).astype(U32), jnp.asarray(q.scales).astype(U32)
+
+
+def _byte(bits) -> jax.Array:
+    """Raw bits (uint32, at most 8 significant) -> the uint8 that :class:`Quantized` keeps."""
+    return bits.astype(jnp.uint8)
 
 
 # ---------------------------------------------------------------------------------------
@@ -385,7 +401,8 @@ def _quantize_mx(x, rbits, *, fmt, axis, block, scale_rounding, rounding, satura
     e_elem = jnp.where(finite, e, 0)
     e_full = _unblocked(jnp.broadcast_to(e_elem[..., None], xb.shape), axis)
     elements = _scaled_bits(fmt, x, e_full, rounding, rbits, saturate)
-    return Quantized(elements, jnp.moveaxis(scales, -1, axis), None, fmt, "ue8m0", block, axis)
+    scales = jnp.moveaxis(scales, -1, axis)
+    return Quantized(_byte(elements), _byte(scales), None, fmt, "ue8m0", block, axis)
 
 
 # ---------------------------------------------------------------------------------------
@@ -497,7 +514,8 @@ def _quantize_nvfp4(x, rbits, g, *, fmt, axis, block, scale_rounding, rounding, 
     erounding = "rn" if rounding == "rn" else "stochastic"
     elements = _quotient_bits(fmt, x, full(dsig), full(dexp), erounding, rbits, saturate)
     elements = jnp.where(full(zero_scale), U32(0), elements)
-    return Quantized(elements, jnp.moveaxis(sbits, -1, axis), g, fmt, "ue4m3", block, axis)
+    sbits = jnp.moveaxis(sbits, -1, axis)
+    return Quantized(_byte(elements), _byte(sbits), g, fmt, "ue4m3", block, axis)
 
 
 # ---------------------------------------------------------------------------------------
@@ -567,8 +585,9 @@ def fake_quantize_nvfp4(x, **kwargs) -> jax.Array:
 
 @jax.jit
 def _dequantize(q: Quantized) -> jax.Array:
-    e = _formats.fields(q.fmt, q.elements)
-    s = _formats.fields(q.scale_fmt, jnp.repeat(q.scales, q.block, axis=q.axis))
+    elements, scales = raw_bits(q)
+    e = _formats.fields(q.fmt, elements)
+    s = _formats.fields(q.scale_fmt, jnp.repeat(scales, q.block, axis=q.axis))
     g = jnp.float32(1.0) if q.global_scale is None else q.global_scale
     g = g.reshape(g.shape + (1,) * (e.sig.ndim - g.ndim))  # batched by vmap: leading axes
     g = jax.tree.map(lambda v: jnp.broadcast_to(v, e.sig.shape), _f32_fields(g))

@@ -167,6 +167,12 @@ def _quantized_type():
     return Quantized
 
 
+def _quant_raw_bits(q):
+    from ._quant import raw_bits
+
+    return raw_bits(q)
+
+
 def _scale_matrix(ins, name: str, S, want):
     if isinstance(S, _quantized_type()):
         S = _quantized_scales(ins, name, S)
@@ -231,7 +237,7 @@ def _quantized_scales(ins, name: str, q):
             f"{name}: the quantized operand does not fit {ins.text}: expected "
             + "; expected ".join(problems)
         )
-    return q.scales
+    return _quant_raw_bits(q)[1]
 
 
 def as_operands(ins, qa, qb):
@@ -260,7 +266,7 @@ def as_operands(ins, qa, qb):
 def _operand(ins, op: str, q):
     """(operand bits, scale bits) of a Quantized A (``op='a'``) or B."""
     scales = _quantized_scales(ins, f"scale_{op}", q)
-    bits = q.elements
+    bits = _quant_raw_bits(q)[0]
     if ins.kind == "mxf8f6f4":
         bits = _packing.to_container(bits, q.fmt)
     return bits, scales

@@ -531,7 +531,8 @@ def metadata_indices(ins, e, selector, *, check=None):
       e: uint32 ``[..., 32]``, the metadata register of each lane.
       selector: the sparsity selector ``f``, a static Python int in
         ``metadata_format(...).selectors`` (0..3, 0..1 or 0 depending on the form).
-      check: ``None`` (the global :class:`checked` mode), ``True`` or ``False``: raise on
+      check: ``True``, ``False`` or ``None`` (the :class:`checked` default for eager calls,
+        no check when traced): raise on
         undefined-behaviour nibbles instead of decoding them.
 
     Returns:
@@ -684,7 +685,8 @@ def matrix_operands(ins, A_bits, metadata, *, check=None):
         compressed ``[..., M, K/2]`` A.
       metadata: ``None``, or int ``[..., M, K/2]``: the dense column of every stored
         element (what :func:`metadata_indices` returns).
-      check: ``None`` (global :class:`checked` mode), ``True`` or ``False``.
+      check: ``True``, ``False`` or ``None`` (the :class:`checked` default for eager calls,
+        no check when traced).
 
     Returns:
       ``(A_compressed_bits [..., M, K/2], idx int32 [..., M, K/2])``.
@@ -752,9 +754,9 @@ def prune(ins, A):
     NaN counts as the largest magnitude. PTX ISA 9.7.14.6.1.
 
     Args:
+      ins: an ``mma.sp`` / ``mma.sp::ordered_metadata`` :class:`jaxmma.Instruction`.
       A: ``[..., M, K]`` element values (any float or signed integer dtype), or unsigned
         raw bits of ``ins``'s A type (container bytes for ``kind::f8f6f4``).
-      ins: an ``mma.sp`` / ``mma.sp::ordered_metadata`` :class:`jaxmma.Instruction`.
 
     Returns:
       ``A`` with the pruned elements set to zero (``+0``), same shape and dtype.
@@ -779,8 +781,8 @@ def validate(ins, A) -> None:
     is. Chunks with fewer non-zeros than stored slots are fine. PTX ISA 9.7.14.6.1.
 
     Args:
-      A: ``[..., M, K]`` element values or unsigned raw bits (see :func:`prune`).
       ins: an ``mma.sp`` / ``mma.sp::ordered_metadata`` :class:`jaxmma.Instruction`.
+      A: ``[..., M, K]`` element values or unsigned raw bits (see :func:`prune`).
 
     Raises:
       ValueError: naming the (batch index,) row and chunk with too many non-zeros. Traced
@@ -805,14 +807,15 @@ def compress(ins, A, selector=0, *, registers: bool = True, check=None):
     9.7.14.6.1-2; :func:`decompress` is the inverse.
 
     Args:
+      ins: an ``mma.sp`` / ``mma.sp::ordered_metadata`` :class:`jaxmma.Instruction`.
       A: dense ``[..., M, K]`` following the pattern (see :func:`validate`): element
         values in A's dtype (``jnp.float16``, ...; ``jnp.float32`` for ``.tf32``) or
         unsigned raw bits (container bytes for ``kind::f8f6f4``).
-      ins: an ``mma.sp`` / ``mma.sp::ordered_metadata`` :class:`jaxmma.Instruction`.
       selector: the sparsity selector ``f`` the registers are made for (static).
       registers: ``True``: return A's fragment registers; ``False``: the compressed
         ``[..., M, K/2]`` matrix in ``A``'s dtype.
-      check: ``None`` (global :class:`checked` mode), ``True`` or ``False``: whether a
+      check: ``True``, ``False`` or ``None`` (the :class:`checked` default for eager calls,
+        no check when traced): whether a
         traced ``A`` is checked (concrete inputs always are).
 
     Returns:
@@ -845,10 +848,10 @@ def decompress(ins, values, e=None, selector=0, *, check=None):
     """Expand stored values and metadata registers into the dense matrix.
 
     Args:
+      ins: an ``mma.sp`` / ``mma.sp::ordered_metadata`` :class:`jaxmma.Instruction`.
       values: A's fragment registers uint32 ``[..., 32, nregs_a]``, or the compressed
         matrix ``[..., M, K/2]`` (values or raw bits).
       e: uint32 ``[..., 32]`` metadata registers.
-      ins: an ``mma.sp`` / ``mma.sp::ordered_metadata`` :class:`jaxmma.Instruction`.
       selector: the sparsity selector ``f`` (static).
       check: as for :func:`metadata_indices`.
 
