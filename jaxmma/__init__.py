@@ -1,6 +1,7 @@
 """jaxmma: bit-exact emulation of NVIDIA warp-level matrix instructions in JAX."""
 
 from . import formats as formats
+from . import layouts as layouts
 from . import quant as quant
 from . import sparse as sparse
 from ._gemm import dot_general as dot_general
@@ -17,6 +18,7 @@ __all__ = [
     "dot_general",
     "formats",
     "instruction",
+    "layouts",
     "matmul",
     "quant",
     "sparse",

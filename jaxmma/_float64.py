@@ -3,7 +3,7 @@
 PTX ISA 9.7.14.5.14 ("Precision of the element-wise multiplication and addition operation
 is identical to that of .f64 precision fused multiply-add"; rounding modifiers ``.rn``
 (the default), ``.rz``, ``.rm``, ``.rp``) and 9.7.14.4.5 (``wmma.mma`` ``.f64``, default
-``.rn``). NUMERICS.md: the f64 forms behave as a chain of IEEE fma in k order with the
+``.rn``). docs/numerics.md: the f64 forms behave as a chain of IEEE fma in k order with the
 instruction's rounding mode: ``acc = C; acc = fma(A[m, k], B[k, n], acc)`` for
 ``k = 0 .. K-1``, each fma rounded once.
 

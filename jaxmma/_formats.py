@@ -49,6 +49,8 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
+from . import _grad
+
 ROUNDINGS = ("rn", "rna", "rz", "rm", "rp", "stochastic")
 
 
@@ -407,6 +409,13 @@ def _round_int(f, fl: Fields, rounding, saturate, rbits):
     return jnp.where(fl.nan, jnp.uint32(0), out)
 
 
+_ENCODE_NO_DERIVATIVE = (
+    "x: formats.encode returns integer bits, which have no derivative with respect to x; "
+    "use formats.round_to_format(fmt, x, ...) for a differentiable rounding (its "
+    "derivative is the straight-through estimator, the identity's)"
+)
+
+
 def encode(fmt: str, x, *, rounding="rn", saturate=False, random_bits=None, ftz=False):
     """Rounds values to a format and returns its bits (``cvt`` to a PTX element type).
 
@@ -439,7 +448,7 @@ def encode(fmt: str, x, *, rounding="rn", saturate=False, random_bits=None, ftz=
             f"it, got rounding={rounding!r} and random_bits={random_bits!r}"
         )
     _need_x64(f)
-    x = _as_float(x, f)
+    x = _grad.no_derivative(_as_float(x, f), _ENCODE_NO_DERIVATIVE)
     rbits = None
     if random_bits is not None:
         if isinstance(random_bits, int):
@@ -500,8 +509,16 @@ def decode(fmt: str, bits) -> jax.Array:
 def round_to_format(fmt: str, x, **kwargs) -> jax.Array:
     """``decode(fmt, encode(fmt, x, **kwargs))``: ``x`` rounded onto the format's values.
 
+    Differentiable with the straight-through estimator: the derivative is the identity's
+    (rounding itself has zero derivative almost everywhere, which is never what a
+    quantization-aware training loop wants). :func:`encode` alone, whose result is
+    integer bits, refuses to be differentiated.
+
     Example:
       >>> float(round_to_format("e2m1", 2.4))
       2.0
     """
-    return decode(fmt, encode(fmt, x, **kwargs))
+    _as_float(x, get_format(fmt))  # the errors naming fmt and x, before tracing
+    if isinstance(x, (list, tuple)):
+        x = np.asarray(x)
+    return _grad.straight_through(lambda v: decode(fmt, encode(fmt, v, **kwargs)), x)

@@ -13,7 +13,7 @@ import functools
 import jax.numpy as jnp
 import numpy as np
 
-from . import _layouts, _packing
+from . import _errors, _layouts, _packing, _values
 
 MMA_OPERANDS = ("a", "b", "c", "d")
 
@@ -86,7 +86,7 @@ def pack(elems, elem_bits: int):
 def unfragment(ins, operand: str, regs):
     """Registers ``[..., 32, nregs]`` -> raw-bit matrix ``[..., rows, cols]``."""
     idx, shape, lay = _flat_index(ins, operand)
-    regs = jnp.asarray(regs)
+    regs = _values.registers(regs, operand, lay.elem_bits if lay.elem_bits == 64 else 32)
     _check_regs(ins, operand, regs, lay)
     elems = unpack(regs, lay.elem_bits)  # [..., 32, nelem]
     flat = elems.reshape(elems.shape[:-2] + (-1,))
@@ -109,11 +109,28 @@ def fragment(ins, operand: str, matrix):
     return pack(elems.astype(reg_dtype(lay)), lay.elem_bits)
 
 
+def operand_format(ins, operand: str) -> str:
+    """The element format of an ``mma`` operand (``'bf16'``, ``'e4m3'``, ``'f32'``, ...)."""
+    _check_operand(ins, operand)
+    return {"a": ins.atype, "b": ins.btype, "c": ins.ctype, "d": ins.dtype}[operand]
+
+
+def fragment_matrix(ins, operand: str, matrix):
+    """:meth:`jaxmma.Instruction.fragment`: a matrix of element values or raw bits ->
+    registers. Accepts the operand's element dtype (bit-cast) or unsigned raw bits as
+    wide as the element in the register; anything else is a TypeError."""
+    fmt = operand_format(ins, operand)
+    bits = _values.to_bits(fmt, matrix, operand, ins.kind, width=layout(ins, operand).elem_bits)
+    return fragment(ins, operand, bits)
+
+
 def _check_regs(ins, operand, regs, lay):
     want = reg_dtype(lay)
     if regs.dtype != want:
+        hint = _errors.x64_hint() if lay.elem_bits == 64 else ""
         raise TypeError(
-            f"{operand}: expected {jnp.dtype(want).name} registers for {ins.text}, got {regs.dtype}"
+            f"{operand}: expected {jnp.dtype(want).name} registers [..., 32, {lay.nregs}] "
+            f"for {ins.text}, got {regs.dtype}{hint}"
         )
     if regs.ndim < 2 or regs.shape[-2:] != (32, lay.nregs):
         raise ValueError(

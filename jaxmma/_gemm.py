@@ -302,12 +302,13 @@ def _quantize_operands(ins, A, B, quantize):
                 f"quantize for {ins.text}, got {x.dtype}"
             )
         fmt = ins.atype if name == "A" else ins.btype
+        x_q = jax.lax.stop_gradient(x)  # the tangent reaches x through the straight-through rule
         if quantize is not None:
-            qx = quantize(x, axis=axis)
+            qx = quantize(x_q, axis=axis)
         elif ins.stype == "ue4m3":
-            qx = _quant.quantize_nvfp4(x, axis=axis, block=_scaling.block_size(ins))
+            qx = _quant.quantize_nvfp4(x_q, axis=axis, block=_scaling.block_size(ins))
         else:
-            qx = _quant.quantize_mx(x, fmt, axis=axis, block=_scaling.block_size(ins))
+            qx = _quant.quantize_mx(x_q, fmt, axis=axis, block=_scaling.block_size(ins))
         out.append((x, qx))
     (A, qa), (B, qb) = out
     return A, B, (qa, qb)

@@ -4,9 +4,14 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
+from typing import TYPE_CHECKING, Any
 
 from . import _ptx
 from ._spec import Form
+
+if TYPE_CHECKING:
+    import jax
+    from jax.typing import ArrayLike
 
 # opcode -> module that implements it (imported on first use; data flows down the layers)
 _IMPLEMENTATIONS = {
@@ -21,7 +26,7 @@ _IMPLEMENTATIONS = {
 }
 
 
-def _impl(opcode: str):
+def _impl(opcode: str) -> Any:
     return importlib.import_module(_IMPLEMENTATIONS[opcode], __package__)
 
 
@@ -30,9 +35,11 @@ class Instruction:
     """One PTX warp-level matrix instruction, parsed and validated.
 
     Immutable and hashable, so it can be a static argument of ``jax.jit``. Calling it runs
-    the emulation at register level (see DESIGN.md): ``ins(a, b, c)`` for ``mma``,
-    ``ins(a, b, c, e, selector=f)`` for ``mma.sp``, block-scale keyword arguments for
-    ``.block_scale`` forms, ``ins(smem, addrs)`` for ``ldmatrix`` and so on.
+    the emulation at register level (see README.md and docs/internals.md): ``ins(a, b,
+    c)`` for ``mma``, ``ins(a, b, c, e, selector=f)`` for ``mma.sp`` (``check=True`` to
+    refuse undefined-behaviour metadata), block-scale keyword arguments for
+    ``.block_scale`` forms, ``ins(smem, addrs)`` for ``ldmatrix`` and so on (memory
+    instructions take ``check=True`` too, see :mod:`jaxmma._memory`).
 
     Attributes:
       text: canonical instruction text (spec qualifier order, no operands).
@@ -141,10 +148,10 @@ class Instruction:
         return f"jaxmma.instruction({self.text!r}, arch={self.arch!r})"
 
     # -- emulation -------------------------------------------------------------------
-    def __call__(self, *args, **kwargs):
+    def __call__(self, *args: Any, **kwargs: Any) -> jax.Array:
         return _impl(self.opcode).execute(self, *args, **kwargs)
 
-    def mma(self, A, B, C, **kwargs):
+    def mma(self, A: Any, B: Any, C: ArrayLike, **kwargs: Any) -> jax.Array:
         """Matrix level: ``D = A @ B + C`` with this instruction's exact arithmetic.
 
         Args:
@@ -156,13 +163,20 @@ class Instruction:
         """
         return _impl(self.opcode).matrix_mma(self, A, B, C, **kwargs)
 
-    def fragment(self, operand: str, matrix):
-        """Gather a matrix ``[..., rows, cols]`` into registers ``[..., 32, nregs]``."""
+    def fragment(self, operand: str, matrix: ArrayLike) -> jax.Array:
+        """Gather a matrix ``[..., rows, cols]`` into registers ``[..., 32, nregs]``.
+
+        ``matrix`` holds the operand's elements in its element dtype (``jnp.bfloat16``,
+        ``jnp.float8_e4m3fn``, ...; bit-cast, never value-converted) or as unsigned raw bits
+        at least as wide as the element (``uint16`` or ``uint32`` for ``.bf16``; ``uint8``
+        for ``kind::f8f6f4`` containers; bits above the element are ignored). Any other
+        dtype is a ``TypeError`` (values are never converted).
+        """
         from . import _fragments
 
-        return _fragments.fragment(self, operand, matrix)
+        return _fragments.fragment_matrix(self, operand, matrix)
 
-    def unfragment(self, operand: str, regs):
+    def unfragment(self, operand: str, regs: ArrayLike) -> jax.Array:
         """Scatter registers ``[..., 32, nregs]`` back into the matrix ``[..., rows, cols]``."""
         from . import _fragments
 
@@ -198,7 +212,7 @@ def instruction(text: str, arch: str | None = None) -> Instruction:
     return Instruction(form=form, arch=arch_.name, **quals)
 
 
-def all_instructions(opcode: str | None = None, arch: str | None = None):
+def all_instructions(opcode: str | None = None, arch: str | None = None) -> tuple[Instruction, ...]:
     """Every instruction text the spec allows, as :class:`Instruction` objects.
 
     Expands each form of the table over its layouts, ``.satfinite``, rounding modifiers,

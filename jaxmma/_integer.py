@@ -5,7 +5,7 @@ PTX ISA 9.7.14.5.14 (``mma``, "Integer operations" and the single-bit paragraph)
 
 * ``.s8``/``.u8``/``.s4``/``.u4`` (any signedness mix): ``D = sum_k A[m,k] * B[k,n] + C``
   computed exactly, then wrapped to 32 bits, or with ``.satfinite`` clamped once, at the
-  end, to ``[INT32_MIN, INT32_MAX]``. NUMERICS.md: this model reproduced every register
+  end, to ``[INT32_MIN, INT32_MAX]``. docs/numerics.md: this model reproduced every register
   of the m16n8 integer forms measured on an sm_90 GPU; the spec's wording ("on overflow,
   the accumulated value is limited to the range MIN_INT32..MAX_INT32") says the same.
 * ``.b1``: ``D = popc(A_row AND B_col)`` or ``popc(A_row XOR B_col)`` over the K bits, plus

@@ -25,7 +25,7 @@ Layout families (all shapes of one family share one per-lane function):
   elems_per_reg`` columns (A) or rows (B) follows in the next registers.
 * ``_quad_pair``: ``mma.m8n8k4`` ``.f16`` (9.7.14.5.1), 4 independent MMAs per warp.
 * ``_meta_*``: the sparse metadata register ``e`` (9.7.14.6.2, figures only; see
-  ``notes/LAYOUTS.md``).
+  ``docs/layouts.md``).
 * ``_scale_a``/``_scale_b``: block-scale selectors (9.7.14.3).
 * ``_ld_*``/``_st_*``/``_mov_*``: ``ldmatrix``, ``stmatrix``, ``movmatrix``
   (9.7.14.5.15-17).
@@ -137,7 +137,7 @@ class MovementLayout(NamedTuple):
     c*mem_bits]`` of the unit with the padding in the top bits (the spec defers the format
     to tcgen05 "Optional Decompression", not in our copy; not hardware-checked). In the
     register each such element takes a whole byte (``elem_bits`` 8), its value in the low
-    ``mem_bits`` bits per ``notes/LAYOUTS.md``.
+    ``mem_bits`` bits per ``docs/layouts.md``.
 
     Attributes:
       mat, row, col: ``int32 [32, nelem]``.
@@ -495,7 +495,7 @@ def _mma_table(operand, shape, atype, btype, ctype, alayout, blayout, sparse, ki
 
 
 # ---------------------------------------------------------------------------------------
-# Sparse metadata (9.7.14.6.1-2; figures only: notes/LAYOUTS.md, hardware-checked on sm_90)
+# Sparse metadata (9.7.14.6.1-2; figures only: docs/layouts.md, hardware-checked on sm_90)
 def _meta_quad(lane, *, sel: int):
     """One lane per quad (``t == sel``); nibble n: row ``g + 8*(n>>2)``, chunk ``n & 3``."""
     g, t, n, _, _ = _split(lane, 8, 1)
@@ -586,7 +586,7 @@ def metadata_layout(*, shape: str, atype: str, selector: int) -> MetadataLayout:
     """Which (row, chunk) of A each nibble of the metadata operand ``e`` describes.
 
     Spec 9.7.14.6.1-2 (Figures 119-147, not in our copy); the map follows
-    ``notes/LAYOUTS.md`` (hardware-checked on sm_90 for ``.f16``, ``.bf16``, ``.tf32``,
+    ``docs/layouts.md`` (hardware-checked on sm_90 for ``.f16``, ``.bf16``, ``.tf32``,
     ``.s8``/``.u8``, ``.s4``/``.u4``). With ``g = lane >> 2``, ``t = lane & 3``:
 
     ========================================  ============  ===============  =================
@@ -633,7 +633,7 @@ def _metadata_table(shape: str, atype: str, selector: int) -> MetadataLayout:
 
 
 # ---------------------------------------------------------------------------------------
-# Block scaling selectors (9.7.14.3; figures only: notes/LAYOUTS.md, not hardware-checked)
+# Block scaling selectors (9.7.14.3; figures only: docs/layouts.md, not hardware-checked)
 _SCALE_VECS = {"1x": 1, "2x": 2, "4x": 4}
 _BYTE_IDS = {1: (0, 1, 2, 3), 2: (0, 2), 4: (0,)}  # Table 37
 _THREAD_IDS = {"a": (0, 1), "b": (0, 1, 2, 3)}
@@ -662,7 +662,7 @@ def scale_layout(
     (and the ``mma.sp::ordered_metadata`` forms). ``thread-id-a`` picks the lane pair
     ``t in {0,1}`` or ``{2,3}`` of each quad, ``thread-id-b`` the lane ``t == thread-id-b``;
     ``byte-id`` the first byte of the ``nblk`` consecutive bytes used. With
-    ``notes/LAYOUTS.md`` (cutlass SM120 SFALayout/SFBLayout; not hardware-checked):
+    ``docs/layouts.md`` (cutlass SM120 SFALayout/SFBLayout; not hardware-checked):
 
     * ``SF_A[m, j]``: lane ``4*(m % 8) + 2*thread_id + m // 8``, byte ``byte_id + j``.
     * ``SF_B[j, n]``: lane ``4*n + thread_id``, byte ``byte_id + j``.
@@ -730,7 +730,7 @@ def _ld_m8n8(lane, *, nelem: int, trans: bool):
 
 def _ld_m16n16(lane, *, nelem: int):
     """m16n16 .trans .b8: matrix ``R >> 1``; byte j of register R is row ``4t + j``,
-    column ``g + 8 * (R & 1)`` (notes/LAYOUTS.md)."""
+    column ``g + 8 * (R & 1)`` (docs/layouts.md)."""
     g, t, _, reg, j = _split(lane, nelem, 4)
     return reg >> 1, 4 * t + j, g + 8 * (reg & 1)
 
@@ -743,7 +743,7 @@ def _ld_m8n16(lane, *, nelem: int):
 
 def _st_m16n8(lane, *, nelem: int):
     """stmatrix m16n8 .trans .b8: register i holds matrix i; byte b goes to memory row
-    ``2t + (b & 1)``, column ``g + 8 * (b >> 1)`` (notes/LAYOUTS.md)."""
+    ``2t + (b & 1)``, column ``g + 8 * (b >> 1)`` (docs/layouts.md)."""
     g, t, _, reg, b = _split(lane, nelem, 4)
     return reg, 2 * t + (b & 1), g + 8 * (b >> 1)
 
@@ -813,12 +813,12 @@ def ldmatrix_layout(*, shape: str, num, trans: bool, elem: str) -> MovementLayou
 
     * ``m8n8``: row ``r`` of matrix ``i`` starts at the address of lane ``8i + r``; lane
       ``l`` register ``i`` half ``h`` receives ``M_i[g][2t + h]`` (``.trans``:
-      ``M_i[2t + h][g]``) (spec table of addresses and Figure 104; notes/LAYOUTS.md).
+      ``M_i[2t + h][g]``) (spec table of addresses and Figure 104; docs/layouts.md).
     * ``m16n16`` (``.trans`` mandatory): lanes ``0-15`` give the 16 row addresses of
       matrix 0, lanes ``16-31`` those of matrix 1 (registers 2, 3); byte ``j`` of register
-      ``R`` receives ``M_{R>>1}[4t + j][g + 8*(R&1)]`` (Figure 105, notes/LAYOUTS.md).
+      ``R`` receives ``M_{R>>1}[4t + j][g + 8*(R&1)]`` (Figure 105, docs/layouts.md).
     * ``m8n16``: addresses as ``m8n8``; byte ``j`` of register ``i`` receives
-      ``M_i[g][4t + j]`` (Figure 106, notes/LAYOUTS.md).
+      ``M_i[g][4t + j]`` (Figure 106, docs/layouts.md).
 
     ``mat``/``row``/``col`` are memory coordinates; see :class:`MovementLayout` for the
     byte/bit offset of each element and the packed ``.b6x16_p32``/``.b4x16_p64`` sources.
@@ -854,7 +854,7 @@ def stmatrix_layout(*, shape: str, num, trans: bool, elem: str) -> MovementLayou
       of matrix ``i`` at the address of lane ``8i + r``.
     * ``m16n8`` (``.trans`` mandatory): the 16x8 register matrix is stored as 8 memory rows
       of 16 bytes, rows from lanes ``8i..8i+7``; byte ``b`` of register ``i`` goes to
-      ``M_i[2t + (b & 1)][g + 8 * (b >> 1)]`` (Figure 108, notes/LAYOUTS.md).
+      ``M_i[2t + (b & 1)][g + 8 * (b >> 1)]`` (Figure 108, docs/layouts.md).
 
     Args:
       shape: ``'m8n8'`` or ``'m16n8'``.
@@ -892,7 +892,7 @@ def movmatrix_layout() -> MovmatrixLayout:
     ``d`` holds ``M^T`` in the source layout. The spec's text says a quad holds "a column of
     the result matrix", which read literally (``M^T[2t + h][g] = M[g][2t + h]``) would move
     nothing; its figure labels elements by their source position, a column of ``M``. The
-    map here is the one notes/LAYOUTS.md records as hardware-checked.
+    map here is the one docs/layouts.md records as hardware-checked.
 
     Returns:
       :class:`MovmatrixLayout` ``(src, dst)``, both :class:`Layout` indexing ``M``.

@@ -8,9 +8,12 @@ point :func:`matrix_mma` runs exactly the same function, so both give the same b
 
 from __future__ import annotations
 
-import jax.numpy as jnp
+import functools
 
-from . import _fragments, _models, _values
+import jax.numpy as jnp
+import numpy as np
+
+from . import _formats, _fragments, _models, _shapes, _ste, _values
 
 
 def _check_model(model):
@@ -33,8 +36,12 @@ def execute(
     byte_id_b=0,
     thread_id_b=0,
     model=None,
+    check=None,
 ):
-    """Register-level ``mma``: ``d = ins(a, b, c[, e], selector=..., scale_a=...)``."""
+    """Register-level ``mma``: ``d = ins(a, b, c[, e], selector=..., scale_a=...)``.
+
+    ``check`` (``mma.sp`` only): raise on undefined-behaviour metadata (see
+    :mod:`jaxmma.sparse`)."""
     _check_model(model)
     A = _fragments.unfragment(ins, "a", a)
     B = _fragments.unfragment(ins, "b", b)
@@ -43,9 +50,9 @@ def execute(
     if ins.sparse:
         from . import _sparse
 
-        idx = _sparse.metadata_indices(ins, e, selector)
-    elif e is not None or selector is not None:
-        raise ValueError(f"e/selector are operands of mma.sp only, not of {ins.text}")
+        idx = _sparse.metadata_indices(ins, e, selector, check=check)
+    elif e is not None or selector is not None or check is not None:
+        raise ValueError(f"e/selector/check are operands of mma.sp only, not of {ins.text}")
     scales = None
     if ins.stype:
         from . import _scaling
@@ -55,38 +62,139 @@ def execute(
         )
     elif scale_a is not None or scale_b is not None:
         raise ValueError(f"scale_a/scale_b are operands of .block_scale forms, not of {ins.text}")
+    nd = len(_fragments.matrix_shape(ins, "c"))  # 3 for m8n8k4 .f16 (four matrices)
+    SA, SB = scales or (None, None)
+    A, B, C, idx, SA, SB = _shapes.broadcast(
+        (
+            ("a", A, nd),
+            ("b", B, nd),
+            ("c", C, nd),
+            ("e", idx, 2),
+            ("scale_a", SA, 2),
+            ("scale_b", SB, 2),
+        ),
+        ins.text,
+    )
+    scales = None if scales is None else (SA, SB)
     D = _models.mma_bits(ins, A, B, C, scales=scales, model=model, sparse_idx=idx)
     return _fragments.fragment(ins, "d", D)
 
 
+def check_matrix_shapes(ins, A, B, C) -> None:
+    """ValueError naming the operand when a matrix of ``ins.mma`` has the wrong trailing
+    shape, or when the leading (batch) dimensions do not broadcast.
+
+    A sparse A is checked by :mod:`_sparse` (dense ``[M, K]`` or compressed with
+    ``metadata``); a ``Quantized`` operand by its ``shape``.
+    """
+    if ins.opcode == "mma":
+        want = {op: _fragments.matrix_shape(ins, op) for op in ("b", "c")}
+        want["a"] = None if ins.sparse else _fragments.matrix_shape(ins, "a")
+    else:  # wmma.mma
+        want = {"a": (ins.m, ins.k), "b": (ins.k, ins.n), "c": (ins.m, ins.n)}
+    named = []
+    for op, x in (("a", A), ("b", B), ("c", C)):
+        shape = tuple(x.shape) if hasattr(x, "shape") else tuple(jnp.shape(x))
+        w = want[op]
+        if w is None:
+            continue
+        if len(shape) < len(w) or shape[len(shape) - len(w) :] != w:
+            raise ValueError(
+                f"{op.upper()}: expected a matrix of trailing shape {list(w)} for "
+                f"{ins.text} (A [..., M, K], B [..., K, N], C [..., M, N]), got {shape}"
+            )
+        named.append((op.upper(), shape[: len(shape) - len(w)]))
+    _shapes.batch_shape(named, ins.text)
+
+
 def matrix_mma(ins, A, B, C, *, model=None, **kwargs):
-    """Matrix-level ``D = A @ B + C`` (see :meth:`jaxmma.Instruction.mma`)."""
+    """Matrix-level ``D = A @ B + C`` (see :meth:`jaxmma.Instruction.mma`).
+
+    Differentiable in its float operands with the straight-through estimator of
+    :mod:`jaxmma._ste` (the tangent of the exact product of the values read).
+    """
     _check_model(model)
+    check_matrix_shapes(ins, A, B, C)
     if ins.stype:
         from . import _scaling
 
         A, B, kwargs = _scaling.matrix_operands(ins, A, B, kwargs)
+    metadata = kwargs.pop("metadata", None)
+    check = kwargs.pop("check", None)
+    scale_a, scale_b = kwargs.pop("scale_a", None), kwargs.pop("scale_b", None)
+    if kwargs:
+        raise TypeError(f"unexpected keyword argument(s) {sorted(kwargs)} for {ins.text}")
+    # raw bits, checked here (dtype errors at trace time); the arithmetic sees these bits
     Ab = _values.to_bits(ins.atype, A, "A", ins.kind)
     Bb = _values.to_bits(ins.btype, B, "B", ins.kind)
     Cb = _values.to_bits(ins.ctype, C, "C", ins.kind)
-    scales = idx = None
+    idx = scales = None
     if ins.sparse:
         from . import _sparse
 
-        Ab, idx = _sparse.matrix_operands(ins, Ab, kwargs.pop("metadata", None))
+        Ab, idx = _sparse.matrix_operands(ins, Ab, metadata, check=check)
     if ins.stype:
         from . import _scaling
 
-        scales = _scaling.scales_from_matrices(
-            ins, kwargs.pop("scale_a", None), kwargs.pop("scale_b", None)
-        )
-    if kwargs:
-        raise TypeError(f"unexpected keyword argument(s) {sorted(kwargs)} for {ins.text}")
-    Ab, Bb, Cb = _batch(Ab, Bb, Cb)
-    if idx is not None:
-        idx = jnp.broadcast_to(idx, Ab.shape[:-2] + idx.shape[-2:])
-    D = _models.mma_bits(ins, Ab, Bb, Cb, scales=scales, model=model, sparse_idx=idx)
-    return _values.from_bits(ins.dtype, D)
+        scales = _scaling.scales_from_matrices(ins, scale_a, scale_b)
+    aux = {"bits": (Ab, Bb, Cb), "idx": idx, "scales": scales}
+
+    def forward(A, B, C, aux):
+        Ab, Bb, Cb = _batch(*aux["bits"])
+        idx = aux["idx"]
+        if idx is not None:
+            idx = jnp.broadcast_to(idx, Ab.shape[:-2] + idx.shape[-2:])
+        D = _models.mma_bits(ins, Ab, Bb, Cb, scales=aux["scales"], model=model, sparse_idx=idx)
+        return _values.from_bits(ins.dtype, D)
+
+    return _ste.straight_through(
+        forward,
+        functools.partial(_operand_values, ins),
+        _float_or_none(A),
+        _float_or_none(B),
+        _float_or_none(C),
+        aux,
+        lift_a=_lift_sparse if ins.sparse else None,
+    )
+
+
+def _float_or_none(x):
+    """The operand where it can carry a tangent (a float array), else None (raw bits)."""
+    dtype = getattr(x, "dtype", None)
+    return x if dtype is not None and jnp.issubdtype(dtype, jnp.floating) else None
+
+
+def _lift_sparse(dA, aux):
+    """A compressed-A tangent ``[..., M, K/2]`` -> the dense ``[..., M, K]`` one."""
+    idx = aux["idx"]
+    K = 2 * idx.shape[-1]
+    lead = jnp.broadcast_shapes(dA.shape[:-2], idx.shape[:-2])
+    dA = jnp.broadcast_to(dA, lead + dA.shape[-2:])
+    onehot = jnp.broadcast_to(idx, lead + idx.shape[-2:])[..., None] == jnp.arange(K)
+    return jnp.sum(jnp.where(onehot, dA[..., None].astype(jnp.float32), 0.0), axis=-2)
+
+
+def _operand_values(ins, A, B, aux):
+    """Float32 values of the A and B the instruction multiplies (scales applied; the
+    compressed A of ``mma.sp`` spread to its dense columns)."""
+    from . import _operands
+
+    Ab, Bb, _ = aux["bits"]
+    va = _operands.values(ins, ins.atype, Ab).astype(jnp.float32)
+    vb = _operands.values(ins, ins.btype, Bb).astype(jnp.float32)
+    if aux["scales"] is not None:
+        from . import _scaling
+
+        SA, SB = aux["scales"]
+        K, nblk = va.shape[-1], _scaling.num_blocks(ins)
+        blk = np.arange(K) // (K // nblk)
+        sa = _formats.decode(ins.stype, SA).astype(jnp.float32)
+        sb = _formats.decode(ins.stype, SB).astype(jnp.float32)
+        va = va * sa[..., blk]
+        vb = vb * sb[..., blk, :]
+    if aux["idx"] is not None:
+        va = _lift_sparse(va, aux)
+    return va, vb
 
 
 def _batch(A, B, C):

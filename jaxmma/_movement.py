@@ -1,22 +1,23 @@
 """``ldmatrix``, ``stmatrix`` and ``movmatrix`` on shared-memory images (9.7.14.5.15-17).
 
-Conventions (DESIGN.md): ``smem`` is a ``uint8 [..., nbytes]`` image of shared memory,
+Conventions (``docs/internals.md``): ``smem`` is a ``uint8 [..., nbytes]`` image of shared memory,
 ``addrs`` ``uint32 [..., 32]`` holds each lane's byte offset into it (only the lanes the
 spec assigns row addresses to are read), registers are ``uint32 [..., 32, nregs]``.
 
 Row addresses must be 16-byte aligned and the rows must lie inside the image. With
 concrete addresses a violation raises ``ValueError``; under ``jax.jit`` the addresses are
-not known when the program is built, and out-of-range bytes read as zero and stores
-outside the image are dropped (never wrapped).
+not known when the program is built: an element outside the image reads as zero and its
+store is dropped (never wrapped or redirected, whatever the address, :mod:`_memory`).
+``check=True`` (``ins(smem, addrs, check=True)``) makes traced addresses outside the
+image or misaligned an error through :func:`jax.experimental.checkify.check`.
 """
 
 from __future__ import annotations
 
-import jax
 import jax.numpy as jnp
 import numpy as np
 
-from . import _fragments, _layouts
+from . import _errors, _fragments, _layouts, _memory, _shapes, _values
 
 ALIGN = 16
 
@@ -26,27 +27,17 @@ def _layout(ins):
     return fn(shape=ins.shape, num=ins.form.num, trans=ins.trans, elem=ins.form.elem)
 
 
-def _check_image(smem, name="smem"):
-    smem = jnp.asarray(smem)
-    if smem.dtype != jnp.uint8:
-        raise TypeError(f"{name}: expected a uint8 shared-memory image, got {smem.dtype}")
-    if smem.ndim < 1:
-        raise ValueError(f"{name}: expected shape [..., nbytes], got {tuple(smem.shape)}")
-    return smem
-
-
 def _check_addrs(addrs, lay, nbytes: int):
-    addrs = jnp.asarray(addrs)
+    addrs = _values.registers(addrs, "addrs")
     if addrs.dtype != jnp.uint32:
-        raise TypeError(f"addrs: expected uint32 byte offsets, got {addrs.dtype}")
+        raise TypeError(f"addrs: expected uint32 byte offsets [..., 32], got {addrs.dtype}")
     if addrs.ndim < 1 or addrs.shape[-1] != 32:
         raise ValueError(f"addrs: expected shape [..., 32], got {tuple(addrs.shape)}")
-    if isinstance(addrs, jax.core.Tracer):
+    if _errors.is_traced(addrs):
         return addrs
     used = np.unique(np.asarray(lay.addr_lane).reshape(-1))
     a = np.asarray(addrs)[..., used].astype(np.int64)
-    row_bytes = lay.cols * lay.mem_bits // 8 if lay.mem_bits >= 8 else ALIGN
-    row_bytes = max(row_bytes, ALIGN if lay.mem_bits < 8 else row_bytes)
+    row_bytes = max(lay.cols * lay.mem_bits // 8, ALIGN)
     bad = np.nonzero(a % ALIGN)
     if bad[0].size:
         lane = used[bad[-1][0]]
@@ -59,89 +50,78 @@ def _check_addrs(addrs, lay, nbytes: int):
         lane = used[over[-1][0]]
         raise ValueError(
             f"addrs: lane {lane} row [{a[over][0]}, {a[over][0] + row_bytes}) "
-            f"lies outside the {nbytes}-byte shared-memory image"
+            f"lies outside the {nbytes}-byte shared-memory image [0, {nbytes})"
         )
     return addrs
 
 
-def _element_offsets(lay, addrs):
-    """Bit offset of every register element in the image: ``[..., 32, nelem]`` int32."""
-    src = jnp.asarray(lay.addr_lane)[lay.mat, lay.row]  # [32, nelem]: lane giving the row
-    base = jnp.take(addrs, jnp.asarray(src).reshape(-1), axis=-1).reshape(
+def _element_offsets(lay, addrs, nbytes: int):
+    """Bit offset of every register element in the image: uint32 ``[..., 32, nelem]``,
+    saturated at the end of the image (:mod:`jaxmma._memory`)."""
+    src = np.asarray(lay.addr_lane)[lay.mat, lay.row]  # [32, nelem]: lane giving the row
+    base = jnp.take(addrs, jnp.asarray(src.reshape(-1)), axis=-1).reshape(
         addrs.shape[:-1] + src.shape
     )
-    col = jnp.broadcast_to(jnp.asarray(lay.col * lay.mem_bits, jnp.int32), base.shape)
-    return base.astype(jnp.int32) * 8 + col
+    base = _memory.scale(_memory.clamp(base, nbytes, 8), 8, nbytes)
+    return _memory.add(base, np.asarray(lay.col, np.int64) * lay.mem_bits, nbytes)
 
 
-def _read_bits(smem, bitoff, nbits: int):
-    """Little-endian ``nbits``-bit fields at bit offsets ``[..., 32, nelem]``."""
-    nbytes = smem.shape[-1]
-    byte = bitoff // 8
-    shift = (bitoff % 8).astype(jnp.uint32)
-    batch = smem.shape[:-1]
-    flat_idx = byte.reshape(batch + (-1,))
-    value = jnp.zeros(flat_idx.shape, jnp.uint32)
-    for j in range(-(-(nbits + 7) // 8)):
-        idx = flat_idx + j
-        b = jnp.take_along_axis(smem, jnp.clip(idx, 0, nbytes - 1), axis=-1)
-        b = jnp.where((idx >= 0) & (idx < nbytes), b, 0).astype(jnp.uint32)
-        value = value | (b << jnp.uint32(8 * j))
-    value = value.reshape(byte.shape)
-    return (value >> shift) & jnp.uint32((1 << nbits) - 1)
+def _check_traced(ins, lay, addrs, bitoff, nbytes: int, check: bool) -> None:
+    if not check or not _errors.is_traced(addrs, bitoff):
+        return
+    used = np.unique(np.asarray(lay.addr_lane).reshape(-1))
+    aligned = (addrs[..., used] % jnp.uint32(ALIGN)) == 0
+    ok = jnp.all(_memory.inside(bitoff, lay.mem_bits, nbytes)) & jnp.all(aligned)
+    _memory.check_traced(ok, "addrs", ins.opcode)
 
 
-def ldmatrix(ins, smem, addrs):
+def _check_flag(check) -> bool:
+    if not isinstance(check, (bool, np.bool_)):
+        raise TypeError(f"check: expected True or False, got {check!r}")
+    return bool(check)
+
+
+def ldmatrix(ins, smem, addrs, *, check=False):
     lay = _layout(ins)
-    smem = _check_image(smem)
+    check = _check_flag(check)
+    smem = _memory.check_image(smem, "smem")
     addrs = _check_addrs(addrs, lay, smem.shape[-1])
     smem, addrs = _broadcast(smem, addrs)
-    elems = _read_bits(smem, _element_offsets(lay, addrs), lay.mem_bits)
+    bitoff = _element_offsets(lay, addrs, smem.shape[-1])
+    _check_traced(ins, lay, addrs, bitoff, smem.shape[-1], check)
+    elems = _memory.read(smem, bitoff, lay.mem_bits)
     return _fragments.pack(elems, lay.elem_bits)
 
 
-def stmatrix(ins, smem, addrs, regs):
+def stmatrix(ins, smem, addrs, regs, *, check=False):
     lay = _layout(ins)
-    smem = _check_image(smem)
+    check = _check_flag(check)
+    smem = _memory.check_image(smem, "smem")
     addrs = _check_addrs(addrs, lay, smem.shape[-1])
-    regs = jnp.asarray(regs)
-    if regs.dtype != jnp.uint32 or regs.shape[-2:] != (32, lay.nregs):
+    regs = _values.registers(regs, "regs")
+    if regs.dtype != jnp.uint32:
+        raise TypeError(f"regs: expected uint32 registers [..., 32, {lay.nregs}], got {regs.dtype}")
+    if regs.ndim < 2 or regs.shape[-2:] != (32, lay.nregs):
         raise ValueError(
-            f"regs: expected uint32 [..., 32, {lay.nregs}], got {regs.dtype} {tuple(regs.shape)}"
+            f"regs: expected shape [..., 32, {lay.nregs}] for {ins.text}, got {tuple(regs.shape)}"
         )
-    batch = jnp.broadcast_shapes(smem.shape[:-1], addrs.shape[:-1], regs.shape[:-2])
-    smem = jnp.broadcast_to(smem, batch + smem.shape[-1:])
-    addrs = jnp.broadcast_to(addrs, batch + (32,))
-    regs = jnp.broadcast_to(regs, batch + regs.shape[-2:])
+    smem, addrs, regs = _shapes.broadcast(
+        (("smem", smem, 1), ("addrs", addrs, 1), ("regs", regs, 2)), ins.text
+    )
     elems = _fragments.unpack(regs, lay.elem_bits)  # [..., 32, nelem]
-    return write_bytes(smem, _element_offsets(lay, addrs) // 8, elems, lay.mem_bits // 8)
-
-
-def write_bytes(image, byte_offsets, values, nbytes: int):
-    """Store ``values`` (little-endian, ``nbytes`` each) at ``byte_offsets`` of the image.
-
-    ``image`` ``uint8 [..., size]``; offsets and values ``[..., 32, nelem]`` with the same
-    batch. Stores outside the image are dropped (never wrapped).
-    """
-    flat = image.reshape((-1, image.shape[-1]))
-    idx = byte_offsets.reshape((flat.shape[0], -1))
-    val = values.reshape((flat.shape[0], -1))
-    rows = jnp.arange(flat.shape[0])[:, None]
-    for j in range(nbytes):
-        part = ((val >> (8 * j)) & 0xFF).astype(jnp.uint8)
-        flat = flat.at[rows, idx + j].set(part, mode="drop")
-    return flat.reshape(image.shape)
+    bitoff = _element_offsets(lay, addrs, smem.shape[-1])
+    _check_traced(ins, lay, addrs, bitoff, smem.shape[-1], check)
+    return _memory.write(smem, bitoff, elems, lay.mem_bits)
 
 
 def _broadcast(smem, addrs):
-    batch = jnp.broadcast_shapes(smem.shape[:-1], addrs.shape[:-1])
-    return (jnp.broadcast_to(smem, batch + smem.shape[-1:]), jnp.broadcast_to(addrs, batch + (32,)))
+    return _shapes.broadcast((("smem", smem, 1), ("addrs", addrs, 1)))
 
 
 def movmatrix(ins, a):
-    a = jnp.asarray(a)
+    a = _values.registers(a, "a")
     if a.dtype != jnp.uint32:
-        raise TypeError(f"a: expected uint32 registers, got {a.dtype}")
+        raise TypeError(f"a: expected uint32 registers [..., 32], got {a.dtype}")
     if a.ndim < 1 or a.shape[-1] != 32:
         raise ValueError(f"a: expected shape [..., 32], got {tuple(a.shape)}")
     mv = _layouts.movmatrix_layout()
@@ -160,8 +140,8 @@ def execute(ins, *args, **kwargs):
     except TypeError as err:
         if "positional argument" in str(err) or "unexpected keyword" in str(err):
             sig = {
-                "ldmatrix": "ins(smem, addrs)",
-                "stmatrix": "ins(smem, addrs, regs)",
+                "ldmatrix": "ins(smem, addrs, *, check=False)",
+                "stmatrix": "ins(smem, addrs, regs, *, check=False)",
                 "movmatrix": "ins(a)",
             }[ins.opcode]
             raise TypeError(f"{ins.opcode} is called as {sig}: {err}") from None

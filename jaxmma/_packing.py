@@ -7,10 +7,14 @@ padding; ``.kind::mxf4``/``.kind::mxf4nvf4`` pack ``.e2m1`` without padding, whi
 plain ``pack(elems, 4)``).
 
 What the hardware does with nonzero padding bits is not known here: :func:`from_container`
-ignores them and :func:`to_container` writes zeros.
+ignores them and :func:`to_container` writes zeros. (The public faces in
+:mod:`jaxmma.formats` take the format first: :func:`container_from_bits`,
+:func:`bits_from_container`.)
 """
 
 from __future__ import annotations
+
+import warnings
 
 import jax
 import jax.numpy as jnp
@@ -150,3 +154,56 @@ def from_container(byte, fmt: str) -> jax.Array:
     width, offset = _container_format(fmt)
     b = _as_uint32(byte, "byte")
     return (b >> offset) & jnp.uint32(2**width - 1)
+
+
+# ---------------------------------------------------------------------------------------
+# Public faces (``jaxmma.formats.to_container`` / ``from_container``): the format first,
+# as in every other function of ``jaxmma.formats`` (``decode(fmt, bits)``, ...). The
+# old order ``(bits, fmt)`` still works, with a DeprecationWarning.
+def _format_first(name: str, fmt, bits):
+    if isinstance(bits, str) and not isinstance(fmt, str):
+        warnings.warn(
+            f"jaxmma.formats.{name}(bits, fmt) is deprecated; pass the format first: "
+            f"{name}(fmt, bits), as decode(fmt, bits) does",
+            DeprecationWarning,
+            stacklevel=3,
+        )
+        return bits, fmt
+    return fmt, bits
+
+
+def container_from_bits(fmt: str, bits) -> jax.Array:
+    """Places element bits in their ``kind::f8f6f4`` 8-bit container, padding zero.
+
+    Args:
+      fmt: ``"e4m3"``, ``"e5m2"``, ``"e3m2"``, ``"e2m3"`` or ``"e2m1"``.
+      bits: integer array ``[...]``, the element in the low bits (higher bits ignored).
+
+    Returns:
+      uint32 ``[...]`` with the container byte in bits [7:0]: e2m1 in bits [5:2],
+      e3m2/e2m3 in bits [5:0], e4m3/e5m2 in the whole byte.
+
+    Example:
+      >>> hex(int(container_from_bits("e2m1", jnp.uint32(0xF))))
+      '0x3c'
+    """
+    fmt, bits = _format_first("to_container", fmt, bits)
+    return to_container(bits, fmt)
+
+
+def bits_from_container(fmt: str, byte) -> jax.Array:
+    """Extracts element bits from a ``kind::f8f6f4`` 8-bit container, ignoring padding.
+
+    Args:
+      fmt: ``"e4m3"``, ``"e5m2"``, ``"e3m2"``, ``"e2m3"`` or ``"e2m1"``.
+      byte: integer array ``[...]``, the container in bits [7:0] (higher bits ignored).
+
+    Returns:
+      uint32 ``[...]``, the element bits in the low bits.
+
+    Example:
+      >>> hex(int(bits_from_container("e2m1", jnp.uint32(0xFF))))
+      '0xf'
+    """
+    fmt, byte = _format_first("from_container", fmt, byte)
+    return from_container(byte, fmt)

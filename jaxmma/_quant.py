@@ -39,7 +39,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from . import _formats, _numerics
+from . import _formats, _grad, _numerics
 
 U32 = jnp.uint32
 MX_FORMATS = ("e4m3", "e5m2", "e3m2", "e2m3", "e2m1")
@@ -49,6 +49,13 @@ NVFP4_BLOCK = 16
 #: NVIDIA's NVFP4 global scale divides the tensor's amax by e2m1 max x e4m3 max.
 NVFP4_GLOBAL_DIVISOR = 6 * 448  # 2688
 _SMALLEST_F32 = float.fromhex("0x1p-149")
+
+
+_NO_DERIVATIVE = (
+    "x: {name} returns integer element and scale bits, which have no derivative with "
+    "respect to x; for quantization-aware training use jaxmma.quant.fake_quantize_mx / "
+    "fake_quantize_nvfp4 (dequantize(quantize(x)) with the straight-through derivative)"
+)
 
 
 @functools.partial(
@@ -61,8 +68,13 @@ class Quantized:
     """A block-quantized tensor (a pytree; the format names, block and axis are static).
 
     Attributes:
-      elements: uint32 raw element bits, the shape of the original tensor.
-      scales: uint32 raw scale bits, that shape with ``shape[axis] // block`` at ``axis``.
+      elements: uint8 raw element bits (one byte per element, the format's bits in the
+        low bits; the XLA runtime has no 6-bit float type, so no ml_dtypes type is used),
+        the shape of the original tensor.
+      scales: uint8 raw scale bits (``.ue8m0`` or ``.ue4m3``; a NaN scale is ``0xFF`` /
+        ``0x7F``), that shape with ``shape[axis] // block`` at ``axis``.
+
+    :func:`raw_bits` gives both as uint32, as the instructions take them.
       global_scale: float32 ``[]``, the per-tensor scale of NVFP4 (None for MX); under
         ``vmap`` it gains the mapped (leading) axes.
       fmt: element format (``"e4m3"``, ``"e5m2"``, ``"e3m2"``, ``"e2m3"``, ``"e2m1"``).
@@ -87,6 +99,17 @@ class Quantized:
         return tuple(self.elements.shape)
 
 
+def raw_bits(q: Quantized) -> tuple[jax.Array, jax.Array]:
+    """The element and scale bits of ``q`` as uint32 (the one conversion every consumer
+    calls: :func:`dequantize`, :func:`jaxmma._scaling.as_operands` and ``ins.mma``)."""
+    return jnp.asarray(q.elements).astype(U32), jnp.asarray(q.scales).astype(U32)
+
+
+def _byte(bits) -> jax.Array:
+    """Raw bits (uint32, at most 8 significant) -> the uint8 that :class:`Quantized` keeps."""
+    return bits.astype(jnp.uint8)
+
+
 # ---------------------------------------------------------------------------------------
 # Argument checks
 def _check_choice(name: str, value, allowed) -> str:
@@ -96,6 +119,12 @@ def _check_choice(name: str, value, allowed) -> str:
 
 
 def _as_f32(x) -> jax.Array:
+    dtype = np.dtype(x.dtype if hasattr(x, "dtype") else np.asarray(x).dtype)
+    if dtype == np.float64:  # NumPy arrays, Python floats: rounding them would be silent
+        raise TypeError(
+            "x: expected float32, float16 or bfloat16, got float64 (converting it would "
+            "round every value once more; pass x.astype(np.float32) if that is intended)"
+        )
     x = jnp.asarray(x)
     if x.dtype not in (jnp.dtype(jnp.float32), jnp.dtype(jnp.float16), jnp.dtype(jnp.bfloat16)):
         raise TypeError(
@@ -344,7 +373,7 @@ def quantize_mx(
     _check_choice("fmt", fmt, MX_FORMATS)
     _check_choice("scale_rounding", scale_rounding, SCALE_ROUNDINGS)
     _check_choice("rounding", rounding, ELEMENT_ROUNDINGS)
-    x = _as_f32(x)
+    x = _grad.no_derivative(_as_f32(x), _NO_DERIVATIVE.format(name="quantize_mx"))
     axis = _axis_and_blocks(x, axis, block)
     rbits = _random_bits(rounding, key, x.shape)
     return _quantize_mx(
@@ -372,7 +401,8 @@ def _quantize_mx(x, rbits, *, fmt, axis, block, scale_rounding, rounding, satura
     e_elem = jnp.where(finite, e, 0)
     e_full = _unblocked(jnp.broadcast_to(e_elem[..., None], xb.shape), axis)
     elements = _scaled_bits(fmt, x, e_full, rounding, rbits, saturate)
-    return Quantized(elements, jnp.moveaxis(scales, -1, axis), None, fmt, "ue8m0", block, axis)
+    scales = jnp.moveaxis(scales, -1, axis)
+    return Quantized(_byte(elements), _byte(scales), None, fmt, "ue8m0", block, axis)
 
 
 # ---------------------------------------------------------------------------------------
@@ -441,7 +471,7 @@ def quantize_nvfp4(
     """
     _check_choice("scale_rounding", scale_rounding, SCALE_ROUNDINGS)
     _check_choice("rounding", rounding, ELEMENT_ROUNDINGS)
-    x = _as_f32(x)
+    x = _grad.no_derivative(_as_f32(x), _NO_DERIVATIVE.format(name="quantize_nvfp4"))
     axis = _axis_and_blocks(x, axis, block)
     rbits = _random_bits(rounding, key, x.shape)
     g = None
@@ -484,7 +514,8 @@ def _quantize_nvfp4(x, rbits, g, *, fmt, axis, block, scale_rounding, rounding, 
     erounding = "rn" if rounding == "rn" else "stochastic"
     elements = _quotient_bits(fmt, x, full(dsig), full(dexp), erounding, rbits, saturate)
     elements = jnp.where(full(zero_scale), U32(0), elements)
-    return Quantized(elements, jnp.moveaxis(sbits, -1, axis), g, fmt, "ue4m3", block, axis)
+    sbits = jnp.moveaxis(sbits, -1, axis)
+    return Quantized(_byte(elements), _byte(sbits), g, fmt, "ue4m3", block, axis)
 
 
 # ---------------------------------------------------------------------------------------
@@ -500,13 +531,63 @@ def dequantize(q: Quantized) -> jax.Array:
     """
     if not isinstance(q, Quantized):
         raise TypeError(f"q: expected a Quantized tensor, got {type(q).__name__}")
+    return _dequantize_jvp(q)
+
+
+@jax.custom_jvp
+def _dequantize_jvp(q: Quantized) -> jax.Array:
     return _dequantize(q)
+
+
+@_dequantize_jvp.defjvp
+def _dequantize_tangent(primals, tangents):
+    """The only float input is the global scale: d(e * s * g) = (e * s) * dg."""
+    (q,), (dq,) = primals, tangents
+    out = _dequantize(q)
+    if q.global_scale is None:
+        return out, jnp.zeros_like(out)
+    unit = _dequantize(dataclasses.replace(q, global_scale=jnp.ones_like(q.global_scale)))
+    dg = dq.global_scale
+    dg = dg.reshape(dg.shape + (1,) * (out.ndim - dg.ndim))
+    return out, unit * jnp.broadcast_to(dg, out.shape)
+
+
+def fake_quantize_mx(x, fmt: str, **kwargs) -> jax.Array:
+    """``dequantize(quantize_mx(x, fmt, **kwargs))`` with a straight-through derivative.
+
+    The value is exactly the round trip; the derivative with respect to ``x`` is the
+    identity's (the straight-through estimator of quantization-aware training), where
+    the round trip itself has zero derivative almost everywhere. ``quantize_mx`` alone
+    (integer bits) refuses to be differentiated.
+
+    Args:
+      x: float32/float16/bfloat16 array; ``fmt`` and ``kwargs`` as for :func:`quantize_mx`.
+
+    Returns:
+      float32, the shape of ``x``.
+
+    Example:
+      >>> jax.grad(lambda v: fake_quantize_mx(v, "e2m1", block=4).sum())(
+      ...     jnp.array([0.3, 5.0, -7.0, 1e-3])).tolist()
+      [1.0, 1.0, 1.0, 1.0]
+    """
+    _as_f32(x)  # the argument errors, before tracing
+    return _grad.straight_through(lambda v: dequantize(quantize_mx(v, fmt, **kwargs)), x)
+
+
+def fake_quantize_nvfp4(x, **kwargs) -> jax.Array:
+    """``dequantize(quantize_nvfp4(x, **kwargs))`` with a straight-through derivative (as
+    :func:`fake_quantize_mx`; ``kwargs`` as for :func:`quantize_nvfp4`). The global
+    scale is computed from ``x`` (or given) and treated as a constant."""
+    _as_f32(x)
+    return _grad.straight_through(lambda v: dequantize(quantize_nvfp4(v, **kwargs)), x)
 
 
 @jax.jit
 def _dequantize(q: Quantized) -> jax.Array:
-    e = _formats.fields(q.fmt, q.elements)
-    s = _formats.fields(q.scale_fmt, jnp.repeat(q.scales, q.block, axis=q.axis))
+    elements, scales = raw_bits(q)
+    e = _formats.fields(q.fmt, elements)
+    s = _formats.fields(q.scale_fmt, jnp.repeat(scales, q.block, axis=q.axis))
     g = jnp.float32(1.0) if q.global_scale is None else q.global_scale
     g = g.reshape(g.shape + (1,) * (e.sig.ndim - g.ndim))  # batched by vmap: leading axes
     g = jax.tree.map(lambda v: jnp.broadcast_to(v, e.sig.shape), _f32_fields(g))

@@ -36,7 +36,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from . import _formats, _layouts, _numerics, _packing, _wide
+from . import _formats, _layouts, _numerics, _packing, _values, _wide
 from ._numerics import BlockModel, Terms
 
 U32 = jnp.uint32
@@ -101,7 +101,7 @@ def _static_id(name: str, value, allowed, ins) -> int:
 def _scale_data(ins, name: str, x):
     if x is None:
         raise ValueError(f"{name}: required by {ins.text} (uint32 [..., 32] scale data)")
-    x = jnp.asarray(x)
+    x = _values.registers(x, name)
     if not jnp.issubdtype(x.dtype, jnp.unsignedinteger):
         raise TypeError(f"{name}: expected uint32 scale-data registers, got {x.dtype}")
     if x.ndim < 1 or x.shape[-1] != 32:
@@ -115,7 +115,7 @@ def select_registers(ins, scale_a, scale_b, byte_id_a, thread_id_a, byte_id_b, t
     PTX: ``mma.sync.aligned.m16n8k{32,64}.row.col.kind::mx*.block_scale.scale_vec::{1,2,4}X
     ... scale-a-data, {byte-id-a, thread-id-a}, scale-b-data, {byte-id-b, thread-id-b}``
     (and ``mma.sp::ordered_metadata``). PTX ISA 9.7.14.3; the lane/byte map is
-    :func:`jaxmma._layouts.scale_layout` (``notes/LAYOUTS.md``).
+    :func:`jaxmma._layouts.scale_layout` (``docs/layouts.md``).
 
     Args:
       ins: a ``.block_scale`` :class:`jaxmma.Instruction`.
@@ -165,6 +165,12 @@ def _quantized_type():
     from ._quant import Quantized
 
     return Quantized
+
+
+def _quant_raw_bits(q):
+    from ._quant import raw_bits
+
+    return raw_bits(q)
 
 
 def _scale_matrix(ins, name: str, S, want):
@@ -231,7 +237,7 @@ def _quantized_scales(ins, name: str, q):
             f"{name}: the quantized operand does not fit {ins.text}: expected "
             + "; expected ".join(problems)
         )
-    return q.scales
+    return _quant_raw_bits(q)[1]
 
 
 def as_operands(ins, qa, qb):
@@ -260,7 +266,7 @@ def as_operands(ins, qa, qb):
 def _operand(ins, op: str, q):
     """(operand bits, scale bits) of a Quantized A (``op='a'``) or B."""
     scales = _quantized_scales(ins, f"scale_{op}", q)
-    bits = q.elements
+    bits = _quant_raw_bits(q)[0]
     if ins.kind == "mxf8f6f4":
         bits = _packing.to_container(bits, q.fmt)
     return bits, scales

@@ -13,7 +13,7 @@ are stored; the metadata names the stored slots:
 
 Nibble ``n`` of a metadata register (bits ``[4n+3:4n]``) describes one chunk;
 :func:`jaxmma._layouts.metadata_layout` says which lane and nibble describe which (row,
-chunk) for each selector (``notes/LAYOUTS.md``, hardware-checked on sm_90). The low two
+chunk) for each selector (``docs/layouts.md``, hardware-checked on sm_90). The low two
 bits ``i0`` of the nibble place stored slot 0, its high two bits ``i1`` stored slot 1:
 
 * 2:4: stored columns ``2c, 2c+1`` of the compressed row are dense ``4c + i0, 4c + i1``.
@@ -24,7 +24,7 @@ bits ``i0`` of the nibble place stored slot 0, its high two bits ``i1`` stored s
 
 Inside the emulator the metadata travels as ``idx``: int32 ``[..., M, K/2]``, the dense
 column of every stored element of the compressed A (row-major, compressed-column order);
-only the ``K/2`` stored products enter the fused sum (``notes/NUMERICS.md``).
+only the ``K/2`` stored products enter the fused sum (``docs/numerics.md``).
 
 Undefined behaviour (spec 9.7.14.6.1, 9.7.14.6.3) and what the emulator does by default:
 
@@ -36,13 +36,14 @@ Undefined behaviour (spec 9.7.14.6.1, 9.7.14.6.3) and what the emulator does by 
   (bit 1 of the nibble); the other bits are ignored.
 * Lanes outside the selected set are never read.
 
-**Checked mode** turns these into errors: ``checked(True)`` (globally, or ``with
-checked():`` for a block) or ``check=True`` on a call. Concrete (eager) inputs raise a
-``ValueError`` at once, naming the lane, nibble, row and chunk; traced inputs (under
-``jit``/``vmap``) emit a :func:`jax.experimental.checkify.check`, so wrap the function in
-:func:`jax.experimental.checkify.checkify` and call ``err.throw()`` (which raises a
-``ValueError`` subclass). Under ``jit`` without ``checkify`` JAX refuses to trace the
-check. The flag is read when a function is traced.
+**Checked mode** turns these into errors: ``check=True`` on a call (the recommended way;
+also ``ins(a, b, c, e, selector=f, check=True)`` and ``ins.mma(A, B, C, check=True)``),
+or ``with checked():``, which sets the default for eager calls only. Concrete (eager)
+inputs raise a ``ValueError`` at once, naming the lane, nibble, row and chunk; traced
+inputs (under ``jit``/``vmap``) emit a :func:`jax.experimental.checkify.check`, so wrap
+the function in :func:`jax.experimental.checkify.checkify` and call ``err.throw()``
+(which raises a ``ValueError`` subclass). Under plain ``jit`` a ``ValueError`` says so
+when the function is traced.
 
 Matrix-level misuse (a dense A with too many non-zeros in a chunk, an ``idx`` that no
 metadata nibble can express) always raises for concrete inputs; for traced inputs only in
@@ -51,17 +52,19 @@ checked mode (without it the lowest-index non-zero slots are kept).
 
 from __future__ import annotations
 
+import contextvars
 import functools
 import operator
+import warnings
 from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
-from jax.experimental import checkify
 
-from . import _fragments, _layouts, _values
+from . import _errors, _fragments, _layouts, _values
+from ._instruction import Instruction
 
 __all__ = [
     "checked",
@@ -76,51 +79,58 @@ __all__ = [
 
 # ---------------------------------------------------------------------------------------
 # Checked mode
-_STATE = {"check": False}
+_DEFAULT_CHECK = contextvars.ContextVar("jaxmma_sparse_check", default=False)
 
 
 class checked:
-    """Turn checked mode on or off (globally; restored on exit when used with ``with``).
+    """Set the default of ``check`` for *eager* calls (per thread; restored by ``with``).
 
-    In checked mode, undefined-behaviour metadata (see the module docstring) and malformed
-    matrix-level operands raise: concrete inputs a ``ValueError`` at once, traced inputs
-    through :func:`jax.experimental.checkify.check`. The flag is read at trace time, so a
-    function already compiled by ``jit`` keeps the mode it was traced with.
+    The recommended way is the explicit argument: ``check=True`` on
+    :func:`metadata_indices`, :func:`compress`, :func:`decompress`,
+    :func:`matrix_operands`, and on the instructions themselves (``ins(a, b, c, e,
+    selector=f, check=True)``, ``ins.mma(A, B, C, check=True)``); it is part of the traced
+    function, so a jitted function checks exactly when it says so.
+
+    This context only sets the default for calls whose inputs are concrete (eager calls
+    outside ``jit``/``vmap``); traced calls check only with an explicit ``check=True``, so
+    nothing is baked into a compiled function by whatever mode was on when it was traced.
+    The mode is a :class:`contextvars.ContextVar`: each thread (and asyncio task) has its
+    own.
 
     Args:
       enabled: ``True`` (default) to check, ``False`` to stop checking.
 
     Example:
-      >>> checked(True)            # from now on            # doctest: +SKIP
-      >>> with checked():          # only inside the block  # doctest: +SKIP
+      >>> with checked():          # eager calls in the block check   # doctest: +SKIP
       ...     d = ins(a, b, c, e, selector=0)
     """
 
     def __init__(self, enabled: bool = True):
         if not isinstance(enabled, (bool, np.bool_)):
             raise TypeError(f"enabled: expected True or False, got {enabled!r}")
-        self._previous = _STATE["check"]
-        _STATE["check"] = bool(enabled)
+        self._token = _DEFAULT_CHECK.set(bool(enabled))
 
     def __repr__(self) -> str:
-        return f"checked({_STATE['check']})"
+        return f"checked({_DEFAULT_CHECK.get()})"
 
     def __enter__(self):
         return self
 
     def __exit__(self, *exc):
-        _STATE["check"] = self._previous
+        _DEFAULT_CHECK.reset(self._token)
         return False
 
 
 def is_checked() -> bool:
-    """Whether checked mode is on (see :class:`checked`)."""
-    return _STATE["check"]
+    """Whether eager calls check by default in this thread (see :class:`checked`)."""
+    return _DEFAULT_CHECK.get()
 
 
-def _want_check(check) -> bool:
+def _want_check(check, *inputs) -> bool:
+    """``check`` as given; ``None``: the :class:`checked` default for concrete ``inputs``,
+    False for traced ones."""
     if check is None:
-        return _STATE["check"]
+        return _DEFAULT_CHECK.get() and _concrete(*inputs)
     if not isinstance(check, (bool, np.bool_)):
         raise TypeError(f"check: expected None, True or False, got {check!r}")
     return bool(check)
@@ -165,13 +175,21 @@ class _Geometry(NamedTuple):
         return self.keep * self.width
 
 
-@functools.cache
 def _geometry(ins) -> _Geometry:
-    if getattr(ins, "opcode", None) != "mma" or not getattr(ins, "sparse", None):
-        text = getattr(ins, "text", ins)
-        raise ValueError(
-            f"ins: expected an mma.sp / mma.sp::ordered_metadata instruction, got {text!r}"
+    if not isinstance(ins, Instruction):
+        raise TypeError(
+            f"ins: expected an mma.sp / mma.sp::ordered_metadata jaxmma.Instruction, got "
+            f"{type(ins).__name__}"
         )
+    if ins.opcode != "mma" or not ins.sparse:
+        raise ValueError(
+            f"ins: expected an mma.sp / mma.sp::ordered_metadata instruction, got {ins.text!r}"
+        )
+    return _geometry_of(ins)
+
+
+@functools.cache
+def _geometry_of(ins) -> _Geometry:
     fmt = _layouts.metadata_format(shape=ins.shape, atype=ins.atype)
     slots, width, pattern = _SLOTS[fmt.chunk_size]
     ordered = ins.sparse == "sp::ordered_metadata"
@@ -297,7 +315,12 @@ def _fail(
     for key, v in values.items():
         fields[key] = jnp.broadcast_to(v, bad.shape).reshape(-1)[first]
     at = "batch element {batch}, " if bad.ndim > 2 else ""
-    checkify.check(jnp.logical_not(flat[first]), traced_message.replace("<@>", at), **fields)
+    _errors.traced_check(
+        jnp.logical_not(flat[first]),
+        traced_message.replace("<@>", at),
+        "a sparse check (check=True, or validate)",
+        **fields,
+    )
 
 
 def _where(pos) -> str:
@@ -459,7 +482,7 @@ def _idx_bad_core(slots: int, width: int, order: str | None, idx):
 def _check_e(geo: _Geometry, e):
     if e is None:
         raise ValueError(f"e: the metadata operand is required for {geo.text}")
-    e = jnp.asarray(e)
+    e = _values.registers(e, "e")
     if e.dtype != jnp.uint32:
         raise TypeError(f"e: expected uint32 metadata registers for {geo.text}, got {e.dtype}")
     if e.ndim < 1 or e.shape[-1] != 32:
@@ -497,7 +520,7 @@ def _check_nibbles(geo: _Geometry, tab: _Tables, nib, bad, selector: int) -> Non
 
 def metadata_indices(ins, e, selector, *, check=None):
     """Decode the metadata registers of ``mma.sp`` into the dense column of each stored
-    element of A (PTX ISA 9.7.14.6.1-2, ``notes/LAYOUTS.md``).
+    element of A (PTX ISA 9.7.14.6.1-2, ``docs/layouts.md``).
 
     Every nibble of the lanes the selector picks describes one chunk of one row of A; its
     indices place the stored elements of that chunk (see the module docstring). Lanes
@@ -508,7 +531,8 @@ def metadata_indices(ins, e, selector, *, check=None):
       e: uint32 ``[..., 32]``, the metadata register of each lane.
       selector: the sparsity selector ``f``, a static Python int in
         ``metadata_format(...).selectors`` (0..3, 0..1 or 0 depending on the form).
-      check: ``None`` (the global :class:`checked` mode), ``True`` or ``False``: raise on
+      check: ``True``, ``False`` or ``None`` (the :class:`checked` default for eager calls,
+        no check when traced): raise on
         undefined-behaviour nibbles instead of decoding them.
 
     Returns:
@@ -532,7 +556,7 @@ def metadata_indices(ins, e, selector, *, check=None):
     e = _check_e(geo, e)
     tab = _tables(geo, sel)
     idx, nib, bad = _decode_core(geo.slots, geo.width, e, tab.lane, tab.shift, tab.valid)
-    if _want_check(check):
+    if _want_check(check, e):
         _check_nibbles(geo, tab, nib, bad, sel)
     return idx
 
@@ -661,7 +685,8 @@ def matrix_operands(ins, A_bits, metadata, *, check=None):
         compressed ``[..., M, K/2]`` A.
       metadata: ``None``, or int ``[..., M, K/2]``: the dense column of every stored
         element (what :func:`metadata_indices` returns).
-      check: ``None`` (global :class:`checked` mode), ``True`` or ``False``.
+      check: ``True``, ``False`` or ``None`` (the :class:`checked` default for eager calls,
+        no check when traced).
 
     Returns:
       ``(A_compressed_bits [..., M, K/2], idx int32 [..., M, K/2])``.
@@ -675,7 +700,7 @@ def matrix_operands(ins, A_bits, metadata, *, check=None):
     """
     geo = _geometry(ins)
     A = jnp.asarray(A_bits)
-    want = _want_check(check)
+    want = _want_check(check, A, metadata)
     if metadata is None:
         values, idx, _ = _compress(geo, _check_dense(geo, A, "A"), "A", want)
         return values, idx
@@ -702,8 +727,25 @@ def matrix_operands(ins, A_bits, metadata, *, check=None):
 
 
 # ---------------------------------------------------------------------------------------
-# User tools
-def prune(A, ins):
+# User tools: the instruction comes first, as in metadata_indices(ins, e, selector); the
+# old order (A, ins) still works, with a DeprecationWarning.
+def _deprecated_order(name: str, old: str) -> None:
+    warnings.warn(
+        f"jaxmma.sparse.{old} is deprecated: pass the instruction first, "
+        f"{name}(ins, ...), as metadata_indices(ins, e, selector) does",
+        DeprecationWarning,
+        stacklevel=4,
+    )
+
+
+def _ins_first(name: str, old: str, ins, A):
+    if isinstance(A, Instruction) and not isinstance(ins, Instruction):
+        _deprecated_order(name, old)
+        return A, ins
+    return ins, A
+
+
+def prune(ins, A):
     """Make a dense matrix follow the sparsity pattern of ``ins``, keeping the largest.
 
     In every chunk of every row the ``keep`` slots of largest magnitude stay (2 of 4
@@ -712,9 +754,9 @@ def prune(A, ins):
     NaN counts as the largest magnitude. PTX ISA 9.7.14.6.1.
 
     Args:
+      ins: an ``mma.sp`` / ``mma.sp::ordered_metadata`` :class:`jaxmma.Instruction`.
       A: ``[..., M, K]`` element values (any float or signed integer dtype), or unsigned
         raw bits of ``ins``'s A type (container bytes for ``kind::f8f6f4``).
-      ins: an ``mma.sp`` / ``mma.sp::ordered_metadata`` :class:`jaxmma.Instruction`.
 
     Returns:
       ``A`` with the pruned elements set to zero (``+0``), same shape and dtype.
@@ -722,15 +764,16 @@ def prune(A, ins):
     Example:
       >>> ins = jaxmma.instruction("mma.sp.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32")
       >>> A = jnp.array([[1.0, -3.0, 2.0, 0.5] * 4] * 16, jnp.float16)
-      >>> prune(A, ins)[0, :4].tolist()
+      >>> prune(ins, A)[0, :4].tolist()
       [0.0, -3.0, 2.0, 0.0]
     """
+    ins, A = _ins_first("prune", "prune(A, ins)", ins, A)
     geo = _geometry(ins)
     A = _check_dense(geo, A, "A")
     return _prune_core(geo.slots, geo.width, _how(geo), A, _mag_mask(geo))
 
 
-def validate(A, ins) -> None:
+def validate(ins, A) -> None:
     """Check that a dense matrix follows the sparsity pattern of ``ins``.
 
     Zero means ``+0``/``-0`` of the element format (NaN is non-zero; raw bits ignore the
@@ -738,22 +781,23 @@ def validate(A, ins) -> None:
     is. Chunks with fewer non-zeros than stored slots are fine. PTX ISA 9.7.14.6.1.
 
     Args:
-      A: ``[..., M, K]`` element values or unsigned raw bits (see :func:`prune`).
       ins: an ``mma.sp`` / ``mma.sp::ordered_metadata`` :class:`jaxmma.Instruction`.
+      A: ``[..., M, K]`` element values or unsigned raw bits (see :func:`prune`).
 
     Raises:
       ValueError: naming the (batch index,) row and chunk with too many non-zeros. Traced
         inputs are checked through :func:`jax.experimental.checkify.check`.
 
     Example:
-      >>> validate(prune(A, ins), ins)  # passes                   # doctest: +SKIP
+      >>> validate(ins, prune(ins, A))  # passes                   # doctest: +SKIP
     """
+    ins, A = _ins_first("validate", "validate(A, ins)", ins, A)
     geo = _geometry(ins)
     A = _check_dense(geo, A, "A")
     _compress(geo, A, "A", traced_check=True)
 
 
-def compress(A, ins, selector=0, *, registers: bool = True, check=None):
+def compress(ins, A, selector=0, *, registers: bool = True, check=None):
     """Compress a dense sparse matrix into its stored values and metadata registers.
 
     The stored slots of a chunk are its non-zero slots, completed (where a chunk has fewer)
@@ -763,14 +807,15 @@ def compress(A, ins, selector=0, *, registers: bool = True, check=None):
     9.7.14.6.1-2; :func:`decompress` is the inverse.
 
     Args:
+      ins: an ``mma.sp`` / ``mma.sp::ordered_metadata`` :class:`jaxmma.Instruction`.
       A: dense ``[..., M, K]`` following the pattern (see :func:`validate`): element
         values in A's dtype (``jnp.float16``, ...; ``jnp.float32`` for ``.tf32``) or
         unsigned raw bits (container bytes for ``kind::f8f6f4``).
-      ins: an ``mma.sp`` / ``mma.sp::ordered_metadata`` :class:`jaxmma.Instruction`.
       selector: the sparsity selector ``f`` the registers are made for (static).
       registers: ``True``: return A's fragment registers; ``False``: the compressed
         ``[..., M, K/2]`` matrix in ``A``'s dtype.
-      check: ``None`` (global :class:`checked` mode), ``True`` or ``False``: whether a
+      check: ``True``, ``False`` or ``None`` (the :class:`checked` default for eager calls,
+        no check when traced): whether a
         traced ``A`` is checked (concrete inputs always are).
 
     Returns:
@@ -783,13 +828,14 @@ def compress(A, ins, selector=0, *, registers: bool = True, check=None):
     Example:
       >>> ins = jaxmma.instruction("mma.sp::ordered_metadata.sync.aligned.m16n8k32"
       ...                          ".row.col.f32.f16.f16.f32")          # doctest: +SKIP
-      >>> a, e = compress(prune(A, ins), ins, selector=1)               # doctest: +SKIP
+      >>> a, e = compress(ins, prune(ins, A), selector=1)               # doctest: +SKIP
       >>> d = ins(a, b, c, e, selector=1)                               # doctest: +SKIP
     """
+    ins, A = _ins_first("compress", "compress(A, ins, ...)", ins, A)
     geo = _geometry(ins)
     sel = _selector(geo, selector)
     A = _check_dense(geo, A, "A")
-    values, _, nib = _compress(geo, A, "A", _want_check(check))
+    values, _, nib = _compress(geo, A, "A", _want_check(check, A))
     tab = _tables(geo, sel)
     e = _pack_core(nib, tab.row, tab.chunk, tab.used)
     if registers:
@@ -798,14 +844,14 @@ def compress(A, ins, selector=0, *, registers: bool = True, check=None):
     return values, e
 
 
-def decompress(values, e, ins, selector=0, *, check=None):
+def decompress(ins, values, e=None, selector=0, *, check=None):
     """Expand stored values and metadata registers into the dense matrix.
 
     Args:
+      ins: an ``mma.sp`` / ``mma.sp::ordered_metadata`` :class:`jaxmma.Instruction`.
       values: A's fragment registers uint32 ``[..., 32, nregs_a]``, or the compressed
         matrix ``[..., M, K/2]`` (values or raw bits).
       e: uint32 ``[..., 32]`` metadata registers.
-      ins: an ``mma.sp`` / ``mma.sp::ordered_metadata`` :class:`jaxmma.Instruction`.
       selector: the sparsity selector ``f`` (static).
       check: as for :func:`metadata_indices`.
 
@@ -815,8 +861,11 @@ def decompress(values, e, ins, selector=0, *, check=None):
       on one column, the first one is shown.
 
     Example:
-      >>> dense = decompress(*compress(A, ins, selector=1), ins, selector=1)  # doctest: +SKIP
+      >>> dense = decompress(ins, *compress(ins, A, selector=1), selector=1)  # doctest: +SKIP
     """
+    if isinstance(e, Instruction) and not isinstance(ins, Instruction):
+        _deprecated_order("decompress", "decompress(values, e, ins, ...)")
+        ins, values, e = e, ins, values
     geo = _geometry(ins)
     values = jnp.asarray(values)
     nregs = ins.nregs["a"]

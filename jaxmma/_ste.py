@@ -37,7 +37,7 @@ def _tangent_dtype(out):
     return out.dtype if jnp.issubdtype(out.dtype, jnp.floating) else jax.dtypes.float0
 
 
-def straight_through(forward, values, A, B, C, aux):
+def straight_through(forward, values, A, B, C, aux, lift_a=None):
     """``forward(A, B, C, aux)`` with the straight-through tangent.
 
     Args:
@@ -46,6 +46,8 @@ def straight_through(forward, values, A, B, C, aux):
         instruction multiplies (``[..., M, K]``, ``[..., K, N]``).
       A, B, C: the operands as given (None where absent); float ones get tangents.
       aux: anything else ``forward`` needs (e.g. quantized operands); no tangent.
+      lift_a: ``(dA, aux) -> dA`` as a dense ``[..., M, K]`` tangent, where A is stored
+        in another shape (the compressed A of ``mma.sp``); linear in ``dA``.
     """
 
     @jax.custom_jvp
@@ -62,7 +64,7 @@ def straight_through(forward, values, A, B, C, aux):
         va, vb = values(A, B, aux)
         t = jnp.zeros(out.shape, F32)
         if _is_float(A) and _is_float(dA):
-            t = t + _product(dA, vb)
+            t = t + _product(dA if lift_a is None else lift_a(dA, aux), vb)
         if _is_float(B) and _is_float(dB):
             t = t + _product(va, dB)
         if _is_float(C) and _is_float(dC):

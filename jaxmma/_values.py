@@ -7,9 +7,12 @@ in an unsigned integer array. Results come back in the destination's dtype.
 
 from __future__ import annotations
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
+
+from . import _errors, _formats
 
 # format -> the jnp dtype whose bits are the element's bits
 DTYPES = {
@@ -27,25 +30,76 @@ DTYPES = {
 UNSIGNED = (np.uint8, np.uint16, np.uint32, np.uint64)
 
 
-def to_bits(fmt: str, x, name: str, kind=None):
-    """Element values or raw bits -> uint32 raw bits (uint64 for f64)."""
-    x = jnp.asarray(x)
+def container_bits(fmt: str, kind: str | None = None) -> int:
+    """Bits of one raw element as operands carry it: the format's width, 32 for ``.tf32``
+    (float32 bits), 8 for the 6- and 4-bit types in ``kind::f8f6f4``/``mxf8f6f4``
+    containers."""
+    if fmt == "tf32":
+        return 32
+    if kind in ("f8f6f4", "mxf8f6f4"):
+        return max(8, _formats.FORMATS[fmt].bits)
+    return _formats.FORMATS[fmt].bits
+
+
+def to_bits(fmt: str, x, name: str, kind=None, *, width: int | None = None):
+    """Element values or raw bits -> uint32 raw bits (uint64 for f64).
+
+    Accepted: the format's element dtype (:data:`DTYPES`, bit-cast), or an unsigned
+    integer dtype of at least ``width`` bits (default :func:`container_bits`) holding the
+    raw bits in its low ``width`` bits (higher bits are ignored, as everywhere raw bits
+    travel); Python ints (lists) are raw bits too. Anything else (other floats, signed
+    integers) is a TypeError naming the accepted dtypes: values are never converted.
+    """
+    if isinstance(x, (list, tuple, int)):  # Python ints: raw bits, never int32-wrapped
+        x = np.asarray(x)
+        if x.dtype.kind == "i" and (x.size == 0 or x.min() >= 0):
+            x = x.astype(np.uint64)
+    if fmt == "f64":
+        _need_x64(name)
     want = DTYPES.get(fmt)
     out = jnp.uint64 if fmt == "f64" else jnp.uint32
-    if want is not None and x.dtype == jnp.dtype(want):
+    width = container_bits(fmt, kind) if width is None else width
+    dtype = np.dtype(x.dtype if hasattr(x, "dtype") else np.asarray(x).dtype)
+    if want is not None and dtype == jnp.dtype(want):
+        x = jnp.asarray(x)
         size = jnp.dtype(want).itemsize
         u = {1: jnp.uint8, 2: jnp.uint16, 4: jnp.uint32, 8: jnp.uint64}[size]
-        bits = lax.bitcast_convert_type(x, u)
-        if fmt in ("s8",):
-            bits = bits & 0xFF
-        return bits.astype(out)
-    if x.dtype.type in UNSIGNED:
-        return x.astype(out)
+        return lax.bitcast_convert_type(x, u).astype(out)
+    if dtype.type in UNSIGNED and 8 * dtype.itemsize >= width:
+        if not isinstance(x, jax.Array) and fmt != "f64":  # NumPy uint64: no silent wrap
+            x = (np.asarray(x).astype(np.uint64) & np.uint64(0xFFFFFFFF)).astype(np.uint32)
+        return jnp.asarray(x).astype(out)
     allowed = [jnp.dtype(want).name] if want is not None else []
+    unsigned = f"uint{max(8, 1 << (width - 1).bit_length())} (or wider unsigned) raw bits"
     raise TypeError(
-        f"{name}: expected {' or '.join(allowed + ['unsigned raw bits'])} for "
-        f".{fmt} elements, got {x.dtype}"
+        f"{name}: expected {' or '.join([*allowed, unsigned])} for "
+        f".{fmt} elements, got {dtype}" + (_errors.x64_hint() if fmt == "f64" else "")
     )
+
+
+def registers(x, name: str, bits: int = 32):
+    """A register operand as an array: Python ints (lists of them) become unsigned
+    ``bits``-wide registers (ValueError outside ``[0, 2**bits)``, never an int32 wrap or
+    overflow); arrays pass through unchanged (their dtype is checked by the caller)."""
+    if isinstance(x, (list, tuple, int)) and not isinstance(x, bool):
+        a = np.asarray(x)
+        if a.dtype.kind in "iuO":
+            lo, hi = (int(a.min()), int(a.max())) if a.size else (0, 0)
+            if lo < 0 or hi >= 2**bits:
+                bad = lo if lo < 0 else hi
+                raise ValueError(
+                    f"{name}: Python ints are taken as {bits}-bit register bits, which run "
+                    f"from 0 to 2**{bits} - 1; got {bad}"
+                )
+            return jnp.asarray(a.astype(np.uint64 if bits == 64 else np.uint32))
+    return jnp.asarray(x)
+
+
+def _need_x64(name: str) -> None:
+    if not jax.config.jax_enable_x64:
+        raise ValueError(
+            f"{name}: .f64 elements need 64-bit types, which are off{_errors.X64_HINT}"
+        )
 
 
 def from_bits(fmt: str, bits):

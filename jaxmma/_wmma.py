@@ -30,7 +30,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from . import _fragments, _layouts, _models
+from . import _errors, _fragments, _layouts, _memory, _models, _shapes, _values
 
 ALIGN = 16
 ATOM_K = {
@@ -152,101 +152,156 @@ def _operand_layout(ins, frag: str) -> WmmaLayout:
 
 
 # ------------------------------------------------------------------------------ memory
-def _offsets(lay: WmmaLayout, mem_layout: str, addr, stride):
-    """Bit offset of every fragment element in the image ``[..., 32, nelem]``."""
-    line = lay.cols if mem_layout == "row" else lay.rows
+def _line(lay: WmmaLayout, mem_layout: str) -> int:
+    """Elements of one memory row (``.row``) or column (``.col``): the default stride."""
+    return lay.cols if mem_layout == "row" else lay.rows
+
+
+def _int_arg(name: str, x):
+    """A Python int or an integer array (``addr``/``stride``); TypeError otherwise."""
+    if isinstance(x, (bool, np.bool_)):
+        raise TypeError(f"{name}: expected an int or an integer array, got {x!r}")
+    if isinstance(x, (int, np.integer)):
+        if not -(2**62) < int(x) < 2**62:
+            raise ValueError(f"{name}: {int(x)} lies outside any memory image")
+        return int(x)
+    if not isinstance(x, jax.core.Tracer):
+        x = np.asarray(x) if not isinstance(x, jax.Array) else x
+    if not jnp.issubdtype(x.dtype, jnp.integer):
+        raise TypeError(f"{name}: expected an int or an integer array, got {x.dtype}")
+    return x
+
+
+def _offsets(lay: WmmaLayout, mem_layout: str, addr, stride, nbytes: int):
+    """Bit offset of every fragment element in the image, uint32 ``[..., 32, nelem]``,
+    saturated at the end of the image (:mod:`jaxmma._memory`: nothing wraps)."""
+    line = _line(lay, mem_layout)
     stride = line if stride is None else stride
-    r = jnp.asarray(lay.row, jnp.int32)
-    c = jnp.asarray(lay.col, jnp.int32)
-    stride = jnp.asarray(stride, jnp.int32)[..., None, None]
-    addr = jnp.asarray(addr, jnp.int32)[..., None, None]
-    batch = jnp.broadcast_shapes(stride.shape, addr.shape)
-    stride, addr = jnp.broadcast_to(stride, batch), jnp.broadcast_to(addr, batch)
-    r = jnp.broadcast_to(r, batch[:-2] + r.shape)
-    c = jnp.broadcast_to(c, batch[:-2] + c.shape)
-    idx = r * stride + c if mem_layout == "row" else c * stride + r
-    return addr * 8 + idx * lay.elem_bits
+    r, c = (lay.row, lay.col) if mem_layout == "row" else (lay.col, lay.row)
+    ints = []
+    for x in (addr, stride):
+        if isinstance(x, int):  # checked in range by _check_mem
+            x = np.int32(x)
+        ints.append(jnp.asarray(x)[..., None, None])
+    addr, stride = ints
+    bits = lay.elem_bits
+    rows = _memory.scale(_memory.clamp(stride, nbytes, bits), r.astype(np.int64) * bits, nbytes)
+    cols = _memory.add(rows, c.astype(np.int64) * bits, nbytes)
+    base = _memory.scale(_memory.clamp(addr, nbytes, 8), 8, nbytes)
+    return _memory.add(cols, base, nbytes)
 
 
 def _check_mem(ins, mem, addr, stride, lay, mem_layout):
-    mem = jnp.asarray(mem)
-    if mem.dtype != jnp.uint8:
-        raise TypeError(f"mem: expected a uint8 memory image, got {mem.dtype}")
-    if mem.ndim < 1:
-        raise ValueError(f"mem: expected shape [..., nbytes], got {tuple(mem.shape)}")
-    line = lay.cols if mem_layout == "row" else lay.rows
-    frag_bytes = lay.nregs * lay.reg_bits // 8
+    """Check the image and, when concrete, ``addr``/``stride`` (ValueError/TypeError)."""
+    mem = _memory.check_image(mem, "mem")
+    addr = _int_arg("addr", addr)
+    stride = None if stride is None else _int_arg("stride", stride)
     if any(isinstance(v, jax.core.Tracer) for v in (addr, stride)):
-        return mem  # traced under jit: checked when concrete only
-    s = line if stride is None else np.asarray(stride)
-    a = np.asarray(addr)
+        return mem, addr, stride  # traced under jit: the rule of _memory
+    line = _line(lay, mem_layout)
+    s = np.asarray(line if stride is None else stride, dtype=object).astype(np.int64)
+    a = np.asarray(addr, dtype=object).astype(np.int64)
+    if np.any(a < 0):
+        raise ValueError(
+            f"addr: {int(np.min(a))} is negative; byte offsets into the "
+            f"{mem.shape[-1]}-byte image run from 0 to {mem.shape[-1] - 1}"
+        )
     if np.any(s < line):
         raise ValueError(
             f"stride: {int(np.min(s))} elements is below the default {line} for "
             f"{ins.text} (smaller strides are undefined behaviour)"
         )
     # 9.7.14.4.2 asks for row starts aligned to the fragment size, which some default
-    # strides break (m8n32k16 .col A: 8 x .f16 = 16 bytes < 32) and the GPU runs anyway;
-    # 16 bytes is the alignment every shape's default stride keeps.
-    del frag_bytes
-    if np.any(a % ALIGN) or np.any((s * lay.elem_bits // 8) % ALIGN):
+    # strides break (m8n32k16 .col A: 8 x .f16 = 16 bytes < 32; m32n8k16 .row B of
+    # .u8/.s8: 8 bytes) and the GPU runs anyway. addr must be 16-byte aligned, row starts
+    # aligned to 16 bytes or to the default row length if that is shorter.
+    line_bytes = line * lay.elem_bits // 8
+    row_align = min(ALIGN, line_bytes)
+    if np.any(a % ALIGN) or np.any((s * lay.elem_bits) % (8 * row_align)):
         raise ValueError(
-            f"addr/stride: row starts must be {ALIGN}-byte aligned for {ins.text}; got "
-            f"addr {a.tolist()}, stride {np.asarray(s).tolist()} elements (9.7.14.4.2)"
+            f"addr/stride: addr must be {ALIGN}-byte aligned and the stride a multiple of "
+            f"{row_align} bytes ({row_align * 8 // lay.elem_bits} elements) for {ins.text}; "
+            f"got addr {a.tolist()}, stride {s.tolist()} elements (9.7.14.4.2)"
         )
     other = lay.rows if mem_layout == "row" else lay.cols
     end = a + ((other - 1) * s + line) * lay.elem_bits // 8
     if np.any(end > mem.shape[-1]):
         raise ValueError(
-            f"addr/stride: the matrix ends at byte {int(np.max(end))}, outside "
-            f"the {mem.shape[-1]}-byte image"
+            f"addr/stride: the matrix occupies bytes up to {int(np.max(end))}, outside "
+            f"the {mem.shape[-1]}-byte image (addr {a.tolist()}, stride {s.tolist()})"
         )
-    return mem
+    return mem, addr, stride
 
 
-def load(ins, mem, addr=0, stride=None):
+def _check_flag(check) -> bool:
+    if not isinstance(check, (bool, np.bool_)):
+        raise TypeError(f"check: expected True or False, got {check!r}")
+    return bool(check)
+
+
+def _check_traced(ins, lay, addr, stride, off, nbytes: int) -> None:
+    """Checked mode: traced ``addr``/``stride`` that leave the image, misalign ``addr`` or
+    go below the default stride fail a :func:`checkify.check`."""
+    if not any(isinstance(v, jax.core.Tracer) for v in (addr, stride, off)):
+        return
+    ok = jnp.all(_memory.inside(off, lay.elem_bits, nbytes))
+    if not isinstance(addr, int):
+        ok = ok & jnp.all(jnp.asarray(addr) % ALIGN == 0)
+    if stride is not None and not isinstance(stride, int):
+        ok = ok & jnp.all(jnp.asarray(stride) >= _line(lay, ins.layout))
+    _memory.check_traced(ok, "addr/stride", ins.opcode)
+
+
+def load(ins, mem, addr=0, stride=None, *, check=False):
     """``wmma.load``: ``mem`` uint8 ``[..., nbytes]`` -> registers ``[..., 32, nregs]``."""
-    from ._movement import _read_bits
-
+    check = _check_flag(check)
     lay = _operand_layout(ins, ins.form.frag)
-    mem = _check_mem(ins, mem, addr, stride, lay, ins.layout)
-    off = _offsets(lay, ins.layout, addr, stride)
-    batch = jnp.broadcast_shapes(mem.shape[:-1], off.shape[:-2])
-    mem = jnp.broadcast_to(mem, batch + mem.shape[-1:])
-    off = jnp.broadcast_to(off, batch + off.shape[-2:])
+    mem, addr, stride = _check_mem(ins, mem, addr, stride, lay, ins.layout)
+    nbytes = mem.shape[-1]
+    off = _offsets(lay, ins.layout, addr, stride, nbytes)
+    if check:
+        _check_traced(ins, lay, addr, stride, off, nbytes)
+    mem, off = _shapes.broadcast((("mem", mem, 1), ("addr/stride", off, 2)), ins.text)
     if lay.elem_bits == 64:
-        lo = _read_bits(mem, off, 32).astype(jnp.uint64)
-        hi = _read_bits(mem, off + 32, 32).astype(jnp.uint64)
-        return lo | (hi << jnp.uint64(32))
-    elems = _read_bits(mem, off, lay.elem_bits)
+        ok = _memory.inside(off, 64, nbytes)
+        lo = _memory.read(mem, off, 32).astype(jnp.uint64)
+        hi = _memory.read(mem, _memory.add(off, np.asarray(32), nbytes), 32).astype(jnp.uint64)
+        return jnp.where(ok, lo | (hi << jnp.uint64(32)), jnp.uint64(0))
+    elems = _memory.read(mem, off, lay.elem_bits)
     return _fragments.pack(elems, lay.elem_bits)
 
 
-def store(ins, mem, regs, addr=0, stride=None):
+def store(ins, mem, regs, addr=0, stride=None, *, check=False):
     """``wmma.store``: writes the fragment ``regs`` into the image; returns the new image."""
+    check = _check_flag(check)
     lay = _operand_layout(ins, "d")
-    mem = _check_mem(ins, mem, addr, stride, lay, ins.layout)
+    mem, addr, stride = _check_mem(ins, mem, addr, stride, lay, ins.layout)
     regs = _check_regs(lay, regs, "regs", ins)
-    off = _offsets(lay, ins.layout, addr, stride)
-    batch = jnp.broadcast_shapes(mem.shape[:-1], regs.shape[:-2], off.shape[:-2])
-    mem = jnp.broadcast_to(mem, batch + mem.shape[-1:])
-    regs = jnp.broadcast_to(regs, batch + regs.shape[-2:])
-    off = jnp.broadcast_to(off, batch + off.shape[-2:])
+    nbytes = mem.shape[-1]
+    off = _offsets(lay, ins.layout, addr, stride, nbytes)
+    if check:
+        _check_traced(ins, lay, addr, stride, off, nbytes)
+    mem, regs, off = _shapes.broadcast(
+        (("mem", mem, 1), ("regs", regs, 2), ("addr/stride", off, 2)), ins.text
+    )
     elems = _fragments.unpack(regs, lay.elem_bits)
-    from ._movement import write_bytes
-
-    return write_bytes(mem, off // 8, elems, lay.elem_bits // 8)
+    return _memory.write(mem, off, elems, lay.elem_bits)
 
 
 # ------------------------------------------------------------------------------ mma
 def _check_regs(lay: WmmaLayout, regs, name, ins):
     """The fragment's registers, checked: ``[..., 32, nregs]`` of the register width."""
-    regs = jnp.asarray(regs)
+    regs = _values.registers(regs, name, lay.reg_bits)
     want = jnp.uint64 if lay.reg_bits == 64 else jnp.uint32
-    if regs.dtype != want or regs.shape[-2:] != (32, lay.nregs):
+    if regs.dtype != want:
+        raise TypeError(
+            f"{name}: expected {jnp.dtype(want).name} registers [..., 32, {lay.nregs}] for "
+            f"{ins.text}, got {regs.dtype}{_errors.x64_hint() if lay.reg_bits == 64 else ''}"
+        )
+    if regs.ndim < 2 or regs.shape[-2:] != (32, lay.nregs):
         raise ValueError(
-            f"{name}: expected {jnp.dtype(want).name} [..., 32, {lay.nregs}] for "
-            f"{ins.text}, got {regs.dtype} {tuple(regs.shape)}"
+            f"{name}: expected registers of shape [..., 32, {lay.nregs}] for "
+            f"{ins.text}, got {tuple(regs.shape)}"
         )
     return regs
 
@@ -272,6 +327,7 @@ def mma(ins, a, b, c, *, model=None):
     A = _unfragment(_operand_layout(ins, "a"), a, "a", ins)
     B = _unfragment(_operand_layout(ins, "b"), b, "b", ins)
     C = _unfragment(_operand_layout(ins, "c"), c, "c", ins)
+    A, B, C = _shapes.broadcast((("a", A, 2), ("b", B, 2), ("c", C, 2)), ins.text)
     D = _models.mma_bits(ins, A, B, C, model=model)
     return _fragment(_operand_layout(ins, "d"), D)
 

@@ -8,9 +8,9 @@ from ._formats import encode as encode
 from ._formats import fields as fields
 from ._formats import get_format as get_format
 from ._formats import round_to_format as round_to_format
-from ._packing import from_container as from_container
+from ._packing import bits_from_container as from_container
+from ._packing import container_from_bits as to_container
 from ._packing import pack as pack
-from ._packing import to_container as to_container
 from ._packing import unpack as unpack
 
 __all__ = [

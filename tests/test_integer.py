@@ -3,7 +3,7 @@
 The oracle is written here, apart from the code it checks: raw bits are sign-extended
 with Python ints, products are summed exactly, C is added, and the result is wrapped to
 32 bits or, with ``.satfinite``, clamped once to ``[INT32_MIN, INT32_MAX]`` (PTX ISA
-9.7.14.5.14; NUMERICS.md: hardware-confirmed for the m16n8 integer forms). ``.b1`` is
+9.7.14.5.14; docs/numerics.md: hardware-confirmed for the m16n8 integer forms). ``.b1`` is
 ``popc(a AND b)`` / ``popc(a XOR b)`` over the k bits, plus C, wrapped.
 """
 

@@ -645,7 +645,7 @@ def test_spec_table_forms_all_have_layouts():
 
 
 # ---------------------------------------------------------------------------------------
-# Sparse metadata (LAYOUTS.md table; selector and chunk text of 9.7.14.6.1)
+# Sparse metadata (docs/layouts.md table; selector and chunk text of 9.7.14.6.1)
 # (shape, atype, chunk size, selectors) as the spec's text states them
 META = [
     ("m16n8k16", "f16", 4, (0, 1, 2, 3)),
@@ -669,7 +669,7 @@ META_CASES = [(s, a, size, sel) for s, a, size, sels in META for sel in sels]
 
 
 def _notes_meta(shape, atype, sel, lane, n):
-    """notes/LAYOUTS.md, "Nibble n of a contributing lane -> (row, chunk)"."""
+    """docs/layouts.md, "Nibble n of a contributing lane -> (row, chunk)"."""
     g, q = lane >> 2, lane & 3
     if (shape, atype) in (("m16n8k16", "f16"), ("m16n8k16", "bf16"), ("m16n8k8", "tf32")):
         return q == sel, g + 8 * (n >> 2), n & 3
@@ -719,7 +719,7 @@ def test_metadata_compressed_a_consistent():
 
 
 # ---------------------------------------------------------------------------------------
-# Block scaling (9.7.14.3, Table 37; LAYOUTS.md)
+# Block scaling (9.7.14.3, Table 37; docs/layouts.md)
 TABLE_37 = {  # scale_vec -> (byte-id-a, thread-id-a, byte-id-b, thread-id-b)
     "1X": ((0, 1, 2, 3), (0, 1), (0, 1, 2, 3), (0, 1, 2, 3)),
     "2X": ((0, 2), (0, 1), (0, 2), (0, 1, 2, 3)),
@@ -744,10 +744,10 @@ def test_scale_layout(case):
     for idx in itertools.product(*map(range, shape)):
         if op == "a":
             m, j = idx
-            expected = 4 * (m % 8) + 2 * tid + m // 8, bid + j  # LAYOUTS.md SF_A
+            expected = 4 * (m % 8) + 2 * tid + m // 8, bid + j  # docs/layouts.md SF_A
         else:
             j, n = idx
-            expected = 4 * n + tid, bid + j  # LAYOUTS.md SF_B
+            expected = 4 * n + tid, bid + j  # docs/layouts.md SF_B
         assert (sl.lane[idx], sl.byte[idx]) == expected
     # 9.7.14.3: thread-id-a picks the thread pair %laneid % 4 in {0,1} / {2,3},
     # thread-id-b the thread %laneid % 4 == thread-id-b; byte-id the byte(s) used.
@@ -761,7 +761,7 @@ def test_scale_layout(case):
 
 
 # ---------------------------------------------------------------------------------------
-# ldmatrix / stmatrix / movmatrix (9.7.14.5.15-17; LAYOUTS.md)
+# ldmatrix / stmatrix / movmatrix (9.7.14.5.15-17; docs/layouts.md)
 LD = [
     *[("m8n8", num, trans, "b16") for num in ("x1", "x2", "x4") for trans in (False, True)],
     *[
@@ -790,7 +790,7 @@ def _move(case):
 
 
 def _notes_move(op, shape, trans, lane, reg, j):
-    """notes/LAYOUTS.md "Data movement" statements: (matrix, memory row, memory col)."""
+    """docs/layouts.md "Data movement" statements: (matrix, memory row, memory col)."""
     g, q = lane >> 2, lane & 3
     if shape == "m8n8":  # "half h gets M_i[l>>2][2q+h]; .trans: M_i[2q+h][l>>2]"
         return (reg, 2 * q + j, g) if trans else (reg, g, 2 * q + j)
@@ -913,7 +913,7 @@ def test_movmatrix_layout():
         assert (lay.nregs, lay.elems_per_reg, lay.elem_bits) == (1, 2, 16)
         _assert_bijection(lay.mat, lay.row, lay.col, (1, 8, 8))
     for lane, h in itertools.product(range(32), range(2)):
-        # LAYOUTS.md: "input lane 4r + c/2, half c%2 holds M[r][c]"
+        # docs/layouts.md: "input lane 4r + c/2, half c%2 holds M[r][c]"
         r, c = mv.src.row[lane, h], mv.src.col[lane, h]
         assert (lane, h) == (4 * r + c // 2, c % 2)
         # "result lane l, half h holds M[2q+h][l>>2]"

@@ -1,4 +1,4 @@
-"""ldmatrix / stmatrix / movmatrix against an oracle written from notes/LAYOUTS.md."""
+"""ldmatrix / stmatrix / movmatrix against an oracle written from docs/layouts.md."""
 
 import jax
 import jax.numpy as jnp

@@ -1,6 +1,6 @@
 """The fused-block models against probe vectors of the published studies, derived by hand.
 
-Each expected value below is worked out on paper from the model of NUMERICS.md (F, L,
+Each expected value below is worked out on paper from the model of docs/numerics.md (F, L,
 e_zero, output rounding per architecture), not computed by the code under test.
 """
 

@@ -123,3 +123,17 @@ def test_errors():
 
 def test_doctests():
     assert doctest.testmod(P).failed == 0
+
+
+def test_public_container_functions_take_the_format_first():
+    from jaxmma import formats
+
+    bits = np.array([0xF, 0x1, 0x0, 0x8], np.uint32)
+    c = formats.to_container("e2m1", bits)
+    np.testing.assert_array_equal(np.asarray(c), [0x3C, 0x04, 0x00, 0x20])
+    np.testing.assert_array_equal(np.asarray(formats.from_container("e2m1", c)), bits)
+    with pytest.warns(DeprecationWarning, match=r"to_container\(fmt, bits\)"):
+        old = formats.to_container(bits, "e2m1")
+    np.testing.assert_array_equal(np.asarray(old), np.asarray(c))
+    with pytest.warns(DeprecationWarning, match=r"from_container\(fmt, bits\)"):
+        np.testing.assert_array_equal(np.asarray(formats.from_container(c, "e2m1")), bits)

@@ -470,7 +470,7 @@ def quantized_pair(kind, scale_vec, a, b, sparse, seed=31):
     if sparse:
         from jaxmma import _sparse
 
-        X = _sparse.prune(X, ins)
+        X = _sparse.prune(ins, X)
     return ins, quant(X, a, -1), quant(Y, b, -2)
 
 
@@ -602,3 +602,21 @@ def test_argument_errors():
 
 def test_doctests():
     assert doctest.testmod(Q, extraglobs={"jnp": jnp}).failed == 0
+
+
+def test_storage_is_one_byte_per_element_and_raw_bits_round_trip():
+    x = np.linspace(-3.0, 3.0, 64, dtype=np.float32).reshape(2, 32)
+    x[1, 5] = np.nan  # a NaN block: scale 0xFF (ue8m0) / 0x7F (ue4m3)
+    q = Q.quantize_mx(jnp.asarray(x), "e4m3")
+    assert q.elements.dtype == jnp.uint8 and q.scales.dtype == jnp.uint8
+    el, sc = Q.raw_bits(q)
+    assert el.dtype == jnp.uint32 and sc.dtype == jnp.uint32
+    np.testing.assert_array_equal(np.asarray(el), np.asarray(q.elements))
+    assert int(sc[1, 0]) == 0xFF
+    # element bits as ml_dtypes gives them (row 0, scale 2**(floor(log2 3) - 8))
+    s = 2.0 ** (int(sc[0, 0]) - 127)
+    want = (x[0] / s).astype(ml_dtypes.float8_e4m3fn).view(np.uint8)
+    np.testing.assert_array_equal(np.asarray(q.elements)[0], want)
+    n = Q.quantize_nvfp4(jnp.asarray(x))
+    assert n.elements.dtype == jnp.uint8 and int(Q.raw_bits(n)[1][1, 0]) == 0x7F
+    assert jaxmma.quant.raw_bits is Q.raw_bits

@@ -2,7 +2,7 @@
 
 The oracles are kept apart from the code they check:
 
-* ``oracle_scales`` picks scale bytes with the formulas of ``notes/LAYOUTS.md`` ("Block-scale
+* ``oracle_scales`` picks scale bytes with the formulas of ``docs/layouts.md`` ("Block-scale
   selectors"), in plain Python loops.
 * ``oracle_product_model`` / ``oracle_group_model`` / ``oracle_exact`` compute D[m, n] with
   ``fractions.Fraction`` from the description of the sm_120 models in
@@ -216,7 +216,7 @@ def oracle_exact(ins, a, b, c, sa, sb):
 
 
 def oracle_scales(ins, scale_a, scale_b, bid_a, tid_a, bid_b, tid_b):
-    """notes/LAYOUTS.md: SF_A[m, j] = byte bid_a + j of lane 4*(m%8) + 2*tid_a + m//8;
+    """docs/layouts.md: SF_A[m, j] = byte bid_a + j of lane 4*(m%8) + 2*tid_a + m//8;
     SF_B[j, n] = byte bid_b + j of lane 4*n + tid_b."""
     nblk = {"1X": 1, "2X": 2, "4X": 4}[ins.form.scale_vec]
     SA = np.zeros((16, nblk), np.uint32)

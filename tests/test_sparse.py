@@ -1,7 +1,7 @@
 """Tests of jaxmma._sparse (mma.sp metadata, compression, user tools; PTX ISA 9.7.14.6).
 
 The oracle is kept apart from the code it checks: ``LAYOUTS_TABLE`` below is the table of
-``notes/LAYOUTS.md`` ("Nibble n of a contributing lane -> (row, chunk)") written out row by
+``docs/layouts.md`` ("Nibble n of a contributing lane -> (row, chunk)") written out row by
 row, and :func:`oracle_indices` decodes a metadata register in plain Python loops from the
 bullet points of the same section (chunk sizes, i0/i1, tf32 ``i0 // 2``, 4-bit pairs).
 """
@@ -25,7 +25,7 @@ from jaxmma import _sparse as S
 from jaxmma import _spec
 
 # ---------------------------------------------------------------------------------------
-# The oracle: notes/LAYOUTS.md, "Sparse mma.sp metadata register e", transcribed.
+# The oracle: docs/layouts.md, "Sparse mma.sp metadata register e", transcribed.
 F8F6F4 = ("e4m3", "e5m2", "e3m2", "e2m3", "e2m1")
 
 # (shape, A types, selectors, contributes(q, sel), row(g, q, n), chunk(g, q, n))
@@ -61,7 +61,7 @@ def table_row(shape, atype):
 
 
 def chunk_size(shape, atype):
-    """LAYOUTS.md "Chunk size": 2 for tf32, 8 for s4/u4 and mxf4* e2m1, else 4."""
+    """docs/layouts.md "Chunk size": 2 for tf32, 8 for s4/u4 and mxf4* e2m1, else 4."""
     if atype == "tf32":
         return 2
     if atype in ("s4", "u4") or (atype == "e2m1" and shape == "m16n8k128"):
@@ -106,7 +106,7 @@ def oracle_indices(shape, atype, k, e, sel):
                 8 * c + 2 * i1,
                 8 * c + 2 * i1 + 1,
             ]
-    assert (idx >= 0).all(), "the LAYOUTS.md table leaves a chunk undescribed"
+    assert (idx >= 0).all(), "the docs/layouts.md table leaves a chunk undescribed"
     return idx
 
 
@@ -222,7 +222,7 @@ def test_compress_decompress_round_trip(key):
     A, masks = random_sparse(key, rng)
     cs = chunk_size(key[0], key[1])
     for sel in selectors(key):
-        vals, e = S.compress(A, ins, sel, registers=False)
+        vals, e = S.compress(ins, A, sel, registers=False)
         assert e.dtype == jnp.uint32 and e.shape == (32,)
         assert vals.dtype == jnp.uint32 and vals.shape == (16, ins.k // 2)
         e = np.asarray(e)
@@ -237,16 +237,16 @@ def test_compress_decompress_round_trip(key):
         stored = np.zeros(A.shape, bool)
         np.put_along_axis(stored, idx, True, axis=-1)
         assert not (A[~stored]).any()
-        np.testing.assert_array_equal(np.asarray(S.decompress(vals, e, ins, sel)), A)
+        np.testing.assert_array_equal(np.asarray(S.decompress(ins, vals, e, sel)), A)
         got_vals, got_idx = S.matrix_operands(ins, jnp.asarray(A), None)
         np.testing.assert_array_equal(np.asarray(got_idx), idx)
         np.testing.assert_array_equal(np.asarray(got_vals), np.asarray(vals))
         assert np.asarray(idx).max() < ins.k and (np.diff(idx // cs, axis=-1) >= 0).all()
     # registers, for the last selector
-    a, e = S.compress(A, ins, sel)
+    a, e = S.compress(ins, A, sel)
     assert a.dtype == jnp.uint32 and a.shape == (32, ins.nregs["a"])
     np.testing.assert_array_equal(np.asarray(ins.unfragment("a", a)), np.asarray(vals))
-    np.testing.assert_array_equal(np.asarray(S.decompress(a, e, ins, sel)), A)
+    np.testing.assert_array_equal(np.asarray(S.decompress(ins, a, e, sel)), A)
 
 
 def test_compress_canonical_metadata():
@@ -264,19 +264,19 @@ def test_compress_canonical_metadata():
     for nz, nib in rows.items():
         A = np.zeros((16, 16), np.float16)
         A[5, [4 + i for i in nz]] = 1.0
-        _, e = S.compress(A.astype(jnp.float16), ins, 1, registers=False)
+        _, e = S.compress(ins, A.astype(jnp.float16), 1, registers=False)
         assert (int(e[4 * 5 + 1]) >> 4) & 0xF == nib, nz  # row 5 chunk 1: lane 21 nibble 1
     tf32 = _INS["m16n8k8", "tf32", None, "sp"]
     for col, nib in ((None, 0b0100), (0, 0b0100), (1, 0b1110)):
         A = np.zeros((16, 8), np.float32)
         if col is not None:
             A[0, col] = 2.0
-        _, e = S.compress(A, tf32, 0)
+        _, e = S.compress(tf32, A, 0)
         assert int(e[0]) & 0xF == nib
     s4 = _INS["m16n8k64", "s4", None, "sp"]
     A = np.zeros((16, 64), np.uint32)
     A[0, 7] = 0x9  # the second element of pair 3 only
-    vals, e = S.compress(A, s4, 0, registers=False)
+    vals, e = S.compress(s4, A, 0, registers=False)
     assert int(e[0]) & 0xF == 0b1100
     assert np.asarray(vals)[0, :4].tolist() == [0, 0, 0, 0x9]
 
@@ -306,11 +306,11 @@ def test_round_trip_property(data):
     masks = np.array(chunk_masks, bool).reshape(batch + (16, nch, slots))
     rng = np.random.default_rng(data.draw(st.integers(0, 2**32 - 1)))
     A, _ = random_sparse(key, rng, masks=masks)
-    vals, e = S.compress(A, ins, sel, registers=False)
+    vals, e = S.compress(ins, A, sel, registers=False)
     assert e.shape == batch + (32,)
-    np.testing.assert_array_equal(np.asarray(S.decompress(vals, e, ins, sel)), A)
+    np.testing.assert_array_equal(np.asarray(S.decompress(ins, vals, e, sel)), A)
     S.metadata_indices(ins, e, sel, check=True)  # sorted, distinct: valid everywhere
-    S.validate(A, ins)
+    S.validate(ins, A)
 
 
 # ---------------------------------------------------------------------------------------
@@ -336,12 +336,12 @@ def oracle_prune(mag, A, cs, width):
 
 
 def _check_prune(ins, A, mag, cs, width):
-    got = np.asarray(S.prune(A, ins))
+    got = np.asarray(S.prune(ins, A))
     assert got.dtype == np.asarray(A).dtype
     want = oracle_prune(mag, np.asarray(A), cs, width)
     np.testing.assert_array_equal(got.view(np.uint8), want.view(np.uint8))
-    S.validate(got, ins)
-    np.testing.assert_array_equal(np.asarray(S.prune(got, ins)).view(np.uint8), got.view(np.uint8))
+    S.validate(ins, got)
+    np.testing.assert_array_equal(np.asarray(S.prune(ins, got)).view(np.uint8), got.view(np.uint8))
 
 
 def test_prune_keeps_the_largest():
@@ -352,11 +352,11 @@ def test_prune_keeps_the_largest():
     A = A.astype(np.float16)
     mag = np.where(np.isnan(A), np.inf, np.abs(A.astype(np.float32)))
     _check_prune(f16, A, mag, 4, 1)
-    assert np.isnan(np.asarray(S.prune(A, f16))[0, 0, 1])
+    assert np.isnan(np.asarray(S.prune(f16, A))[0, 0, 1])
     # the same, as raw bits
     bits = A.view(np.uint16)
-    got = np.asarray(S.prune(bits, f16))
-    np.testing.assert_array_equal(got, np.asarray(S.prune(A, f16)).view(np.uint16))
+    got = np.asarray(S.prune(f16, bits))
+    np.testing.assert_array_equal(got, np.asarray(S.prune(f16, A)).view(np.uint16))
 
     tf32 = _INS["m16n8k16", "tf32", None, "sp::ordered_metadata"]
     A = rng.standard_normal((16, 16)).astype(np.float32)
@@ -369,7 +369,7 @@ def test_prune_keeps_the_largest():
     _check_prune(s8, A, np.abs(A.astype(np.int32)), 4, 1)
     bits = A.view(np.uint8)  # raw bits of s8: two's complement
     np.testing.assert_array_equal(
-        np.asarray(S.prune(bits, s8)), np.asarray(S.prune(A, s8)).view(np.uint8)
+        np.asarray(S.prune(s8, bits)), np.asarray(S.prune(s8, A)).view(np.uint8)
     )
 
 
@@ -419,9 +419,9 @@ def test_selector_errors():
             S.metadata_indices(ins, e, bad)
         A = jnp.zeros((16, ins.k), jnp.uint32)
         with pytest.raises(ValueError, match=rf"selector={bad} "):
-            S.compress(A, ins, bad)
+            S.compress(ins, A, bad)
         with pytest.raises(ValueError, match=rf"selector={bad} "):
-            S.decompress(jnp.zeros((16, ins.k // 2), jnp.uint32), e, ins, bad)
+            S.decompress(ins, jnp.zeros((16, ins.k // 2), jnp.uint32), e, bad)
     ins = _INS[K16]
     for bad in (None, True, -1, 1.0, "0"):
         with pytest.raises(ValueError, match="selector="):
@@ -445,9 +445,9 @@ def test_operand_errors():
         S.metadata_indices(ins, None, 0)
     dense = jaxmma.instruction("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32")
     with pytest.raises(ValueError, match="mma.sp"):
-        S.prune(jnp.zeros((16, 16), jnp.float16), dense)
+        S.prune(dense, jnp.zeros((16, 16), jnp.float16))
     with pytest.raises(ValueError, match=r"compressed shape"):
-        S.compress(jnp.zeros((16, 8), jnp.float16), ins)
+        S.compress(ins, jnp.zeros((16, 8), jnp.float16))
     with pytest.raises(ValueError, match=r"\[16, 8\]"):
         S.matrix_operands(ins, jnp.zeros((16, 16), jnp.uint32), jnp.zeros((16, 8), jnp.int32))
     with pytest.raises(TypeError, match="metadata"):
@@ -455,13 +455,13 @@ def test_operand_errors():
     with pytest.raises(ValueError, match="metadata"):
         S.matrix_operands(ins, jnp.zeros((16, 8), jnp.uint32), jnp.zeros((16, 4), jnp.int32))
     with pytest.raises(ValueError, match="values"):
-        S.decompress(jnp.zeros((16, 16), jnp.uint32), jnp.zeros(32, jnp.uint32), ins, 0)
+        S.decompress(ins, jnp.zeros((16, 16), jnp.uint32), jnp.zeros(32, jnp.uint32), 0)
 
 
 def _valid_e(ins, sel, rng):
     key = (ins.shape, ins.atype, ins.kind, ins.sparse)
     A, _ = random_sparse(key, rng)
-    return np.array(S.compress(A, ins, sel, registers=False)[1])
+    return np.array(S.compress(ins, A, sel, registers=False)[1])
 
 
 def _lane_nibble(key, sel, row, chunk):
@@ -498,7 +498,7 @@ def test_checked_mode_names_lane_nibble_row_chunk():
         try:
             assert S.is_checked()
             with pytest.raises(ValueError, match=pattern):
-                S.decompress(jnp.zeros((16, ins.k // 2), jnp.uint32), e, ins, sel)
+                S.decompress(ins, jnp.zeros((16, ins.k // 2), jnp.uint32), e, sel)
             S.metadata_indices(ins, e, sel, check=False)
         finally:
             S.checked(False)
@@ -547,8 +547,8 @@ def test_too_many_nonzeros():
     A = jnp.asarray(A)
     pattern = r"A\[1\]: row 3, chunk 2 \(dense columns 8\.\.11\) has 3 non-zero elements"
     for call in (
-        lambda: S.validate(A, ins),
-        lambda: S.compress(A, ins, 1),
+        lambda: S.validate(ins, A),
+        lambda: S.compress(ins, A, 1),
         lambda: S.matrix_operands(
             ins, jax.lax.bitcast_convert_type(A, jnp.uint16).astype(jnp.uint32), None
         ),
@@ -562,25 +562,25 @@ def test_too_many_nonzeros():
     # -0.0 is zero
     Z = np.zeros((16, 32), np.float16)
     Z[0, :4] = [-0.0, 1.0, -0.0, 2.0]
-    S.validate(Z, ins)
+    S.validate(ins, Z)
     pruned = np.where(Z == 0, np.float16(0), Z)  # the pruned -0s come back as +0
     np.testing.assert_array_equal(
-        np.asarray(S.prune(Z, ins)).view(np.uint16), pruned.view(np.uint16)
+        np.asarray(S.prune(ins, Z)).view(np.uint16), pruned.view(np.uint16)
     )
-    vals, e = S.compress(Z, ins, 0, registers=False)
+    vals, e = S.compress(ins, Z, 0, registers=False)
     assert int(e[0]) & 0xF == 0b1101  # the non-zeros 1 and 3 are stored, not the -0s
     # pairs
     s4 = _INS["m16n8k64", "s4", None, "sp"]
     P = np.zeros((16, 64), np.uint32)
     P[15, 56:64] = [0, 1, 1, 0, 0, 0, 1, 1]
     with pytest.raises(ValueError, match=r"A: row 15, chunk 7 .* 3 non-zero pairs"):
-        S.validate(P, s4)
+        S.validate(s4, P)
     # traced: validate goes through checkify
-    err, _ = jax.jit(checkify.checkify(lambda a: S.validate(a, s4)))(P)
+    err, _ = jax.jit(checkify.checkify(lambda a: S.validate(s4, a)))(P)
     with pytest.raises(ValueError, match=r"row 15, chunk 7 has 3 non-zero pairs"):
         err.throw()
     # traced, unchecked: the lowest-index non-zero slots are kept
-    vals, _ = jax.jit(lambda a: S.compress(a, s4, 0, registers=False))(P)
+    vals, _ = jax.jit(lambda a: S.compress(s4, a, 0, registers=False))(P)
     assert np.asarray(vals)[15, 28:32].tolist() == [0, 1, 1, 0]
 
 
@@ -631,7 +631,7 @@ def test_jit_and_vmap():
     ins = _INS[key]
     rng = np.random.default_rng(9)
     A, _ = random_sparse(key, rng, batch=(3,))
-    vals, E = S.compress(A, ins, 2, registers=False)
+    vals, E = S.compress(ins, A, 2, registers=False)
     eager = np.asarray(S.metadata_indices(ins, E, 2))
     for i in range(3):
         np.testing.assert_array_equal(eager[i], oracle_indices(*key[:2], 16, np.asarray(E[i]), 2))
@@ -640,24 +640,24 @@ def test_jit_and_vmap():
     mapped = jax.vmap(lambda e: S.metadata_indices(ins, e, 2))
     np.testing.assert_array_equal(np.asarray(mapped(E)), eager)
     # compress / decompress / prune under jit and vmap
-    jc = jax.jit(lambda a: S.compress(a, ins, 2, registers=False))
+    jc = jax.jit(lambda a: S.compress(ins, a, 2, registers=False))
     v2, e2 = jc(A)
     np.testing.assert_array_equal(np.asarray(v2), np.asarray(vals))
     np.testing.assert_array_equal(np.asarray(e2), np.asarray(E))
-    a_regs, e3 = jax.vmap(lambda a: S.compress(a, ins, 2))(A)
+    a_regs, e3 = jax.vmap(lambda a: S.compress(ins, a, 2))(A)
     assert a_regs.shape == (3, 32, ins.nregs["a"])
     np.testing.assert_array_equal(np.asarray(e3), np.asarray(E))
-    dense = jax.vmap(lambda a, e: S.decompress(a, e, ins, 2))(a_regs, e3)
+    dense = jax.vmap(lambda a, e: S.decompress(ins, a, e, 2))(a_regs, e3)
     np.testing.assert_array_equal(np.asarray(dense), A)
-    dense = jax.jit(lambda v, e: S.decompress(v, e, ins, 2))(vals, E)
+    dense = jax.jit(lambda v, e: S.decompress(ins, v, e, 2))(vals, E)
     np.testing.assert_array_equal(np.asarray(dense), A)
     X = jnp.asarray(rng.standard_normal((3, 16, 16)), jnp.bfloat16)
-    p = np.asarray(S.prune(X, ins)).view(np.uint16)
+    p = np.asarray(S.prune(ins, X)).view(np.uint16)
     np.testing.assert_array_equal(
-        np.asarray(jax.jit(lambda x: S.prune(x, ins))(X)).view(np.uint16), p
+        np.asarray(jax.jit(lambda x: S.prune(ins, x))(X)).view(np.uint16), p
     )
     np.testing.assert_array_equal(
-        np.asarray(jax.vmap(lambda x: S.prune(x, ins))(X)).view(np.uint16), p
+        np.asarray(jax.vmap(lambda x: S.prune(ins, x))(X)).view(np.uint16), p
     )
 
 
@@ -666,11 +666,11 @@ def test_strict_promotion():
     ins = _INS[key]
     A, _ = random_sparse(key, np.random.default_rng(1), batch=(2,))
     with jax.numpy_dtype_promotion("strict"), jax.numpy_rank_promotion("raise"):
-        vals, e = S.compress(A, ins, 1, registers=False, check=True)
+        vals, e = S.compress(ins, A, 1, registers=False, check=True)
         idx = S.metadata_indices(ins, e, 1, check=True)
         S.matrix_operands(ins, vals, idx, check=True)
-        np.testing.assert_array_equal(np.asarray(S.decompress(vals, e, ins, 1)), A)
-        S.validate(S.prune(A, ins), ins)
+        np.testing.assert_array_equal(np.asarray(S.decompress(ins, vals, e, 1)), A)
+        S.validate(ins, S.prune(ins, A))
 
 
 def test_docstring_examples():
@@ -689,7 +689,7 @@ def test_matrix_level_equals_register_level():
         "mma.sp::ordered_metadata.sync.aligned.m16n8k32.row.col.f32.f16.f16.f32", arch="sm_90"
     )
     rng = np.random.default_rng(42)
-    A = S.prune(jnp.asarray(rng.standard_normal((2, 16, 32)), jnp.float16), ins)
+    A = S.prune(ins, jnp.asarray(rng.standard_normal((2, 16, 32)), jnp.float16))
     A = A.at[0, 3, 4:8].set(0).at[1, 5, 8:12].set(jnp.float16([0, 0, 0, 1.5]))
     B = jnp.asarray(rng.standard_normal((2, 32, 8)), jnp.float16)
     C = jnp.asarray(rng.standard_normal((2, 16, 8)), jnp.float32)
@@ -698,11 +698,72 @@ def test_matrix_level_equals_register_level():
     c = ins.fragment("c", jax.lax.bitcast_convert_type(C, jnp.uint32))
     run = jax.jit(lambda a, b, c, e, s: ins(a, b, c, e, selector=s), static_argnums=4)
     for s in (0, 1):
-        a, e = S.compress(A, ins, selector=s)
+        a, e = S.compress(ins, A, selector=s)
         d = run(a, b, c, e, s)
         np.testing.assert_array_equal(np.asarray(ins.unfragment("d", d)), D)
     # explicit metadata at the matrix level
-    vals, e = S.compress(A, ins, 1, registers=False)
+    vals, e = S.compress(ins, A, 1, registers=False)
     idx = S.metadata_indices(ins, e, 1)
     D2 = jax.jit(lambda v, i, b, c: ins.mma(v, b, c, metadata=i))(vals, idx, B, C)
     np.testing.assert_array_equal(np.asarray(D2).view(np.uint32), D)
+
+
+# ---------------------------------------------------------------------------------------
+# check= as an argument; the checked() context sets the default of eager calls only
+def _bad_e(ins, sel=0):
+    e = _valid_e(ins, sel, np.random.default_rng(3))
+    e[0] = (e[0] & ~np.uint32(0xF)) | np.uint32(0b0101)  # i0 == i1: undefined
+    return jnp.asarray(e)
+
+
+def test_checked_context_applies_to_eager_calls_only():
+    ins = _INS[K32_ORDERED]
+    e = _bad_e(ins)
+    f = jax.jit(lambda x: S.metadata_indices(ins, x, 0))
+    with S.checked():
+        with pytest.raises(ValueError, match="lane 0, nibble 0"):
+            S.metadata_indices(ins, e, 0)
+        f(e)  # traced: only an explicit check=True checks, nothing is baked in
+    f(e)
+
+
+def test_checked_context_is_per_thread():
+    import threading
+
+    seen = []
+    with S.checked():
+        t = threading.Thread(target=lambda: seen.append(S.is_checked()))
+        t.start()
+        t.join()
+        assert S.is_checked()
+    assert seen == [False] and not S.is_checked()
+
+
+def test_check_argument_on_the_instruction():
+    ins = _INS[K32_ORDERED]
+    a, b = jnp.zeros((32, 4), jnp.uint32), jnp.zeros((32, 4), jnp.uint32)
+    c = jnp.zeros((32, ins.nregs["c"]), jnp.uint32)
+    C = jnp.zeros((16, 8), jnp.float16 if ins.ctype == "f16" else jnp.float32)
+    e = _bad_e(ins)
+    ins(a, b, c, e, selector=0)  # decoded as is by default
+    with pytest.raises(ValueError, match="lane 0, nibble 0"):
+        ins(a, b, c, e, selector=0, check=True)
+    g = checkify.checkify(jax.jit(lambda x: ins(a, b, c, x, selector=0, check=True)))
+    err, _ = g(e)
+    with pytest.raises(ValueError, match="lane 0, nibble 0"):
+        err.throw()
+    with pytest.raises(ValueError, match="checkify.checkify"):
+        jax.jit(lambda x: ins(a, b, c, x, selector=0, check=True))(e)
+    vals = jnp.zeros((16, 16), jnp.float16)
+    dup = np.array([[4 * ch + j for ch in range(8) for j in (0, 1)]] * 16, np.int32)
+    dup[:, 1] = 0  # chunk 0 stores column 0 twice: what nibble 0b0000 decodes to
+    dup = jnp.asarray(dup)
+    ins.mma(vals, jnp.zeros((32, 8), jnp.float16), C, metadata=dup)
+    with pytest.raises(ValueError, match="metadata: row 0, chunk 0"):
+        ins.mma(
+            vals,
+            jnp.zeros((32, 8), jnp.float16),
+            C,
+            metadata=dup,
+            check=True,
+        )

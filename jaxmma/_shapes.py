@@ -1,0 +1,36 @@
+"""Leading (batch) dimensions of operands: broadcast them, or say which do not fit."""
+
+from __future__ import annotations
+
+import jax.numpy as jnp
+
+
+def batch_shape(named, context: str = "") -> tuple[int, ...]:
+    """The broadcast of the leading shapes of ``(name, shape)`` pairs.
+
+    Raises:
+      ValueError: they do not broadcast (the message names every operand and its shape).
+    """
+    try:
+        return tuple(jnp.broadcast_shapes(*(tuple(shape) for _, shape in named)))
+    except ValueError:
+        got = ", ".join(f"{name} {tuple(shape)}" for name, shape in named)
+        where = f" for {context}" if context else ""
+        raise ValueError(
+            f"leading (batch) dimensions do not broadcast{where}: {got} "
+            "(each must be broadcastable to the others, as in NumPy)"
+        ) from None
+
+
+def broadcast(operands, context: str = ""):
+    """Broadcast ``(name, array or None, trailing ndim)`` triples to one batch shape.
+
+    Returns the arrays (None stays None) with the common leading shape and their own
+    trailing ``ndim`` dimensions.
+    """
+    named = [(n, x.shape[: x.ndim - nd]) for n, x, nd in operands if x is not None]
+    batch = batch_shape(named, context)
+    return tuple(
+        None if x is None else jnp.broadcast_to(x, batch + x.shape[x.ndim - nd :])
+        for _, x, nd in operands
+    )

@@ -1,0 +1,859 @@
+"""Bad inputs across the public API: each is refused at trace time with a clear error.
+
+Every case names the call, the exception type and a pattern the message must match (the
+argument's name, and where it helps what is allowed). A case passes only when exactly
+that exception is raised: a silently accepted input (no exception), a crash inside JAX
+(an exception of another type, or a message that does not name the argument) and a
+wrong exception type all fail. Cases whose array arguments can be traced run twice:
+eagerly and under ``jax.jit`` (errors must come at trace time, not from XLA).
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import jaxmma
+from jaxmma import formats as F
+from jaxmma import quant as Q
+from jaxmma import sparse as S
+
+U32 = jnp.uint32
+
+BF16 = jaxmma.instruction("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32")
+F64 = jaxmma.instruction("mma.sync.aligned.m8n8k4.row.col.f64.f64.f64.f64")
+SP = jaxmma.instruction("mma.sp::ordered_metadata.sync.aligned.m16n8k32.row.col.f32.f16.f16.f32")
+MX = jaxmma.instruction(
+    "mma.sync.aligned.m16n8k32.row.col.kind::mxf8f6f4.block_scale.scale_vec::1X"
+    ".f32.e4m3.e4m3.f32.ue8m0"
+)
+NV = jaxmma.instruction(
+    "mma.sync.aligned.m16n8k64.row.col.kind::mxf4nvf4.block_scale.scale_vec::4X"
+    ".f32.e2m1.e2m1.f32.ue4m3"
+)
+WLD = jaxmma.instruction("wmma.load.a.sync.aligned.row.m16n16k16.f16", arch="sm_90")
+WST = jaxmma.instruction("wmma.store.d.sync.aligned.row.m16n16k16.f32", arch="sm_90")
+WMMA = jaxmma.instruction("wmma.mma.sync.aligned.row.col.m16n16k16.f32.f32", arch="sm_90")
+LD = jaxmma.instruction("ldmatrix.sync.aligned.m8n8.x1.shared.b16")
+ST = jaxmma.instruction("stmatrix.sync.aligned.m8n8.x1.shared.b16")
+MOV = jaxmma.instruction("movmatrix.sync.aligned.m8n8.trans.b16")
+
+
+def z(shape, dtype=U32):
+    return jnp.zeros(shape, dtype)
+
+
+A4, B2, C4 = z((32, 4)), z((32, 2)), z((32, 4))
+SMEM = z((256,), jnp.uint8)
+ADDRS = jnp.asarray(np.arange(32) % 8 * 16, U32)
+MEM = z((2048,), jnp.uint8)
+AM, BM, CM = z((16, 16), jnp.bfloat16), z((16, 8), jnp.bfloat16), z((16, 8), jnp.float32)
+E_OK = jnp.full((32,), 0x44444444, U32)  # nibble 0b0100: keep 0 and 1 (ordered: fine)
+X = jnp.ones((4, 32), jnp.float32)
+
+CASES: list[tuple] = []  # (id, fn, args, kwargs, exception, pattern, jit)
+
+
+def case(cid, exc, pattern, fn, *args, jit=True, **kwargs):
+    CASES.append(pytest.param(fn, args, kwargs, exc, pattern, jit, id=cid))
+
+
+# ---------------------------------------------------------------- instruction()
+case("instruction-text-int", TypeError, "text", jaxmma.instruction, 123, jit=False)
+case("instruction-text-empty", ValueError, "text is empty", jaxmma.instruction, "", jit=False)
+case(
+    "instruction-bad-shape",
+    ValueError,
+    "m16n8k15",
+    jaxmma.instruction,
+    "mma.sync.aligned.m16n8k15.row.col.f32.bf16.bf16.f32",
+    jit=False,
+)
+case(
+    "instruction-bad-type",
+    ValueError,
+    "bf17",
+    jaxmma.instruction,
+    "mma.sync.aligned.m16n8k16.row.col.f32.bf17.bf16.f32",
+    jit=False,
+)
+case(
+    "instruction-bad-layout",
+    ValueError,
+    "col",
+    jaxmma.instruction,
+    "mma.sync.aligned.m16n8k16.col.row.f32.bf16.bf16.f32",
+    jit=False,
+)
+case(
+    "instruction-arch-unknown",
+    ValueError,
+    "arch",
+    jaxmma.instruction,
+    "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32",
+    arch="sm_1000",
+    jit=False,
+)
+case(
+    "instruction-arch-int",
+    TypeError,
+    "arch",
+    jaxmma.instruction,
+    "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32",
+    arch=90,
+    jit=False,
+)
+case(
+    "instruction-arch-too-old",
+    ValueError,
+    "sm_70",
+    jaxmma.instruction,
+    "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32",
+    arch="sm_70",
+    jit=False,
+)
+case(
+    "instruction-kind-needs-a",
+    ValueError,
+    "sm_90",
+    jaxmma.instruction,
+    "mma.sync.aligned.m16n8k32.row.col.kind::f8f6f4.f32.e4m3.e4m3.f32",
+    arch="sm_90",
+    jit=False,
+)
+case(
+    "instruction-unknown-opcode",
+    ValueError,
+    "opcode .mmx.; allowed",
+    jaxmma.instruction,
+    "mmx.sync",
+    jit=False,
+)
+
+# ---------------------------------------------------------------- mma, register level
+case("mma-a-float32", TypeError, "a: expected uint32", BF16, z((32, 4), jnp.float32), B2, C4)
+case("mma-a-int32", TypeError, "a: expected uint32", BF16, z((32, 4), jnp.int32), B2, C4)
+case("mma-b-uint16", TypeError, "b: expected uint32", BF16, A4, z((32, 2), jnp.uint16), C4)
+case("mma-c-bfloat16", TypeError, "c: expected uint32", BF16, A4, B2, z((32, 4), jnp.bfloat16))
+case("mma-a-nregs", ValueError, r"a: .*\[\.\.\., 32, 4\]", BF16, z((32, 3)), B2, C4)
+case("mma-a-lanes", ValueError, r"a: .*\[\.\.\., 32, 4\]", BF16, z((16, 4)), B2, C4)
+case("mma-c-rank1", ValueError, r"c: .*\[\.\.\., 32, 4\]", BF16, A4, B2, z((32,)))
+case(
+    "mma-batch-mismatch",
+    ValueError,
+    "batch.*a \\(2,\\), b \\(3,\\)",
+    BF16,
+    z((2, 32, 4)),
+    z((3, 32, 2)),
+    C4,
+)
+case("mma-batch-c", ValueError, "batch.*c \\(5,\\)", BF16, z((2, 32, 4)), B2, z((5, 32, 4)))
+case("mma-e-on-dense", ValueError, "e/selector", BF16, A4, B2, C4, E_OK)
+case("mma-selector-on-dense", ValueError, "e/selector", BF16, A4, B2, C4, selector=0)
+case("mma-check-on-dense", ValueError, "check", BF16, A4, B2, C4, check=True)
+case("mma-scale-on-dense", ValueError, "scale_a", BF16, A4, B2, C4, scale_a=z((32,)))
+case("mma-model", ValueError, "model", BF16, A4, B2, C4, model="fast")
+case("mma-list-negative", ValueError, "a: Python ints", BF16, [[-1] * 4] * 32, B2, C4, jit=False)
+case("mma-list-too-big", ValueError, "a: Python ints", BF16, [[2**32] * 4] * 32, B2, C4, jit=False)
+case("mma-f64-without-x64", TypeError, "jax_enable_x64", F64, z((32, 1)), z((32, 1)), z((32, 2)))
+case("mma-unknown-keyword", TypeError, "foo", BF16, A4, B2, C4, foo=1)
+
+# ---------------------------------------------------------------- mma.sp
+SPA, SPB = z((32, 4)), z((32, 4))
+case("sp-e-missing", ValueError, "e: the metadata operand", SP, SPA, SPB, C4, selector=0)
+case(
+    "sp-e-int32", TypeError, "e: expected uint32", SP, SPA, SPB, C4, z((32,), jnp.int32), selector=0
+)
+case("sp-e-shape", ValueError, r"e: .*\[\.\.\., 32\]", SP, SPA, SPB, C4, z((16,)), selector=0)
+case("sp-selector-range", ValueError, "selector=5", SP, SPA, SPB, C4, E_OK, selector=5)
+case("sp-selector-str", ValueError, "selector='0'", SP, SPA, SPB, C4, E_OK, selector="0")
+case("sp-selector-missing", ValueError, "selector=None", SP, SPA, SPB, C4, E_OK)
+case("sp-check-str", TypeError, "check", SP, SPA, SPB, C4, E_OK, selector=0, check="yes")
+case(
+    "sp-bad-nibble-checked",
+    ValueError,
+    "lane 0, nibble 0",
+    SP,
+    SPA,
+    SPB,
+    C4,
+    jnp.full((32,), 0x44444441, U32),
+    selector=0,
+    check=True,
+    jit=False,
+)
+case(
+    "sp-batch-e",
+    ValueError,
+    r"batch.*e \(3,\)",
+    SP,
+    z((2, 32, 4)),
+    SPB,
+    C4,
+    jnp.broadcast_to(E_OK, (3, 32)),
+    selector=0,
+)
+
+# ---------------------------------------------------------------- block scale
+MA, MB = z((32, 4)), z((32, 2))
+SD = z((32,))
+case("bs-scale-a-missing", ValueError, "scale_a: required", MX, MA, MB, C4, scale_b=SD)
+case(
+    "bs-scale-b-int32",
+    TypeError,
+    "scale_b: expected uint32",
+    MX,
+    MA,
+    MB,
+    C4,
+    scale_a=SD,
+    scale_b=z((32,), jnp.int32),
+)
+case(
+    "bs-scale-a-shape",
+    ValueError,
+    r"scale_a: expected shape \[\.\.\., 32\]",
+    MX,
+    MA,
+    MB,
+    C4,
+    scale_a=z((16,)),
+    scale_b=SD,
+)
+case("bs-byte-id-a", ValueError, "byte_id_a=5", MX, MA, MB, C4, scale_a=SD, scale_b=SD, byte_id_a=5)
+case(
+    "bs-thread-id-b",
+    ValueError,
+    "thread_id_b=7",
+    MX,
+    MA,
+    MB,
+    C4,
+    scale_a=SD,
+    scale_b=SD,
+    thread_id_b=7,
+)
+case(
+    "bs-thread-id-a-bool",
+    ValueError,
+    "thread_id_a=True",
+    MX,
+    MA,
+    MB,
+    C4,
+    scale_a=SD,
+    scale_b=SD,
+    thread_id_a=True,
+)
+case(
+    "bs-byte-id-4x",
+    ValueError,
+    "byte_id_b=1",
+    NV,
+    z((32, 4)),
+    z((32, 2)),
+    C4,
+    scale_a=SD,
+    scale_b=SD,
+    byte_id_b=1,
+)
+case(
+    "bs-scale-batch",
+    ValueError,
+    r"batch.*scale_a \(2,\)",
+    MX,
+    MA,
+    MB,
+    C4,
+    scale_a=z((2, 32)),
+    scale_b=z((3, 32)),
+)
+
+# ---------------------------------------------------------------- wmma
+case("wmma-load-mem-int8", TypeError, "mem: expected a uint8", WLD, z((2048,), jnp.int8))
+case("wmma-load-mem-scalar", ValueError, "mem: expected shape", WLD, z((), jnp.uint8))
+case("wmma-load-addr-negative", ValueError, "addr: -16 is negative", WLD, MEM, -16)
+case("wmma-load-addr-misaligned", ValueError, "addr must be 16-byte aligned", WLD, MEM, 8)
+case("wmma-load-addr-float", TypeError, "addr: expected an int", WLD, MEM, 1.5, jit=False)
+case("wmma-load-addr-bool", TypeError, "addr: expected an int", WLD, MEM, True, jit=False)
+case("wmma-load-addr-huge", ValueError, "addr", WLD, MEM, 2**40, jit=False)
+case("wmma-load-addr-past-end", ValueError, "outside the 2048-byte image", WLD, MEM, 2048)
+case("wmma-load-stride-small", ValueError, "stride: 8 elements is below", WLD, MEM, 0, 8)
+case("wmma-load-stride-negative", ValueError, "stride: -16", WLD, MEM, 0, -16)
+case("wmma-load-stride-float", TypeError, "stride: expected an int", WLD, MEM, 0, 16.0, jit=False)
+case("wmma-load-outside", ValueError, "outside the 2048-byte image", WLD, MEM, 1792, 64)
+case("wmma-load-check-str", TypeError, "check", WLD, MEM, check="yes")
+case("wmma-store-regs-int32", TypeError, "regs: expected uint32", WST, MEM, z((32, 8), jnp.int32))
+case(
+    "wmma-store-regs-float32", TypeError, "regs: expected uint32", WST, MEM, z((32, 8), jnp.float32)
+)
+case("wmma-store-regs-shape", ValueError, r"regs: .*\[\.\.\., 32, 8\]", WST, MEM, z((32, 7)))
+case("wmma-store-addr-negative", ValueError, "addr: -1024", WST, MEM, z((32, 8)), -1024)
+case(
+    "wmma-store-batch",
+    ValueError,
+    r"batch.*mem \(2,\).*regs \(3,\)",
+    WST,
+    z((2, 2048), jnp.uint8),
+    z((3, 32, 8)),
+)
+case(
+    "wmma-mma-a-int32",
+    TypeError,
+    "a: expected uint32",
+    WMMA,
+    z((32, 8), jnp.int32),
+    z((32, 8)),
+    z((32, 8)),
+)
+case(
+    "wmma-mma-c-shape",
+    ValueError,
+    r"c: .*\[\.\.\., 32, 8\]",
+    WMMA,
+    z((32, 8)),
+    z((32, 8)),
+    z((32, 4)),
+)
+case("wmma-mma-batch", ValueError, "batch", WMMA, z((2, 32, 8)), z((3, 32, 8)), z((32, 8)))
+
+# ---------------------------------------------------------------- ldmatrix / stmatrix / movmatrix
+case("ldmatrix-smem-int32", TypeError, "smem: expected a uint8", LD, z((64,), jnp.int32), ADDRS)
+case("ldmatrix-smem-scalar", ValueError, "smem: expected shape", LD, z((), jnp.uint8), ADDRS)
+case("ldmatrix-addrs-int32", TypeError, "addrs: expected uint32", LD, SMEM, ADDRS.astype(jnp.int32))
+case(
+    "ldmatrix-addrs-float", TypeError, "addrs: expected uint32", LD, SMEM, ADDRS.astype(jnp.float32)
+)
+case(
+    "ldmatrix-addrs-shape",
+    ValueError,
+    r"addrs: expected shape \[\.\.\., 32\]",
+    LD,
+    SMEM,
+    ADDRS[:16],
+)
+case(
+    "ldmatrix-addrs-misaligned",
+    ValueError,
+    "addrs: lane 0 row address 8",
+    LD,
+    SMEM,
+    ADDRS.at[0].set(8),
+    jit=False,
+)
+case(
+    "ldmatrix-addrs-outside",
+    ValueError,
+    "addrs: lane 0 .*outside",
+    LD,
+    SMEM,
+    ADDRS.at[0].set(256),
+    jit=False,
+)
+case(
+    "ldmatrix-addrs-2-31",
+    ValueError,
+    "addrs: lane 0 .*outside",
+    LD,
+    SMEM,
+    ADDRS.at[0].set(2**31),
+    jit=False,
+)
+case(
+    "ldmatrix-addrs-list-negative",
+    ValueError,
+    "addrs: Python ints",
+    LD,
+    SMEM,
+    [-16] * 32,
+    jit=False,
+)
+case(
+    "ldmatrix-batch",
+    ValueError,
+    r"batch.*smem \(2,\).*addrs \(3,\)",
+    LD,
+    z((2, 256), jnp.uint8),
+    jnp.broadcast_to(ADDRS, (3, 32)),
+)
+case("ldmatrix-check-int", TypeError, "check", LD, SMEM, ADDRS, check=1)
+case("ldmatrix-extra-arg", TypeError, "ldmatrix is called as", LD, SMEM, ADDRS, ADDRS)
+case(
+    "stmatrix-regs-int32",
+    TypeError,
+    "regs: expected uint32",
+    ST,
+    SMEM,
+    ADDRS,
+    z((32, 1), jnp.int32),
+)
+case(
+    "stmatrix-regs-float32",
+    TypeError,
+    "regs: expected uint32",
+    ST,
+    SMEM,
+    ADDRS,
+    z((32, 1), jnp.float32),
+)
+case(
+    "stmatrix-regs-shape",
+    ValueError,
+    r"regs: expected shape \[\.\.\., 32, 1\]",
+    ST,
+    SMEM,
+    ADDRS,
+    z((32, 2)),
+)
+case(
+    "stmatrix-addrs-outside",
+    ValueError,
+    "addrs: lane 7 .*outside",
+    ST,
+    SMEM,
+    ADDRS.at[7].set(2**28),
+    z((32, 1)),
+    jit=False,
+)
+case("stmatrix-batch", ValueError, "batch", ST, z((2, 256), jnp.uint8), ADDRS, z((3, 32, 1)))
+case("movmatrix-int32", TypeError, "a: expected uint32", MOV, z((32,), jnp.int32))
+case("movmatrix-shape", ValueError, r"a: expected shape \[\.\.\., 32\]", MOV, z((16,)))
+case("movmatrix-two-regs", ValueError, r"a: expected shape \[\.\.\., 32\]", MOV, z((32, 2)))
+case("movmatrix-mma", ValueError, "moves data", MOV.mma, z((8, 8)), z((8, 8)), z((8, 8)))
+
+# ---------------------------------------------------------------- ins.mma (matrix level)
+case("mma-A-float32", TypeError, "A: expected bfloat16", BF16.mma, AM.astype(jnp.float32), BM, CM)
+case("mma-A-int8", TypeError, "A: expected bfloat16", BF16.mma, z((16, 16), jnp.int8), BM, CM)
+case(
+    "mma-A-uint8",
+    TypeError,
+    "A: expected bfloat16 or uint16",
+    BF16.mma,
+    z((16, 16), jnp.uint8),
+    BM,
+    CM,
+)
+case("mma-C-float16", TypeError, "C: expected float32", BF16.mma, AM, BM, z((16, 8), jnp.float16))
+case("mma-A-shape", ValueError, r"A: expected .* \[16, 16\]", BF16.mma, AM[:, :8], BM, CM)
+case(
+    "mma-B-transposed",
+    ValueError,
+    r"B: expected .* \[16, 8\]",
+    BF16.mma,
+    AM,
+    z((8, 16), jnp.bfloat16),
+    CM,
+)
+case("mma-C-shape", ValueError, r"C: expected .* \[16, 8\]", BF16.mma, AM, BM, z((8, 16)))
+case("mma-A-vector", ValueError, "A: expected", BF16.mma, z((16,), jnp.bfloat16), BM, CM)
+case(
+    "mma-matrix-batch",
+    ValueError,
+    r"batch.*A \(2,\), B \(3,\)",
+    BF16.mma,
+    z((2, 16, 16), jnp.bfloat16),
+    z((3, 16, 8), jnp.bfloat16),
+    CM,
+)
+case("mma-matrix-kwarg", TypeError, "bogus", BF16.mma, AM, BM, CM, bogus=1)
+case("mma-matrix-model", ValueError, "model", BF16.mma, AM, BM, CM, model="fast")
+case(
+    "mma-f64-matrix-no-x64",
+    ValueError,
+    "jax_enable_x64",
+    F64.mma,
+    z((8, 4), jnp.float32),
+    z((4, 8), jnp.float32),
+    z((8, 8), jnp.float32),
+)
+case(
+    "bs-matrix-scale-missing",
+    ValueError,
+    "scale_a: required",
+    MX.mma,
+    z((16, 32), jnp.uint8),
+    z((32, 8), jnp.uint8),
+    CM,
+    scale_b=z((1, 8), jnp.uint8),
+)
+case(
+    "bs-matrix-scale-float32",
+    TypeError,
+    "scale_a: expected uint8",
+    MX.mma,
+    z((16, 32), jnp.uint8),
+    z((32, 8), jnp.uint8),
+    CM,
+    scale_a=z((16, 1), jnp.float32),
+    scale_b=z((1, 8), jnp.uint8),
+)
+case(
+    "bs-matrix-scale-shape",
+    ValueError,
+    r"scale_b: expected trailing shape \[1, 8\]",
+    MX.mma,
+    z((16, 32), jnp.uint8),
+    z((32, 8), jnp.uint8),
+    CM,
+    scale_a=z((16, 1), jnp.uint8),
+    scale_b=z((8, 1), jnp.uint8),
+)
+case(
+    "sp-matrix-too-many-nonzeros",
+    ValueError,
+    "A: row 0, chunk 0 .* 4 non-zero",
+    SP.mma,
+    jnp.ones((16, 32), jnp.float16),
+    z((32, 8), jnp.float16),
+    CM,
+    jit=False,
+)
+case(
+    "sp-matrix-metadata-float",
+    TypeError,
+    "metadata: expected int32",
+    SP.mma,
+    z((16, 16), jnp.float16),
+    z((32, 8), jnp.float16),
+    CM,
+    metadata=z((16, 16), jnp.float32),
+)
+case(
+    "sp-matrix-metadata-shape",
+    ValueError,
+    "metadata: expected int32",
+    SP.mma,
+    z((16, 16), jnp.float16),
+    z((32, 8), jnp.float16),
+    CM,
+    metadata=z((16, 8), jnp.int32),
+)
+case(
+    "sp-matrix-A-shape",
+    ValueError,
+    r"A: expected a dense matrix",
+    SP.mma,
+    z((16, 8), jnp.float16),
+    z((32, 8), jnp.float16),
+    CM,
+)
+
+# ---------------------------------------------------------------- fragment / unfragment
+case("fragment-operand", ValueError, "operand must be one of", BF16.fragment, "e", z((16, 16)))
+case(
+    "fragment-bf16-as-float32",
+    TypeError,
+    "a: expected bfloat16",
+    BF16.fragment,
+    "a",
+    AM.astype(jnp.float32),
+)
+case(
+    "fragment-int32", TypeError, "a: expected bfloat16", BF16.fragment, "a", z((16, 16), jnp.int32)
+)
+case(
+    "fragment-uint8-too-narrow",
+    TypeError,
+    "a: expected bfloat16 or uint16",
+    BF16.fragment,
+    "a",
+    z((16, 16), jnp.uint8),
+)
+case(
+    "fragment-c-float16",
+    TypeError,
+    "c: expected float32",
+    BF16.fragment,
+    "c",
+    z((16, 8), jnp.float16),
+)
+case(
+    "fragment-shape",
+    ValueError,
+    r"a: expected a matrix of trailing shape \(16, 16\)",
+    BF16.fragment,
+    "a",
+    z((16, 8), jnp.bfloat16),
+)
+case(
+    "fragment-movement", ValueError, "fragment/unfragment apply to mma", LD.fragment, "a", z((8, 8))
+)
+case(
+    "unfragment-int32", TypeError, "a: expected uint32", BF16.unfragment, "a", z((32, 4), jnp.int32)
+)
+case(
+    "unfragment-nregs",
+    ValueError,
+    r"a: expected registers of shape \[\.\.\., 32, 4\]",
+    BF16.unfragment,
+    "a",
+    z((32, 3)),
+)
+case("unfragment-operand", ValueError, "operand must be one of", BF16.unfragment, "z", A4)
+case("fragment-f64-no-x64", ValueError, "jax_enable_x64", F64.fragment, "a", z((8, 4), jnp.float32))
+
+# ---------------------------------------------------------------- formats
+case("decode-fmt", ValueError, "fmt: expected one of", F.decode, "f17", z((4,)))
+case("decode-fmt-int", ValueError, "fmt: expected one of", F.decode, 16, z((4,)))
+case("decode-bits-float", TypeError, "bits: expected an integer", F.decode, "bf16", X)
+case("encode-x-int", TypeError, "x: expected a floating", F.encode, "e4m3", z((4,), jnp.int32))
+case("encode-rounding", ValueError, "rounding: expected one of", F.encode, "e4m3", X, rounding="up")
+case(
+    "encode-stochastic-no-bits",
+    ValueError,
+    "random_bits: required",
+    F.encode,
+    "e4m3",
+    X,
+    rounding="stochastic",
+)
+case(
+    "encode-random-bits-int32",
+    TypeError,
+    "random_bits: expected uint32",
+    F.encode,
+    "e4m3",
+    X,
+    rounding="stochastic",
+    random_bits=z((4, 32), jnp.int32),
+)
+case("encode-f64-no-x64", ValueError, "jax_enable_x64", F.encode, "f64", X)
+case(
+    "round-to-format-int",
+    TypeError,
+    "x: expected a floating",
+    F.round_to_format,
+    "e2m1",
+    z((4,), jnp.int32),
+)
+case("round-to-format-fmt", ValueError, "fmt: expected one of", F.round_to_format, "e9m9", X)
+case("fields-fmt", ValueError, "fmt: expected one of", F.fields, "x", z((4,)))
+case("get-format", ValueError, "fmt: expected one of", F.get_format, "float8", jit=False)
+case("pack-bits", ValueError, "bits_per_elem: expected one of", F.pack, z((8,)), 3)
+case("pack-bits-bool", ValueError, "bits_per_elem", F.pack, z((8,)), True)
+case("pack-float", TypeError, "elems: expected an unsigned", F.pack, X, 8)
+case("pack-length", ValueError, "elems: expected a last axis", F.pack, z((3,)), 8)
+case("unpack-bits", ValueError, "bits_per_elem", F.unpack, z((2,)), 5)
+case("unpack-float", TypeError, "regs: expected an unsigned", F.unpack, X, 8)
+case("unpack-scalar", ValueError, "regs: expected at least one axis", F.unpack, z(()), 8)
+case("to-container-fmt", ValueError, "fmt: expected one of", F.to_container, "f16", z((4,)))
+case("to-container-float", TypeError, "bits: expected an unsigned", F.to_container, "e2m1", X)
+case("from-container-fmt", ValueError, "fmt: expected one of", F.from_container, "bf16", z((4,)))
+case("from-container-float", TypeError, "byte: expected an unsigned", F.from_container, "e2m1", X)
+
+# ---------------------------------------------------------------- sparse
+DA = z((16, 32), jnp.float16)
+case("prune-dense-ins", ValueError, "ins: expected an mma.sp", S.prune, BF16, DA)
+case(
+    "prune-shape",
+    ValueError,
+    r"A: expected a dense matrix of trailing shape \[16, 32\]",
+    S.prune,
+    SP,
+    z((16, 16), jnp.float16),
+)
+case(
+    "prune-complex",
+    TypeError,
+    "A: expected element values",
+    S.prune,
+    SP,
+    z((16, 32), jnp.complex64),
+)
+case(
+    "validate-too-many",
+    ValueError,
+    "A: row 0, chunk 0",
+    S.validate,
+    SP,
+    jnp.ones((16, 32), jnp.float16),
+    jit=False,
+)
+case("compress-selector", ValueError, "selector=9", S.compress, SP, DA, 9)
+case("compress-check-str", TypeError, "check", S.compress, SP, DA, 0, check="no")
+case("prune-ins-string", TypeError, "ins: expected an mma.sp", S.prune, "mma.sp", DA)
+case("prune-no-ins", TypeError, "ins: expected an mma.sp", S.prune, DA, DA)
+case(
+    "decompress-values-shape",
+    ValueError,
+    "values: expected registers",
+    S.decompress,
+    SP,
+    z((16, 8)),
+    E_OK,
+    0,
+)
+case(
+    "metadata-e-int32",
+    TypeError,
+    "e: expected uint32",
+    S.metadata_indices,
+    SP,
+    z((32,), jnp.int32),
+    0,
+)
+case("metadata-dense-ins", ValueError, "ins: expected an mma.sp", S.metadata_indices, BF16, E_OK, 0)
+case(
+    "metadata-selector-traced",
+    TypeError,
+    "selector must be a static",
+    lambda e, s: S.metadata_indices(SP, e, s),
+    E_OK,
+    jnp.int32(0),
+    jit="only",
+)
+case("checked-enabled-str", TypeError, "enabled", S.checked, "yes", jit=False)
+case(
+    "checked-jit-without-checkify",
+    ValueError,
+    "checkify.checkify",
+    S.metadata_indices,
+    SP,
+    E_OK,
+    0,
+    check=True,
+    jit="only",
+)
+
+# ---------------------------------------------------------------- quant
+case(
+    "quantize-mx-int",
+    TypeError,
+    "x: expected float32",
+    Q.quantize_mx,
+    z((4, 32), jnp.int32),
+    "e4m3",
+)
+case(
+    "quantize-mx-float64-list",
+    TypeError,
+    "x: expected float32",
+    Q.quantize_mx,
+    np.ones((4, 32)),
+    "e4m3",
+    jit=False,
+)
+case("quantize-mx-fmt", ValueError, "fmt: expected one of", Q.quantize_mx, X, "e9m9")
+case(
+    "quantize-mx-block-zero",
+    ValueError,
+    "block: expected a positive",
+    Q.quantize_mx,
+    X,
+    "e4m3",
+    block=0,
+)
+case(
+    "quantize-mx-block-divides",
+    ValueError,
+    "not a multiple of block=5",
+    Q.quantize_mx,
+    X,
+    "e4m3",
+    block=5,
+)
+case("quantize-mx-axis", ValueError, "axis: 5 is out of range", Q.quantize_mx, X, "e4m3", axis=5)
+case(
+    "quantize-mx-axis-float",
+    ValueError,
+    "axis: expected an int",
+    Q.quantize_mx,
+    X,
+    "e4m3",
+    axis=1.0,
+)
+case(
+    "quantize-mx-scale-rounding",
+    ValueError,
+    "scale_rounding: expected one of",
+    Q.quantize_mx,
+    X,
+    "e4m3",
+    scale_rounding="up",
+)
+case(
+    "quantize-mx-rounding",
+    ValueError,
+    "rounding: expected one of",
+    Q.quantize_mx,
+    X,
+    "e4m3",
+    rounding="rz",
+)
+case(
+    "quantize-mx-stochastic-no-key",
+    ValueError,
+    "key",
+    Q.quantize_mx,
+    X,
+    "e4m3",
+    rounding="stochastic",
+)
+case(
+    "quantize-nvfp4-global-shape",
+    ValueError,
+    "global_scale: expected a scalar",
+    Q.quantize_nvfp4,
+    X,
+    global_scale=jnp.ones(2),
+)
+case("quantize-nvfp4-block", ValueError, "not a multiple of block=7", Q.quantize_nvfp4, X, block=7)
+case("dequantize-array", TypeError, "q: expected a Quantized", Q.dequantize, X)
+case("shared-exponent-fmt", ValueError, "fmt: expected one of", Q.shared_exponent, X, "f16")
+case("as-operands-array", TypeError, "qa: expected a Quantized", Q.as_operands, MX, X, X)
+
+
+@pytest.mark.parametrize(("fn", "args", "kwargs", "exc", "pattern", "jit"), CASES)
+@pytest.mark.parametrize("mode", ["eager", "jit"])
+def test_bad_input_is_refused(fn, args, kwargs, exc, pattern, jit, mode):
+    if mode == "eager":
+        if jit == "only":
+            pytest.skip("a traced-only case")
+        call = lambda: fn(*args, **kwargs)  # noqa: E731
+    else:
+        if not jit:
+            pytest.skip("no array argument to trace")
+        arrays = [i for i, a in enumerate(args) if isinstance(a, jax.Array)]
+
+        def traced(*xs):
+            full = list(args)
+            for i, x in zip(arrays, xs, strict=True):
+                full[i] = x
+            return fn(*full, **kwargs)
+
+        call = lambda: jax.jit(traced)(*(args[i] for i in arrays))  # noqa: E731
+    with pytest.raises(exc, match=pattern) as info:
+        call()
+    assert type(info.value) is exc or issubclass(type(info.value), exc)
+    assert "jax" not in type(info.value).__module__, "a JAX-internal exception type"
+
+
+def test_sweep_size():
+    """The issue asks for at least 100 bad inputs across the public API."""
+    assert len(CASES) >= 100
+
+
+def test_deprecated_argument_orders_still_work():
+    A = jnp.asarray(np.tile([1.0, -3.0, 2.0, 0.5], (16, 8)), jnp.float16)
+    new = S.prune(SP, A)
+    with pytest.warns(DeprecationWarning, match=r"prune\(A, ins\) is deprecated"):
+        old = S.prune(A, SP)
+    np.testing.assert_array_equal(np.asarray(old), np.asarray(new))
+    with pytest.warns(DeprecationWarning, match="validate"):
+        S.validate(new, SP)
+    with pytest.warns(DeprecationWarning, match="compress"):
+        a, e = S.compress(new, SP, 0)
+    with pytest.warns(DeprecationWarning, match="decompress"):
+        dense = S.decompress(a, e, SP, 0)
+    np.testing.assert_array_equal(
+        np.asarray(dense), np.asarray(jax.lax.bitcast_convert_type(new, jnp.uint16))
+    )
+
+
+def test_quantized_operand_mismatch():
+    q = Q.quantize_mx(jnp.ones((16, 32), jnp.float32), "e5m2", block=32)
+    qb = Q.quantize_mx(jnp.ones((32, 8), jnp.float32), "e4m3", axis=-2, block=32)
+    with pytest.raises(ValueError, match="scale_a: the quantized operand does not fit.*e4m3"):
+        Q.as_operands(MX, q, qb)

@@ -1,0 +1,71 @@
+"""Derivatives of the value functions: straight-through, never a silent zero (jaxmma._grad)."""
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from jaxmma import formats as F
+from jaxmma import quant as Q
+
+X = jnp.asarray([[0.3, 5.0, -7.0, 1e-3, 2.5, -0.01, 100.0, 0.0] * 4], jnp.float32)
+W = jnp.asarray(np.linspace(-2.0, 3.0, 32, dtype=np.float32)[None, :])  # cotangent weights
+
+
+@pytest.mark.parametrize("dtype", [jnp.float32, jnp.float16, jnp.bfloat16])
+@pytest.mark.parametrize("fmt", ["e4m3", "e2m1", "bf16", "f16", "tf32"])
+def test_round_to_format_is_straight_through(fmt, dtype):
+    x = X.astype(dtype)
+    g = jax.grad(lambda v: jnp.sum(F.round_to_format(fmt, v) * W))(x)
+    assert g.dtype == dtype
+    want = np.asarray(W.astype(dtype), np.float32)  # the cotangent in x's dtype
+    np.testing.assert_array_equal(np.asarray(g, np.float32), want)
+    gj = jax.jit(jax.grad(lambda v: jnp.sum(F.round_to_format(fmt, v) * W)))(x)
+    np.testing.assert_array_equal(np.asarray(gj, np.float32), want)
+
+
+def test_round_to_format_value_unchanged():
+    np.testing.assert_array_equal(
+        np.asarray(F.round_to_format("e2m1", X)), np.asarray(F.decode("e2m1", F.encode("e2m1", X)))
+    )
+
+
+def test_encode_refuses_derivative():
+    with pytest.raises(TypeError, match="x: formats.encode returns integer bits.*round_to_format"):
+        jax.grad(lambda v: jnp.sum(F.decode("e4m3", F.encode("e4m3", v))))(X)
+    # not differentiated with respect to x: no error
+    jax.grad(lambda w: jnp.sum(F.decode("e4m3", F.encode("e4m3", X)) * w))(W)
+
+
+@pytest.mark.parametrize("fmt", ["e4m3", "e5m2", "e3m2", "e2m3", "e2m1"])
+def test_fake_quantize_mx(fmt):
+    f = lambda v: jnp.sum(Q.fake_quantize_mx(v, fmt) * W)  # noqa: E731
+    np.testing.assert_array_equal(np.asarray(jax.grad(f)(X)), np.asarray(W))
+    np.testing.assert_array_equal(
+        np.asarray(Q.fake_quantize_mx(X, fmt)), np.asarray(Q.dequantize(Q.quantize_mx(X, fmt)))
+    )
+    np.testing.assert_array_equal(np.asarray(jax.vmap(jax.grad(f))(X[None])), np.asarray(W[None]))
+
+
+def test_fake_quantize_nvfp4():
+    f = lambda v: jnp.sum(Q.fake_quantize_nvfp4(v) * W)  # noqa: E731
+    np.testing.assert_array_equal(np.asarray(jax.jit(jax.grad(f))(X)), np.asarray(W))
+    np.testing.assert_array_equal(
+        np.asarray(Q.fake_quantize_nvfp4(X)), np.asarray(Q.dequantize(Q.quantize_nvfp4(X)))
+    )
+
+
+@pytest.mark.parametrize("quantize", [lambda v: Q.quantize_mx(v, "e4m3"), Q.quantize_nvfp4])
+def test_quantize_refuses_derivative(quantize):
+    with pytest.raises(TypeError, match="x: quantize_.*fake_quantize_mx"):
+        jax.grad(lambda v: jnp.sum(Q.dequantize(quantize(v))))(X)
+
+
+def test_dequantize_global_scale_derivative():
+    """value = e * s * g: the derivative with respect to g is e * s (not zero)."""
+    q = Q.quantize_nvfp4(X, global_scale=0.5)
+    g = jax.grad(lambda s: jnp.sum(Q.dequantize(dataclasses.replace(q, global_scale=s)) * W))
+    want = np.sum(np.asarray(Q.dequantize(q)) / 0.5 * np.asarray(W))
+    np.testing.assert_allclose(float(g(jnp.float32(0.5))), want, rtol=1e-6)
