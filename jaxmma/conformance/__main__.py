@@ -4,8 +4,10 @@ Commands
   run      on a GPU: generate inputs, compile one kernel per form (and per immediate),
            run them, optionally save golden files, dump SASS and compare with the emulator.
   check    no GPU: regenerate the inputs of every golden record, run the emulator and
-           compare with the stored hardware outputs. Exit status 1 when an implemented
-           form differs (or a record fails its CRC).
+           compare with the stored hardware outputs, with a progress bar and a summary
+           line (``--sample N``: N forms spanning the families; ``--quiet``: only rows
+           that are not ok). Exit status 1 when an implemented form differs (or a record
+           fails its CRC).
   list     the forms a run would take, their warps, kernels and golden group.
   compile  compile every kernel with the local nvcc (no GPU needed) and report.
   gemm     on a GPU: chained GEMMs (``mma`` over many k-steps, optional f32 promotion) of
@@ -299,40 +301,90 @@ def _write_sass(directory, forms, kmap, build):
     print(f"sass: {n} files under {directory}, {time.perf_counter() - t0:.1f} s", flush=True)
 
 
+def golden_records(golden: str, forms: str | None = None, sample: int | None = None):
+    """``(records, broken)``: the golden records under ``golden`` whose text matches
+    ``forms`` (``re.search``), and a ``Result`` per file that fails its CRC. With
+    ``sample=n``, one record (the one with the fewest warps) from each of ``n`` files,
+    taken in turn from each opcode family (``mma``, ``mma_sp``, ``movement``,
+    ``wmma_mma``, ...) and spread over the files of a family, so a small sample spans them."""
+    rx = re.compile(forms) if forms else None
+    files = _golden.golden_files(golden)
+    if sample is not None:
+        if sample < 1:
+            raise ValueError(f"sample: expected a positive count, got {sample}")
+        heads = {}
+        for path in files:
+            heads.setdefault(os.path.basename(path).split("-")[0], []).append(path)
+        spread = {h: [fs[i] for i in _spread(len(fs))] for h, fs in heads.items()}
+        order = [fs[j] for j in range(len(files)) for fs in spread.values() if j < len(fs)]
+        files = order[:sample]
+    records, broken = [], []
+    for path in files:
+        try:
+            recs = [r for r in _golden.load_golden(path) if not rx or rx.search(r.text)]
+        except Exception as e:  # noqa: BLE001
+            broken.append(_compare.Result(os.path.basename(path), "crc mismatch", message=str(e)))
+            continue
+        if sample is not None and recs:
+            recs = [min(recs, key=lambda r: (r.meta["warps"], r.text))]
+        records.extend(recs)
+    return records, broken
+
+
+def _spread(n: int) -> list:
+    """0..n-1 in an order that spreads over the range: 0, n/2, n/4, 3n/4, ..."""
+    out, denom = [0], 2
+    while len(out) < n:
+        for num in range(1, denom, 2):
+            i = num * n // denom
+            if i not in out:
+                out.append(i)
+        denom *= 2
+    return out[:n] if n else []
+
+
+def check_records(records, *, quiet: bool = False, desc: str = "conformance") -> list:
+    """Compare every record with the emulator, with a progress bar; print a row per form
+    (``quiet``: only the forms that are not ``ok``). Returns the :class:`Result` list."""
+    from tqdm import tqdm
+
+    results = []
+    bar = tqdm(records, desc=desc, unit="form", file=sys.stderr, dynamic_ncols=True)
+    for i, rec in enumerate(bar):
+        bar.set_postfix_str(rec.text.replace("sync.aligned.", "")[:48], refresh=False)
+        try:
+            vec = _golden.regenerate_inputs(rec)
+        except Exception as e:  # noqa: BLE001
+            r = _compare.Result(rec.text, "crc mismatch", message=str(e))
+        else:
+            r = _compare.compare(rec.instruction(), vec, rec.outputs)
+        results.append(r)
+        if not quiet or r.status != "ok":
+            bar.write(_row(i, r), file=sys.stdout)
+            if r.message:
+                bar.write(f"{'':6s}{r.message[:400]}", file=sys.stdout)
+    bar.close()
+    return results
+
+
 def cmd_check(args) -> int:
     golden = args.golden or _default_golden()
     if not os.path.isdir(golden):
         print(f"no golden directory {golden}")
         return 1
-    rx = re.compile(args.forms) if args.forms else None
-    results, i = [], 0
-    print(f"golden: {golden}")
+    records, broken = golden_records(golden, args.forms, args.sample)
+    print(f"golden: {golden}: {len(records)} records")
     print(HEAD)
-    for path in _golden.golden_files(golden):
-        try:
-            records = list(_golden.load_golden(path))
-        except Exception as e:  # noqa: BLE001
-            r = _compare.Result(os.path.basename(path), "crc mismatch", message=str(e))
-            results.append(r)
-            _print_result(i, r)
-            i += 1
-            continue
-        for rec in records:
-            if rx and not rx.search(rec.text):
-                continue
-            try:
-                vec = _golden.regenerate_inputs(rec)
-            except Exception as e:  # noqa: BLE001
-                r = _compare.Result(rec.text, "crc mismatch", message=str(e))
-            else:
-                r = _compare.compare(rec.instruction(), vec, rec.outputs)
-            results.append(r)
-            _print_result(i, r)
-            i += 1
+    for i, r in enumerate(broken):
+        _print_result(i, r)
+    t0 = time.perf_counter()
+    results = broken + check_records(records, quiet=args.quiet)
     if not results:
         print("no records")
         return 0
-    return _summary(results)
+    status = _summary(results)
+    print(f"total {time.perf_counter() - t0:.1f} s")
+    return status
 
 
 def cmd_gemm(args) -> int:
@@ -434,6 +486,13 @@ def main(argv=None) -> int:
     c = sub.add_parser("check", help="compare golden files with the emulator (no GPU)")
     c.add_argument("--golden", help="golden directory (default tests/golden/sm_90)")
     c.add_argument("--forms", help="regular expression on the instruction text")
+    c.add_argument(
+        "--sample",
+        type=int,
+        metavar="N",
+        help="one form from each of N golden files spread over the families",
+    )
+    c.add_argument("--quiet", action="store_true", help="print only the forms that are not ok")
     sp = sub.add_parser("list", help="the forms a run would take")
     common(sp, "sm_90")
     sp = sub.add_parser("compile", help="compile every kernel with the local nvcc")
