@@ -165,19 +165,24 @@ def gemm_bits(cfg: Config, A, B, C, *, scales=None):
         D, _ = jax.lax.scan(step, C, xs)
         return D
 
+    # promotion: groups of P k-steps from +0, each added into the f32 total; a short last
+    # group runs in the same (once-compiled) loop, its missing steps masked out
+    G = -(-S // P)
+    real = np.arange(G * P).reshape(G, P) < S
+    fill = np.minimum(np.arange(G * P), S - 1)  # any step fills the masked places
+    xs = jax.tree.map(lambda x: x[fill] if G * P > S else x, xs)
+    xs = jax.tree.map(lambda x: x.reshape((G, P) + x.shape[1:]), xs)
     zero = _models._zeros(C.shape)
 
+    def masked_step(acc, x):
+        d, _ = step(acc, x[0])
+        return jnp.where(x[1], d, acc), None
+
     def group(total, g):
-        acc, _ = jax.lax.scan(step, zero, g)
+        acc, _ = jax.lax.scan(masked_step, zero, g)
         return _numerics.ieee_add(total, acc, "f32"), None
 
-    G, R = divmod(S, P)
-    total = C
-    if G:
-        full = jax.tree.map(lambda x: x[: G * P].reshape((G, P) + x.shape[1:]), xs)
-        total, _ = jax.lax.scan(group, total, full)
-    if R:
-        total, _ = group(total, jax.tree.map(lambda x: x[G * P :], xs))
+    total, _ = jax.lax.scan(group, C, (xs, jnp.asarray(real)))
     return total
 
 
@@ -280,7 +285,12 @@ def _operand_values(cfg: Config, A, B, q):
     if q is not None:
         from . import _quant
 
-        return _quant.dequantize(q[0]), _quant.dequantize(q[1])
+        va, vb = _quant.dequantize(q[0]), _quant.dequantize(q[1])
+        if A is not None:  # a float input: the K it had before padding
+            va = va[..., : A.shape[-1]]
+        if B is not None:
+            vb = vb[..., : B.shape[-2], :]
+        return va, vb
     va = _operands.values(ins, ins.atype, _operands.to_bits(ins, ins.atype, A, "A"))
     vb = _operands.values(ins, ins.btype, _operands.to_bits(ins, ins.btype, B, "B"))
     return va, vb
@@ -303,6 +313,8 @@ def _quantize_operands(ins, A, B, quantize):
             )
         fmt = ins.atype if name == "A" else ins.btype
         x_q = jax.lax.stop_gradient(x)  # the tangent reaches x through the straight-through rule
+        k = x.shape[axis]
+        x_q = _pad_axis(x_q, axis, -(-k // ins.k) * ins.k)  # ragged K: +0 blocks, as a kernel
         if quantize is not None:
             qx = quantize(x_q, axis=axis)
         elif ins.stype == "ue4m3":
@@ -314,16 +326,18 @@ def _quantize_operands(ins, A, B, quantize):
     return A, B, (qa, qb)
 
 
+#: the emulation itself, compiled once per configuration and shapes; called eagerly (and
+#: by the derivative rules under an eager ``jax.grad``) it reuses that compilation
+_forward_jit = jax.jit(_forward, static_argnums=0)
+
+
 def _gemm_values(cfg: Config, A, B, C, q):
-    """matmul after its arguments were checked (traced once per configuration)."""
-    fwd = functools.partial(_forward, cfg)
+    """matmul after its arguments were checked."""
+    fwd = functools.partial(_forward_jit, cfg)
     vals = functools.partial(_operand_values, cfg)
     if cfg.grad_ins is not None:
         return _ste.with_gemm_gradients(fwd, vals, cfg.grad_ins, A, B, C, q)
     return _ste.straight_through(fwd, vals, A, B, C, q)
-
-
-_gemm_jit = jax.jit(_gemm_values, static_argnums=0)
 
 
 def matmul(
@@ -400,7 +414,7 @@ def matmul(
             raise ValueError(f"quantize: only block-scaled forms quantize; {ins.text} does not")
         A, B = jnp.asarray(A), jnp.asarray(B)
         _check_shapes(ins, A, B, None if C is None else jnp.asarray(C))
-    return _gemm_jit(cfg, A, B, C, q)
+    return _gemm_values(cfg, A, B, C, q)
 
 
 def dot_general(

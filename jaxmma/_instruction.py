@@ -26,6 +26,10 @@ _IMPLEMENTATIONS = {
 }
 
 
+#: opcodes whose register level is a product (compiled once per configuration)
+_PRODUCTS = ("mma", "wmma.mma")
+
+
 def _impl(opcode: str) -> Any:
     return importlib.import_module(_IMPLEMENTATIONS[opcode], __package__)
 
@@ -148,7 +152,14 @@ class Instruction:
         return f"jaxmma.instruction({self.text!r}, arch={self.arch!r})"
 
     # -- emulation -------------------------------------------------------------------
+    def _implementation(self) -> Any:
+        return _impl(self.opcode)
+
     def __call__(self, *args: Any, **kwargs: Any) -> jax.Array:
+        if self.opcode in _PRODUCTS:  # compiled once per configuration (see _dispatch)
+            from . import _dispatch
+
+            return _dispatch.call(self, "execute", args, kwargs)
         return _impl(self.opcode).execute(self, *args, **kwargs)
 
     def mma(self, A: Any, B: Any, C: ArrayLike, **kwargs: Any) -> jax.Array:
@@ -161,7 +172,9 @@ class Instruction:
         Returns:
           D ``[..., M, N]`` in the destination dtype, the same bits as the register level.
         """
-        return _impl(self.opcode).matrix_mma(self, A, B, C, **kwargs)
+        from . import _dispatch
+
+        return _dispatch.call(self, "matrix_mma", (A, B, C), kwargs)
 
     def fragment(self, operand: str, matrix: ArrayLike) -> jax.Array:
         """Gather a matrix ``[..., rows, cols]`` into registers ``[..., 32, nregs]``.

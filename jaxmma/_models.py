@@ -1,4 +1,4 @@
-"""Which arithmetic model computes a form on an architecture (NUMERICS.md's table).
+"""Which arithmetic model computes a form on an architecture (docs/numerics.md).
 
 ``mma_bits(ins, A, B, C)`` takes raw-bit matrices and returns raw-bit D. Floating forms
 use the fused-block model of :mod:`_numerics` with the architecture's parameters; sm_90
@@ -31,7 +31,7 @@ def family(n: int) -> int:
 
 
 def block_model(arch: int, ins) -> BlockModel:
-    """F, L and e_zero of the fused-block model (NUMERICS.md) for this form and arch."""
+    """F, L and e_zero of the fused-block model (docs/numerics.md) for this form and arch."""
     gen = family(arch)
     a = ins.atype
     inputs = "tf32" if a == "tf32" else ("8bit" if a in F8F6F4 else "16bit")
@@ -168,7 +168,7 @@ def sm90_wmma(ins, A, B, C):
 def sm90_fp8(ins, fa, fb, C, bm, b_rows=False):
     """``.e4m3``/``.e5m2`` on sm_90: two f16 MMAs over interleaved k, then C added last.
 
-    Read off the SASS ptxas emits for sm_90 (NUMERICS.md): each fp8 element converts
+    Read off the SASS ptxas emits for sm_90 (docs/numerics.md): each fp8 element converts
     exactly to f16; the low byte pairs of every A/B register feed one HMMA (k = 16j + 4t +
     {0, 1}), the high pairs a second (k = 16j + 4t + {2, 3}) that takes the first's result
     as its C; the first starts from +0. C is then added by one FADD / HADD2 (round to

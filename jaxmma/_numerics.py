@@ -1,6 +1,6 @@
 """Arithmetic models of the floating-point tensor-core forms, per architecture.
 
-The model (NUMERICS.md, after Fasi et al. 2021, Khattak & Mikaitis 2025, Xie et al. 2025):
+The model (docs/numerics.md, after Fasi et al. 2021, Khattak & Mikaitis 2025, Xie et al. 2025):
 an instruction is a chain of fused blocks over k. A block takes L exact products and C;
 ``e_max`` is the largest term exponent (a zero term counts as ``e_zero``); every term is
 truncated toward zero to F fractional bits below ``2**e_max``; the truncated terms are

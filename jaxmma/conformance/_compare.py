@@ -1,7 +1,7 @@
 """Run the emulator on the vectors of a form and compare its raw bits with hardware.
 
-The emulator is called as DESIGN.md says, batched over all warps of a record in one call
-per distinct static argument (the sparsity selector and block-scale ids are static Python
+The emulator is called through the public API, batched over all warps of a record in one
+call per distinct static argument (the sparsity selector and block-scale ids are static Python
 ints, and so are ``wmma.load``/``wmma.store``'s ``addr`` and ``stride``; the vectors use a
 handful of values of each):
 

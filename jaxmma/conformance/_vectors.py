@@ -28,8 +28,7 @@ Distributions (chosen per warp, recorded in ``Vectors.dists``)
   * ``special``: half the elements from the format's specials (+-0, min/max subnormal,
     random subnormal, min normal, max finite, +-1, +-Inf, quiet and signalling NaNs with
     random payloads), the rest ``finite``. Integers: limits, 0, +-1.
-  * ``probe``: see ``FLOAT_PROBES`` / ``INT_PROBES`` / ``B1_PROBES`` (after NUMERICS.md,
-    "How the studies probe").
+  * ``probe``: see ``FLOAT_PROBES`` / ``INT_PROBES`` / ``B1_PROBES`` (after docs/numerics.md).
   ``wmma.load``/``wmma.store``: ``('index', 'bits')[w % 2]``; ``index`` stores the matrix
   element's linear index ``r * cols + c`` (registers: ``lane * elems + j``) replicated
   over 16-bit halves (8-bit formats: its low byte; sub-byte formats: random bits).
@@ -229,7 +228,7 @@ def specials(fmt: str) -> list[int]:
 
 # ----------------------------------------------------------------------------- selection
 def num_selectors(ins) -> int:
-    """How many sparsity selectors (``f`` = 0 .. n-1) the sparse form accepts (LAYOUTS.md)."""
+    """How many sparsity selectors (``f`` = 0 .. n-1) the sparse form accepts (docs/layouts.md)."""
     if not ins.sparse:
         return 1
     a = next(op for op in ins.operands if op.name == "a")
@@ -411,7 +410,7 @@ def _float_params(ins, rng, roles):
 
 
 def _float_probe(kind: str, ins, rng, r: _Role) -> np.ndarray:
-    """One probe family for operand ``r`` (NUMERICS.md, "How the studies probe")."""
+    """One probe family for operand ``r`` (docs/numerics.md)."""
     fmt, tag = r.fmt, f"{r.name}/probe/{kind}"
     f = FLOATS[fmt]
     m = FLOATS[ins.dtype].mbits  # output precision the probes aim at
