@@ -2,7 +2,8 @@
 
 A GEMM of any size is tiled onto one instruction as a CUTLASS-style ``mma.sync`` kernel
 runs it: every output tile starts from C and chains the instruction over the k-steps in
-increasing k (D of one step is C of the next). Nothing here does arithmetic: each k-step
+increasing k (D of one step is C of the next; converted to the C type, rounded to
+nearest, where the form's D and C types differ). Nothing here does arithmetic: each k-step
 is one call of :func:`jaxmma._models.mma_bits` (the one numerics entry point, the same
 function the register and matrix levels reach) on the whole ``[M, k] x [k, N]`` slab,
 since the models are elementwise over the output. The steps run in a ``lax.scan``, so the
@@ -31,7 +32,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from . import _models, _numerics, _operands, _ste, _values
+from . import _errors, _models, _numerics, _operands, _ste, _values
 from ._instruction import Instruction
 from ._instruction import instruction as _parse_text
 
@@ -80,6 +81,8 @@ class Config:
 
 def config(instruction, arch=None, promote_every=None, grad_instruction=None) -> Config:
     ins = resolve(instruction, arch)
+    if ins.atype == "f64" and not jax.config.jax_enable_x64:  # before any f64 array is made
+        raise ValueError(f"instruction: {ins.text} computes in .f64{_errors.X64_HINT}")
     if promote_every is not None:
         if isinstance(promote_every, bool) or not isinstance(promote_every, (int, np.integer)):
             raise TypeError(
@@ -160,19 +163,31 @@ def gemm_bits(cfg: Config, A, B, C, *, scales=None):
         d = _models.mma_bits(ins, x["a"], x["b"], acc, scales=sc, sparse_idx=x.get("idx"))
         return d, None
 
+    def chain(c, steps):
+        """The steps from C bits ``c`` (the ctype); D bits of the last (the dtype)."""
+        if ins.ctype == ins.dtype:
+            return jax.lax.scan(step, c, steps)[0]
+        # D and C types differ (wmma .f16/.f32 mixes, m8n8k4 .f32.f16.f16.f16): D of one
+        # step becomes the next step's C by a conversion rounded to nearest (cvt.rn)
+        d, _ = step(c, jax.tree.map(lambda x: x[0], steps))
+
+        def converted(acc, x):
+            return step(_numerics.convert(acc, ins.dtype, ins.ctype), x)
+
+        return jax.lax.scan(converted, d, jax.tree.map(lambda x: x[1:], steps))[0]
+
     P = cfg.promote_every
     if P is None:
-        D, _ = jax.lax.scan(step, C, xs)
-        return D
+        return chain(C, xs)
 
     zero = _models._zeros(C.shape)
 
     def group(total, g):
-        acc, _ = jax.lax.scan(step, zero, g)
+        acc = chain(zero, g)
         return _numerics.ieee_add(total, acc, "f32"), None
 
     G, R = divmod(S, P)
-    total = C
+    total = C if ins.ctype == "f32" else _numerics.convert(C, ins.ctype, "f32")
     if G:
         full = jax.tree.map(lambda x: x[: G * P].reshape((G, P) + x.shape[1:]), xs)
         total, _ = jax.lax.scan(group, total, full)
