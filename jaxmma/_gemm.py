@@ -415,7 +415,22 @@ def matmul(
             raise ValueError(f"quantize: only block-scaled forms quantize; {ins.text} does not")
         A, B = jnp.asarray(A), jnp.asarray(B)
         _check_shapes(ins, A, B, None if C is None else jnp.asarray(C))
+        if ins.sparse and not _errors.is_traced(A):
+            _check_structure(ins, A)
     return _gemm_jit(cfg, A, B, C, q)
+
+
+def _check_structure(ins, A):
+    """ValueError when a concrete sparse A lacks the form's structure (inside the jitted
+    GEMM A is traced and no longer checked)."""
+    from . import _sparse
+
+    bits = _operands.to_bits(ins, ins.atype, A, "A")
+    M, K = bits.shape[-2:]
+    bits = _pad_axis(_pad_axis(bits, -2, -(-M // ins.m) * ins.m), -1, -(-K // ins.k) * ins.k)
+    lead = bits.shape[:-2]
+    tiles = bits.reshape(lead + (bits.shape[-2] // ins.m, ins.m, bits.shape[-1] // ins.k, ins.k))
+    _sparse.validate(ins, jnp.swapaxes(tiles, -2, -3))  # [..., M / m, K / k, m, k]
 
 
 def dot_general(

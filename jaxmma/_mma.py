@@ -175,7 +175,8 @@ def _lift_sparse(dA, aux):
     K = 2 * idx.shape[-1]
     lead = jnp.broadcast_shapes(dA.shape[:-2], idx.shape[:-2])
     dA = jnp.broadcast_to(dA, lead + dA.shape[-2:])
-    onehot = jnp.broadcast_to(idx, lead + idx.shape[-2:])[..., None] == jnp.arange(K)
+    cols = jnp.arange(K).reshape((1,) * (len(lead) + 2) + (K,))
+    onehot = jnp.broadcast_to(idx, lead + idx.shape[-2:])[..., None] == cols
     return jnp.sum(jnp.where(onehot, dA[..., None].astype(jnp.float32), 0.0), axis=-2)
 
 

@@ -252,7 +252,10 @@ def test_s32_wraps_or_saturates_across_steps():
 
 @pytest.mark.parametrize(
     "text,arch",
-    [(MMA + "m8n8k4.row.col.f64.f64.f64.f64", "sm_80"), (MMA + "m16n8k8.row.col.f64.f64.f64.f64", "sm_90")],
+    [
+        (MMA + "m8n8k4.row.col.f64.f64.f64.f64", "sm_80"),
+        (MMA + "m16n8k8.row.col.f64.f64.f64.f64", "sm_90"),
+    ],
     ids=["m8n8k4", "m16n8k8"],
 )
 def test_f64_matches_chained_mma(text, arch):
