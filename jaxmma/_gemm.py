@@ -2,7 +2,8 @@
 
 A GEMM of any size is tiled onto one instruction as a CUTLASS-style ``mma.sync`` kernel
 runs it: every output tile starts from C and chains the instruction over the k-steps in
-increasing k (D of one step is C of the next). Nothing here does arithmetic: each k-step
+increasing k (D of one step is C of the next; converted to the C type, rounded to
+nearest, where the form's D and C types differ). Nothing here does arithmetic: each k-step
 is one call of :func:`jaxmma._models.mma_bits` (the one numerics entry point, the same
 function the register and matrix levels reach) on the whole ``[M, k] x [k, N]`` slab,
 since the models are elementwise over the output. The steps run in a ``lax.scan``, so the
@@ -31,7 +32,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from . import _models, _numerics, _operands, _ste, _values
+from . import _errors, _models, _numerics, _operands, _ste, _values
 from ._instruction import Instruction
 from ._instruction import instruction as _parse_text
 
@@ -80,6 +81,8 @@ class Config:
 
 def config(instruction, arch=None, promote_every=None, grad_instruction=None) -> Config:
     ins = resolve(instruction, arch)
+    if ins.atype == "f64" and not jax.config.jax_enable_x64:  # before any f64 array is made
+        raise ValueError(f"instruction: {ins.text} computes in .f64{_errors.X64_HINT}")
     if promote_every is not None:
         if isinstance(promote_every, bool) or not isinstance(promote_every, (int, np.integer)):
             raise TypeError(
@@ -160,10 +163,22 @@ def gemm_bits(cfg: Config, A, B, C, *, scales=None):
         d = _models.mma_bits(ins, x["a"], x["b"], acc, scales=sc, sparse_idx=x.get("idx"))
         return d, None
 
+    def chain(c, steps):
+        """The steps from C bits ``c`` (the ctype); D bits of the last (the dtype)."""
+        if ins.ctype == ins.dtype:
+            return jax.lax.scan(step, c, steps)[0]
+        # D and C types differ (wmma .f16/.f32 mixes, m8n8k4 .f32.f16.f16.f16): D of one
+        # step becomes the next step's C by a conversion rounded to nearest (cvt.rn)
+        d, _ = step(c, jax.tree.map(lambda x: x[0], steps))
+
+        def converted(acc, x):
+            return step(_numerics.convert(acc, ins.dtype, ins.ctype), x)
+
+        return jax.lax.scan(converted, d, jax.tree.map(lambda x: x[1:], steps))[0]
+
     P = cfg.promote_every
     if P is None:
-        D, _ = jax.lax.scan(step, C, xs)
-        return D
+        return chain(C, xs)
 
     # promotion: groups of P k-steps from +0, each added into the f32 total; a short last
     # group runs in the same (once-compiled) loop, its missing steps masked out
@@ -174,15 +189,17 @@ def gemm_bits(cfg: Config, A, B, C, *, scales=None):
     xs = jax.tree.map(lambda x: x.reshape((G, P) + x.shape[1:]), xs)
     zero = _models._zeros(C.shape)
 
-    def masked_step(acc, x):
-        d, _ = step(acc, x[0])
+    def masked_step(acc, x):  # acc: D bits (f32); the next step's C is acc in the ctype
+        c = acc if ins.ctype == ins.dtype else _numerics.convert(acc, ins.dtype, ins.ctype)
+        d, _ = step(c, x[0])
         return jnp.where(x[1], d, acc), None
 
     def group(total, g):
         acc, _ = jax.lax.scan(masked_step, zero, g)
         return _numerics.ieee_add(total, acc, "f32"), None
 
-    total, _ = jax.lax.scan(group, C, (xs, jnp.asarray(real)))
+    total = C if ins.ctype == "f32" else _numerics.convert(C, ins.ctype, "f32")
+    total, _ = jax.lax.scan(group, total, (xs, jnp.asarray(real)))
     return total
 
 
@@ -414,7 +431,22 @@ def matmul(
             raise ValueError(f"quantize: only block-scaled forms quantize; {ins.text} does not")
         A, B = jnp.asarray(A), jnp.asarray(B)
         _check_shapes(ins, A, B, None if C is None else jnp.asarray(C))
+        if ins.sparse and not _errors.is_traced(A):
+            _check_structure(ins, A)
     return _gemm_values(cfg, A, B, C, q)
+
+
+def _check_structure(ins, A):
+    """ValueError when a concrete sparse A lacks the form's structure (inside the jitted
+    GEMM A is traced and no longer checked)."""
+    from . import _sparse
+
+    bits = _operands.to_bits(ins, ins.atype, A, "A")
+    M, K = bits.shape[-2:]
+    bits = _pad_axis(_pad_axis(bits, -2, -(-M // ins.m) * ins.m), -1, -(-K // ins.k) * ins.k)
+    lead = bits.shape[:-2]
+    tiles = bits.reshape(lead + (bits.shape[-2] // ins.m, ins.m, bits.shape[-1] // ins.k, ins.k))
+    _sparse.validate(ins, jnp.swapaxes(tiles, -2, -3))  # [..., M / m, K / k, m, k]
 
 
 def dot_general(

@@ -138,6 +138,10 @@ def matrix_mma(ins, A, B, C, *, model=None, **kwargs):
 
         scales = _scaling.scales_from_matrices(ins, scale_a, scale_b)
     aux = {"bits": (Ab, Bb, Cb), "idx": idx, "scales": scales}
+    # tangents of A/B arrays are tangents of their elements: a block-scaled element counts
+    # times its scale, a compressed (metadata-given) A element at its dense column
+    lift_a = functools.partial(_lift, ins, "a", metadata is not None)
+    lift_b = functools.partial(_lift, ins, "b", False)
 
     def forward(A, B, C, aux):
         Ab, Bb, Cb = _batch(*aux["bits"])
@@ -154,7 +158,8 @@ def matrix_mma(ins, A, B, C, *, model=None, **kwargs):
         _float_or_none(B),
         _float_or_none(C),
         aux,
-        lift_a=_lift_sparse if ins.sparse else None,
+        lift_a=lift_a if ins.stype or (ins.sparse and metadata is not None) else None,
+        lift_b=lift_b if ins.stype else None,
     )
 
 
@@ -170,8 +175,28 @@ def _lift_sparse(dA, aux):
     K = 2 * idx.shape[-1]
     lead = jnp.broadcast_shapes(dA.shape[:-2], idx.shape[:-2])
     dA = jnp.broadcast_to(dA, lead + dA.shape[-2:])
-    onehot = jnp.broadcast_to(idx, lead + idx.shape[-2:])[..., None] == jnp.arange(K)
+    cols = jnp.arange(K).reshape((1,) * (len(lead) + 2) + (K,))
+    onehot = jnp.broadcast_to(idx, lead + idx.shape[-2:])[..., None] == cols
     return jnp.sum(jnp.where(onehot, dA[..., None].astype(jnp.float32), 0.0), axis=-2)
+
+
+def _scale(ins, op, x, aux):
+    """Element values (or tangents) of A ``[..., M, K]`` / B ``[..., K, N]`` times their
+    block scales (K the stored columns: K/2 for a compressed sparse A)."""
+    from . import _scaling
+
+    S = aux["scales"][0 if op == "a" else 1]
+    s = _formats.decode(ins.stype, S).astype(jnp.float32)
+    K, nblk = x.shape[-1 if op == "a" else -2], _scaling.num_blocks(ins)
+    blk = np.arange(K) // (K // nblk)
+    return x * s[..., blk] if op == "a" else x * s[..., blk, :]
+
+
+def _lift(ins, op, compressed, dx, aux):
+    dx = dx.astype(jnp.float32)
+    if aux["scales"] is not None:
+        dx = _scale(ins, op, dx, aux)
+    return _lift_sparse(dx, aux) if compressed else dx
 
 
 def _operand_values(ins, A, B, aux):
@@ -183,15 +208,7 @@ def _operand_values(ins, A, B, aux):
     va = _operands.values(ins, ins.atype, Ab).astype(jnp.float32)
     vb = _operands.values(ins, ins.btype, Bb).astype(jnp.float32)
     if aux["scales"] is not None:
-        from . import _scaling
-
-        SA, SB = aux["scales"]
-        K, nblk = va.shape[-1], _scaling.num_blocks(ins)
-        blk = np.arange(K) // (K // nblk)
-        sa = _formats.decode(ins.stype, SA).astype(jnp.float32)
-        sb = _formats.decode(ins.stype, SB).astype(jnp.float32)
-        va = va * sa[..., blk]
-        vb = vb * sb[..., blk, :]
+        va, vb = _scale(ins, "a", va, aux), _scale(ins, "b", vb, aux)
     if aux["idx"] is not None:
         va = _lift_sparse(va, aux)
     return va, vb

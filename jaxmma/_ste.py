@@ -37,7 +37,7 @@ def _tangent_dtype(out):
     return out.dtype if jnp.issubdtype(out.dtype, jnp.floating) else jax.dtypes.float0
 
 
-def straight_through(forward, values, A, B, C, aux, lift_a=None):
+def straight_through(forward, values, A, B, C, aux, lift_a=None, lift_b=None):
     """``forward(A, B, C, aux)`` with the straight-through tangent.
 
     Args:
@@ -46,8 +46,10 @@ def straight_through(forward, values, A, B, C, aux, lift_a=None):
         instruction multiplies (``[..., M, K]``, ``[..., K, N]``).
       A, B, C: the operands as given (None where absent); float ones get tangents.
       aux: anything else ``forward`` needs (e.g. quantized operands); no tangent.
-      lift_a: ``(dA, aux) -> dA`` as a dense ``[..., M, K]`` tangent, where A is stored
-        in another shape (the compressed A of ``mma.sp``); linear in ``dA``.
+      lift_a: ``(dA, aux) -> dA`` as a dense ``[..., M, K]`` tangent of the values, where
+        A is stored in another shape (the compressed A of ``mma.sp``) or scaled (element
+        arrays of block-scaled forms with separate scales); linear in ``dA``.
+      lift_b: ``(dB, aux) -> dB``, the same for B.
     """
 
     @jax.custom_jvp
@@ -66,7 +68,7 @@ def straight_through(forward, values, A, B, C, aux, lift_a=None):
         if _is_float(A) and _is_float(dA):
             t = t + _product(dA if lift_a is None else lift_a(dA, aux), vb)
         if _is_float(B) and _is_float(dB):
-            t = t + _product(va, dB)
+            t = t + _product(va, dB if lift_b is None else lift_b(dB, aux))
         if _is_float(C) and _is_float(dC):
             t = t + jnp.broadcast_to(dC.astype(F32), out.shape)
         return out, t.astype(out.dtype)
