@@ -417,7 +417,7 @@ def _kernel(*refs, p: Plan, steps: int):
     def body(s, carry):
         total, acc = carry
         acc = _step(p, ins, s, acc, p.dtype)
-        flush = ((s + 1) % P == 0) | (s == steps - 1)
+        flush = (lax.rem(s + 1, P) == 0) | (s == steps - 1)
         total = jnp.where(flush, _ieee_add(total, acc), total)
         return total, jnp.where(flush, 0, acc)
 
