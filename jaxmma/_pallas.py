@@ -51,7 +51,7 @@ from . import _fixed, _formats, _models, _numerics
 
 I32 = jnp.int32
 #: order of zero, NaN and Inf elements: never the largest (e_max starts at e_zero or C's)
-ABSENT = -(1 << 20)
+ABSENT = -(1 << 14)  # two of them still fit 16 bits
 SIGN_BITS = 0xFFFF
 ZERO_BIT = 1 << 16
 NAN_BIT = 1 << 17
@@ -108,13 +108,15 @@ class Plan:
     ctype: str
     dtype: str
     k: int  # the instruction's k: columns per step
-    blocks: tuple[tuple[int, ...], ...]  # per step: column offsets of each fused block
+    perm: tuple[int, ...] | None  # the step's columns in the order the blocks take them
+    blocks: tuple[tuple[int, int], ...]  # per step: (offset, length) of each fused block
     fp8: bool  # sm_90 fp8: the blocks chain from +0 and C is added last (IEEE)
     order_fmt: str | None
     F: int
     e_zero: int
     f32_mantissa: int
     promote_every: int | None
+    unroll: int = 4  # columns per iteration of the kernel's loops over a block
 
     @property
     def wa(self) -> int:
@@ -156,13 +158,16 @@ def plan(cfg) -> Plan | None:
             return None
         lo = tuple(i for i in range(k) if i % 4 < 2)
         hi = tuple(i for i in range(k) if i % 4 >= 2)
-        chains = (lo, hi)
-        blocks = tuple(c[s : s + bm.L] for c in chains for s in range(0, len(c), bm.L))
+        perm = lo + hi  # each chain's columns side by side
+        blocks = tuple(
+            (c + s, min(bm.L, len(lo) - s)) for c in (0, len(lo)) for s in range(0, len(lo), bm.L)
+        )
         order_fmt = "f16"
     else:
-        blocks = tuple(tuple(range(s, min(s + bm.L, k))) for s in range(0, k, bm.L))
+        perm = None
+        blocks = tuple((s, min(bm.L, k - s)) for s in range(0, k, bm.L))
         order_fmt = None
-    if any(len(b) > MAX_BLOCK for b in blocks):
+    if any(n > MAX_BLOCK for _, n in blocks):
         return None
     return Plan(
         atype=ins.atype,
@@ -170,6 +175,7 @@ def plan(cfg) -> Plan | None:
         ctype=ins.ctype,
         dtype=ins.dtype,
         k=k,
+        perm=perm,
         blocks=blocks,
         fp8=fp8,
         order_fmt=order_fmt,
@@ -191,7 +197,7 @@ def use_kernel(cfg, scales=None) -> bool:
 # ---------------------------------------------------------------------------------------
 # Operand preparation (XLA, elementwise)
 def _operand(fmt: str, bits, order_fmt, w: int, pre_shift: int):
-    """Raw bits ``[..., R, K]`` -> (order, nlsb, word) int32 ``[..., R, K]``."""
+    """Raw bits ``[..., R, K]`` -> (order << 16 | nlsb, word) int32 ``[..., R, K]``."""
     f = _formats.fields(fmt, bits)
     finite = (f.sig != 0) & ~f.nan & ~f.inf
     mag = jnp.where(finite, f.sig, jnp.uint32(0))
@@ -207,7 +213,7 @@ def _operand(fmt: str, bits, order_fmt, w: int, pre_shift: int):
         | jnp.where(f.inf, I32(W_INF), 0)
         | jnp.where(finite, 0, I32(W_ZERO))
     )
-    return order, nlsb, word
+    return (order << 16) | (nlsb & 0xFFFF), word
 
 
 def _info(word, blocks, k: int):
@@ -216,12 +222,12 @@ def _info(word, blocks, k: int):
     S = word.shape[-1] // k
     w = word.reshape(word.shape[:-1] + (S, k))
     out = []
-    for cols in blocks:
-        x = w[..., list(cols)]  # [..., R, S, L]
-        signs = sum((lax.shift_right_logical(x[..., j], 31) << j) for j in range(len(cols)))
+    for off, n in blocks:
+        x = w[..., off : off + n]  # [..., R, S, n]
+        info = sum((lax.shift_right_logical(x[..., j], 31) << j) for j in range(n))
         for w_bit, bit in ((W_ZERO, ZERO_BIT), (W_NAN, NAN_BIT), (W_INF, INF_BIT)):
-            signs = signs | jnp.where(jnp.any((x & w_bit) != 0, axis=-1), I32(bit), 0)
-        out.append(signs)
+            info = info | jnp.where(jnp.any((x & w_bit) != 0, axis=-1), I32(bit), 0)
+        out.append(info)
     info = jnp.stack(out, axis=-1)  # [..., R, S, nblk]
     info = info.reshape(info.shape[:-2] + (S * len(blocks),))
     return jnp.swapaxes(info, -1, -2)
@@ -333,12 +339,19 @@ def _code(word):
     return jnp.where((word & W_NAN) != 0, jnp.float32(jnp.nan), code)
 
 
+def _columns(ow_ref, w_ref, col):
+    """One column of the operand words at ``col``: (order, nlsb, magnitude, sign mask)."""
+    ow, w = ow_ref[col, :], w_ref[col, :]
+    return ow >> 16, (ow << 16) >> 16, w & W_MAG, w >> 31
+
+
 def _block(p: Plan, refs, s, j: int, c, c_fmt: str):
     """One fused block (``p.blocks[j]`` of step ``s``) with accumulator ``c`` (``c_fmt``
     bits, int32 ``[BM, BN]``) -> the block's ``p.dtype`` bits."""
-    ao, an, aw, ai, bo, bn, bw, bi = refs
-    cols = p.blocks[j]
-    k0 = s * p.k
+    aow, aw, ai, bow, bw, bi = refs
+    off, L = p.blocks[j]
+    U = p.unroll if L % p.unroll == 0 else 1
+    k0 = s * p.k + off
     b = s * len(p.blocks) + j
     info_a = ai[b, :][:, None]
     info_b = bi[b, :][None, :]
@@ -347,21 +360,29 @@ def _block(p: Plan, refs, s, j: int, c, c_fmt: str):
     e_max = jnp.where(c_fin, c_ord, p.e_zero)
     zero = ((info_a & ZERO_BIT) | (info_b & ZERO_BIT)) != 0
     e_max = jnp.where(zero, jnp.maximum(e_max, p.e_zero), e_max)
-    for i in cols:
-        e_max = jnp.maximum(e_max, ao[k0 + i, :][:, None] + bo[k0 + i, :][None, :])
+
+    def order_max(i, e):
+        for u in range(U):
+            col = k0 + i * U + u
+            e = jnp.maximum(e, (aow[col, :] >> 16)[:, None] + (bow[col, :] >> 16)[None, :])
+        return e
+
+    e_max = lax.fori_loop(0, L // U, order_max, e_max)
     unit = e_max - p.F
     ushift = unit + p.shift
 
-    total = None
-    for i in cols:
-        wa = aw[k0 + i, :][:, None]
-        wb = bw[k0 + i, :][None, :]
-        r = jnp.minimum(ushift + an[k0 + i, :][:, None] + bn[k0 + i, :][None, :], 31)
-        x = ((wa & W_MAG) * (wb & W_MAG)) >> r
-        t = x ^ (wa >> 31) ^ (wb >> 31)  # -x - 1 for a negative product
-        total = t if total is None else total + t
-    signs = (info_a & SIGN_BITS) ^ (info_b & SIGN_BITS)
-    total = total + lax.population_count(signs)
+    def terms(i, total):
+        for u in range(U):
+            col = k0 + i * U + u
+            _, na, ma, sa = _columns(aow, aw, col)
+            _, nb, mb, sb = _columns(bow, bw, col)
+            r = jnp.minimum(ushift + na[:, None] + nb[None, :], 31)
+            x = (ma[:, None] * mb[None, :]) >> r
+            total = total + (x ^ sa[:, None] ^ sb[None, :])  # -x - 1 if negative
+        return total
+
+    total = lax.fori_loop(0, L // U, terms, jnp.zeros_like(c))
+    total = total + lax.population_count((info_a & SIGN_BITS) ^ (info_b & SIGN_BITS))
 
     d = c_exp - unit
     c_term = _srl(jnp.where(c_fin, c_sig, 0) << jnp.clip(d, 0, 31), jnp.clip(-d, 0, 31))
@@ -373,9 +394,11 @@ def _block(p: Plan, refs, s, j: int, c, c_fmt: str):
     c_code = jnp.where(c_nan, jnp.float32(jnp.nan), jnp.where(c_inf, c_inf_code, 0.0))
 
     def with_inf():
-        acc = c_code
-        for i in cols:
-            acc = acc + _code(aw[k0 + i, :])[:, None] * _code(bw[k0 + i, :])[None, :]
+        def body(i, acc):
+            col = k0 + i
+            return acc + _code(aw[col, :])[:, None] * _code(bw[col, :])[None, :]
+
+        acc = lax.fori_loop(0, L, body, c_code)
         return jnp.isnan(acc), acc == jnp.inf, acc == -jnp.inf
 
     def without_inf():
@@ -409,9 +432,10 @@ def _kernel(*refs, p: Plan, steps: int):
     c = c_ref[...]
     P = p.promote_every
     if P is None:
-        acc = _step(p, ins, 0, c, p.ctype)
-        acc = lax.fori_loop(1, steps, lambda s, a: _step(p, ins, s, a, p.dtype), acc)
-        d_ref[...] = acc
+        first = 0
+        if p.ctype != p.dtype:  # the first step reads C in its own format
+            c, first = _step(p, ins, 0, c, p.ctype), 1
+        d_ref[...] = lax.fori_loop(first, steps, lambda s, a: _step(p, ins, s, a, p.dtype), c)
         return
 
     def body(s, carry):
@@ -464,14 +488,17 @@ def gemm_bits(cfg, A, B, C, *, interpret=None, tiles: Tiles | None = None):
     B = _pad(_pad(B, -2, Kp), -1, Np)
     C = _pad(_pad(C, -2, Mp), -1, Np)
 
+    if p.perm is not None:  # each block's columns contiguous inside its step
+        cols = np.add.outer(np.arange(S) * p.k, np.asarray(p.perm)).reshape(-1)
+        A, B = A[..., cols], B[..., cols, :]
     ops = []
     for x, fmt, w, pre in (
         (A, p.atype, p.wa, p.shift),
         (jnp.swapaxes(B, -1, -2), p.btype, p.wb, 0),
     ):
-        order, nlsb, word = _operand(fmt, x, p.order_fmt, w, pre)  # [nb, R, Kp]
+        ow, word = _operand(fmt, x, p.order_fmt, w, pre)  # [nb, R, Kp]
         info = _info(word, p.blocks, p.k)  # [nb, S * nblk, R]
-        ops += [jnp.swapaxes(y, -1, -2) for y in (order, nlsb, word)] + [info]  # [nb, Kp, R]
+        ops += [jnp.swapaxes(ow, -1, -2), jnp.swapaxes(word, -1, -2), info]  # [nb, Kp, R]
     C = lax.bitcast_convert_type(C, I32)
 
     nblk = S * len(p.blocks)
@@ -489,7 +516,7 @@ def gemm_bits(cfg, A, B, C, *, interpret=None, tiles: Tiles | None = None):
         functools.partial(_kernel, p=p, steps=S),
         out_shape=jax.ShapeDtypeStruct((nb, Mp, Np), I32),
         grid=(nb, Mp // t.bm, Np // t.bn),
-        in_specs=[a_spec] * 3 + [ai_spec] + [b_spec] * 3 + [bi_spec, c_spec],
+        in_specs=[a_spec, a_spec, ai_spec, b_spec, b_spec, bi_spec, c_spec],
         out_specs=c_spec,
         interpret=interpret,
         **kwargs,
