@@ -116,7 +116,7 @@ class Plan:
     e_zero: int
     f32_mantissa: int
     promote_every: int | None
-    unroll: int = 4  # columns per iteration of the kernel's loops over a block
+    unroll: int = 2  # columns per iteration of the kernel's loops over a block
 
     @property
     def wa(self) -> int:
@@ -345,20 +345,35 @@ def _columns(ow_ref, w_ref, col):
     return ow >> 16, (ow << 16) >> 16, w & W_MAG, w >> 31
 
 
+def _round_f32_rz(neg, mag, unit):
+    """:func:`_round` for f32 toward zero with all 23 mantissa bits, in fewer steps."""
+    p = 31 - lax.clz(mag)
+    lead = p + unit
+    sub = lead < -126
+    qs = jnp.where(sub, -149 - unit, p - 23)  # the bit of mag that becomes the lsb
+    q = jnp.where(qs >= 0, _srl(mag, jnp.minimum(qs, 31)), mag << jnp.minimum(-qs, 31))
+    bits = jnp.where(sub, q, ((lead + 126) << 23) + q)  # + the hidden bit: exponent + 1
+    bits = jnp.where(lead > 127, I32(0x7F800000), bits)
+    bits = jnp.where(mag == 0, 0, bits)
+    return bits | jnp.where(bits != 0, neg.astype(I32) << 31, 0)
+
+
 def _block(p: Plan, refs, s, j: int, c, c_fmt: str):
     """One fused block (``p.blocks[j]`` of step ``s``) with accumulator ``c`` (``c_fmt``
-    bits, int32 ``[BM, BN]``) -> the block's ``p.dtype`` bits."""
-    aow, aw, ai, bow, bw, bi = refs
+    bits, int32 ``[BM, BN]``) -> the block's ``p.dtype`` bits.
+
+    Values the rounding needs are computed after the loops over the block's columns from
+    values the loops carry, so that few per-output arrays stay live across them.
+    """
+    aow, aw, ai, bow, bw, bi, tile_inf = refs
     off, L = p.blocks[j]
     U = p.unroll if L % p.unroll == 0 else 1
     k0 = s * p.k + off
     b = s * len(p.blocks) + j
-    info_a = ai[b, :][:, None]
-    info_b = bi[b, :][None, :]
-    c_fin, c_ord, c_exp, c_sig, c_neg, c_nan, c_inf = _c_fields(c, c_fmt)
 
+    c_fin, c_ord, *_ = _c_fields(c, c_fmt)
     e_max = jnp.where(c_fin, c_ord, p.e_zero)
-    zero = ((info_a & ZERO_BIT) | (info_b & ZERO_BIT)) != 0
+    zero = ((ai[b, :] & ZERO_BIT)[:, None] | (bi[b, :] & ZERO_BIT)[None, :]) != 0
     e_max = jnp.where(zero, jnp.maximum(e_max, p.e_zero), e_max)
 
     def order_max(i, e):
@@ -367,11 +382,10 @@ def _block(p: Plan, refs, s, j: int, c, c_fmt: str):
             e = jnp.maximum(e, (aow[col, :] >> 16)[:, None] + (bow[col, :] >> 16)[None, :])
         return e
 
-    e_max = lax.fori_loop(0, L // U, order_max, e_max)
-    unit = e_max - p.F
-    ushift = unit + p.shift
+    ushift = lax.fori_loop(0, L // U, order_max, e_max) + (p.shift - p.F)  # unit + S
 
-    def terms(i, total):
+    def terms(i, carry):
+        total, c = carry
         for u in range(U):
             col = k0 + i * U + u
             _, na, ma, sa = _columns(aow, aw, col)
@@ -379,40 +393,50 @@ def _block(p: Plan, refs, s, j: int, c, c_fmt: str):
             r = jnp.minimum(ushift + na[:, None] + nb[None, :], 31)
             x = (ma[:, None] * mb[None, :]) >> r
             total = total + (x ^ sa[:, None] ^ sb[None, :])  # -x - 1 if negative
-        return total
+        return total, c
 
-    total = lax.fori_loop(0, L // U, terms, jnp.zeros_like(c))
-    total = total + lax.population_count((info_a & SIGN_BITS) ^ (info_b & SIGN_BITS))
+    total, c = lax.fori_loop(0, L // U, terms, (jnp.zeros_like(c), c))
+    info_a, info_b = ai[b, :][:, None], bi[b, :][None, :]
+    total = total + lax.population_count((info_a ^ info_b) & SIGN_BITS)
+    unit = ushift - p.shift
 
-    d = c_exp - unit
-    c_term = _srl(jnp.where(c_fin, c_sig, 0) << jnp.clip(d, 0, 31), jnp.clip(-d, 0, 31))
+    # C's term: trunc(sig * 2**(exp - unit)), where exp - unit <= F - man(C)
+    c_fin, _, c_exp, c_sig, c_neg, _, _ = _c_fields(c, c_fmt)
+    up = p.F - _numerics.man_bits(c_fmt)
+    c_term = _srl(jnp.where(c_fin, c_sig, 0) << up, jnp.minimum(up - c_exp + unit, 31))
     c_term = jnp.where(c_neg, -c_term, c_term)
     neg, mag = _sum_two(total, c_term)
-    bits = _round(neg, mag, unit, p.dtype, p.f32_mantissa, nearest=p.dtype == "f16")
+    if p.dtype == "f32" and p.f32_mantissa == 23:
+        bits = _round_f32_rz(neg, mag, unit)
+    else:
+        bits = _round(neg, mag, unit, p.dtype, p.f32_mantissa, nearest=p.dtype == "f16")
 
-    c_inf_code = jnp.where(c_neg, jnp.float32(-jnp.inf), jnp.float32(jnp.inf))
-    c_code = jnp.where(c_nan, jnp.float32(jnp.nan), jnp.where(c_inf, c_inf_code, 0.0))
+    out = _numerics.OUT_FORMATS[p.dtype]
+    inf_bits = I32(((1 << out.exp) - 1) << out.man)
+    neg_inf = _i32((((1 << out.exp) - 1) << out.man) | (1 << (out.nbits - 1)))
+    nan_bits = I32(CANONICAL_NAN[p.dtype])
 
-    def with_inf():
+    def with_inf(bits, c):  # the codes of C and the products summed as the engine does
+        _, _, _, _, c_neg, c_nan, c_inf = _c_fields(c, c_fmt)
+        c_inf_code = jnp.where(c_neg, jnp.float32(-jnp.inf), jnp.float32(jnp.inf))
+        c_code = jnp.where(c_nan, jnp.float32(jnp.nan), jnp.where(c_inf, c_inf_code, 0.0))
+
         def body(i, acc):
             col = k0 + i
             return acc + _code(aw[col, :])[:, None] * _code(bw[col, :])[None, :]
 
         acc = lax.fori_loop(0, L, body, c_code)
-        return jnp.isnan(acc), acc == jnp.inf, acc == -jnp.inf
+        bits = jnp.where(acc == jnp.inf, inf_bits, bits)
+        bits = jnp.where(acc == -jnp.inf, neg_inf, bits)
+        return jnp.where(jnp.isnan(acc), nan_bits, bits)
 
-    def without_inf():
-        nan = (((info_a & NAN_BIT) | (info_b & NAN_BIT)) != 0) | c_nan
-        return nan, c_inf & ~c_neg, c_inf & c_neg
+    def without_inf(bits, c):  # NaN where a NaN meets; an Inf C stays
+        _, _, _, _, c_neg, c_nan, c_inf = _c_fields(c, c_fmt)
+        bits = jnp.where(c_inf, jnp.where(c_neg, neg_inf, inf_bits), bits)
+        nan = ((ai[b, :] & NAN_BIT)[:, None] | (bi[b, :] & NAN_BIT)[None, :]) != 0
+        return jnp.where(nan | c_nan, nan_bits, bits)
 
-    any_inf = (jnp.max(ai[b, :] & INF_BIT) | jnp.max(bi[b, :] & INF_BIT)) != 0
-    nan, pos_inf, neg_inf = lax.cond(any_inf, with_inf, without_inf)
-    out = _numerics.OUT_FORMATS[p.dtype]
-    inf_bits = ((1 << out.exp) - 1) << out.man
-    sign_bit = 1 << (out.nbits - 1)
-    bits = jnp.where(pos_inf, I32(inf_bits), bits)
-    bits = jnp.where(neg_inf, _i32(inf_bits | sign_bit), bits)
-    return jnp.where(nan, I32(CANONICAL_NAN[p.dtype]), bits)
+    return lax.cond(tile_inf[b] != 0, with_inf, without_inf, bits, c)
 
 
 def _step(p: Plan, refs, s, acc, c_fmt: str):
@@ -499,6 +523,10 @@ def gemm_bits(cfg, A, B, C, *, interpret=None, tiles: Tiles | None = None):
         ow, word = _operand(fmt, x, p.order_fmt, w, pre)  # [nb, R, Kp]
         info = _info(word, p.blocks, p.k)  # [nb, S * nblk, R]
         ops += [jnp.swapaxes(ow, -1, -2), jnp.swapaxes(word, -1, -2), info]  # [nb, Kp, R]
+    # per block and tile of D: whether an Inf meets its rows of A or columns of B
+    tiles_a = jnp.any((ops[2] & INF_BIT).reshape(nb, -1, Mp // t.bm, t.bm) != 0, axis=-1)
+    tiles_b = jnp.any((ops[5] & INF_BIT).reshape(nb, -1, Np // t.bn, t.bn) != 0, axis=-1)
+    tile_inf = (tiles_a[..., :, None] | tiles_b[..., None, :]).astype(I32)
     C = lax.bitcast_convert_type(C, I32)
 
     nblk = S * len(p.blocks)
@@ -506,6 +534,7 @@ def gemm_bits(cfg, A, B, C, *, interpret=None, tiles: Tiles | None = None):
     b_spec = pl.BlockSpec((None, Kp, t.bn), lambda b, i, j: (b, 0, j))
     ai_spec = pl.BlockSpec((None, nblk, t.bm), lambda b, i, j: (b, 0, i))
     bi_spec = pl.BlockSpec((None, nblk, t.bn), lambda b, i, j: (b, 0, j))
+    flag_spec = pl.BlockSpec((None, nblk, None, None), lambda b, i, j: (b, 0, i, j))
     c_spec = pl.BlockSpec((None, t.bm, t.bn), lambda b, i, j: (b, i, j))
     kwargs = {}
     if not interpret:
@@ -516,10 +545,10 @@ def gemm_bits(cfg, A, B, C, *, interpret=None, tiles: Tiles | None = None):
         functools.partial(_kernel, p=p, steps=S),
         out_shape=jax.ShapeDtypeStruct((nb, Mp, Np), I32),
         grid=(nb, Mp // t.bm, Np // t.bn),
-        in_specs=[a_spec, a_spec, ai_spec, b_spec, b_spec, bi_spec, c_spec],
+        in_specs=[a_spec, a_spec, ai_spec, b_spec, b_spec, bi_spec, flag_spec, c_spec],
         out_specs=c_spec,
         interpret=interpret,
         **kwargs,
-    )(*ops, C)
+    )(*ops, tile_inf, C)
     D = lax.bitcast_convert_type(D[:, :M, :N], jnp.uint32)
     return D.reshape(lead + (M, N))
