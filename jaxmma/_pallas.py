@@ -8,14 +8,16 @@ the fixed-width engine's work (:mod:`jaxmma._fixed`) per product in 32-bit integ
 
 Operands are prepared once outside the kernel (elementwise, ``O(MK + KN)``), per element:
 
-* ``order``: the exponent that enters ``e_max`` (``ABSENT`` for zero, NaN and Inf);
-* ``nlsb``: minus the exponent of the significand's unit, the significand normalized to
-  the format's full width ``w`` (so every product of two is below ``2**(wa + wb)``);
+* ``order << 16 | nlsb``: the exponent that enters ``e_max`` (``ABSENT`` for zero, NaN
+  and Inf) and minus the exponent of the significand's unit, the significand normalized
+  to the format's full width ``w`` (so every product of two is below ``2**(wa + wb)``);
 * ``word``: the normalized magnitude (A's shifted left by ``S = F + 2 - wa - wb``), the
   sign in bit 31, NaN / Inf / "zero or special" flags in bits 30 / 29 / 28;
 
-and per row of A (column of B) and fused block an ``info`` word: the block's sign bits in
-bits 0-15 and whether the block holds a zero or special (16), a NaN (17), an Inf (18).
+both stored K-major (``[K, M]`` and ``[K, N]``), so that one k of a tile is one contiguous
+load; per row of A (column of B) and fused block an ``info`` word: the block's sign bits
+in bits 0-15 and whether the block holds a zero or special (16), a NaN (17), an Inf (18);
+and per fused block and tile of D whether an Inf meets it.
 
 Per product the term of the model, ``trunc(|a b| * 2**(lsb_a + lsb_b - unit))`` with
 ``unit = e_max - F``, is ``(ma * mb) >> r`` with ``r = unit + S - lsb_a - lsb_b`` (never
@@ -29,7 +31,7 @@ block (:func:`_round`, the engine's rounding in 32-bit operations) and IEEE addi
 (sm_90 fp8, ``promote_every``) are done in integers (:func:`_ieee_add`), so the kernel
 gives the same bits interpreted on a CPU as compiled on a GPU.
 
-Covered (:func:`supports`): dense floating ``mma`` forms whose blocks the fixed-width
+Covered (:func:`plan`): dense floating ``mma`` forms whose blocks the fixed-width
 engine computes in one int32 group (sm_80 and later bf16 / f16 / tf32 with f32 or f16
 accumulators), and sm_90 ``.e4m3`` / ``.e5m2`` with f32 accumulators (two chains over
 interleaved k, then one IEEE add), with or without ``promote_every``. Anything else runs
@@ -94,8 +96,9 @@ class Tiles:
     num_stages: int = 1
 
 
-#: tiling used on the GPU; interpreted runs use :data:`INTERPRET_TILES`
-TILES = Tiles()
+#: tiling used on the GPU (chosen from the compiled code's registers, not yet timed: 16
+#: outputs per thread, no spills); interpreted runs use :data:`INTERPRET_TILES`
+TILES = Tiles(bm=32, bn=64, num_warps=4)
 INTERPRET_TILES = Tiles(bm=16, bn=16)
 
 
