@@ -32,7 +32,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from . import _errors, _models, _numerics, _operands, _ste, _values
+from . import _errors, _models, _numerics, _operands, _pallas, _ste, _values
 from ._instruction import Instruction
 from ._instruction import instruction as _parse_text
 
@@ -73,6 +73,7 @@ class Config:
     ins: Instruction
     promote_every: int | None = None
     grad_ins: Instruction | None = None
+    path: str = "auto"  # _pallas.MODE when configured: which implementation runs it
 
     @property
     def text(self) -> str:
@@ -106,7 +107,7 @@ def config(instruction, arch=None, promote_every=None, grad_instruction=None) ->
                 f"grad_instruction: expected a dense mma form for the gradient GEMMs, got "
                 f"{grad.text!r}"
             )
-    return Config(ins, promote_every, grad)
+    return Config(ins, promote_every, grad, _pallas.MODE)
 
 
 # ---------------------------------------------------------------------------------------
@@ -136,7 +137,17 @@ def gemm_bits(cfg: Config, A, B, C, *, scales=None):
 
     ``scales``: ``(SA [..., M, K / block], SB [..., K / block, N])`` for block-scaled forms.
     For sparse forms A is the dense (structured) matrix.
+
+    On a GPU backend the forms :mod:`jaxmma._pallas` covers run on its kernel (same bits);
+    ``cfg.path`` (from ``_pallas.MODE``) forces either implementation.
     """
+    if _pallas.use_kernel(cfg, scales):
+        return _pallas.gemm_bits(cfg, A, B, C)
+    return xla_gemm_bits(cfg, A, B, C, scales=scales)
+
+
+def xla_gemm_bits(cfg: Config, A, B, C, *, scales=None):
+    """:func:`gemm_bits` as XLA operations: a ``lax.scan`` of model calls over k-steps."""
     ins = cfg.ins
     lead = _lead(A, B, C, *(scales or ()))
     A = jnp.broadcast_to(A, lead + A.shape[-2:])
