@@ -66,9 +66,9 @@ W_MAG = W_ZERO - 1
 MAX_BLOCK = 16
 CANONICAL_NAN = {"f32": 0x7FFFFFFF, "f16": 0x7FFF}
 
-#: "auto": the XLA path (the faster one on an H100 today, benchmarks/RESULTS.md);
-#: "pallas": the kernel wherever it covers the form (interpreted when the default backend
-#: is not a GPU); "xla": never the kernel. Read when a GEMM is configured.
+#: "auto": the kernel where it covers the form and the default backend is a GPU, the XLA
+#: path elsewhere; "pallas": the kernel wherever it covers the form (interpreted when the
+#: default backend is not a GPU); "xla": never the kernel. Read when a GEMM is configured.
 MODE = "auto"
 MODES = ("auto", "pallas", "xla")
 
@@ -194,8 +194,7 @@ def use_kernel(cfg, scales=None) -> bool:
     mode = cfg.path
     if mode == "xla" or scales is not None or plan(cfg) is None:
         return False
-    # "auto" keeps the XLA path: on an H100 it is the faster one today (benchmarks/RESULTS.md)
-    return mode == "pallas"
+    return mode == "pallas" or jax.default_backend() == "gpu"
 
 
 # ---------------------------------------------------------------------------------------
