@@ -263,7 +263,21 @@ def ieee_sum(terms: Terms, dtype: str):
 
 
 def ieee_add(x_bits, y_bits, fmt: str):
-    """IEEE-754 addition x + y rounded to nearest even (FADD / HADD2), subnormals kept."""
+    """IEEE-754 addition x + y rounded to nearest even (FADD / HADD2), subnormals kept.
+
+    ``.f32`` runs the 32-bit integer formulation the GEMM kernel uses
+    (:func:`jaxmma._pallas.ieee_add_f32`, tested bit-equal to :func:`ieee_add_general`);
+    other formats the general exact sum.
+    """
+    if fmt == "f32":
+        from ._pallas import ieee_add_f32
+
+        return ieee_add_f32(x_bits, y_bits)
+    return ieee_add_general(x_bits, y_bits, fmt)
+
+
+def ieee_add_general(x_bits, y_bits, fmt: str):
+    """:func:`ieee_add` as an exact two-term sum rounded once (any format)."""
     return ieee_sum(concat(c_terms(x_bits, fmt), c_terms(y_bits, fmt)), fmt)
 
 

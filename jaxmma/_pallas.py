@@ -334,6 +334,13 @@ def _ieee_add(x, y):
     return jnp.where(nan, I32(CANONICAL_NAN["f32"]), bits)
 
 
+def ieee_add_f32(x_bits, y_bits):
+    """:func:`_ieee_add` on uint32 raw bits (broadcasting): f32 ``x + y``, FADD."""
+    as_i32 = lambda b: lax.bitcast_convert_type(jnp.asarray(b, jnp.uint32), I32)  # noqa: E731
+    x, y = jnp.broadcast_arrays(as_i32(x_bits), as_i32(y_bits))
+    return lax.bitcast_convert_type(_ieee_add(x, y), jnp.uint32)
+
+
 def _code(word):
     """The engine's special code of an element: +-1 finite nonzero, 0, +-Inf, NaN."""
     one = jnp.where(word < 0, jnp.float32(-1), jnp.float32(1))

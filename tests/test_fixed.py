@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 import jaxmma
-from jaxmma import _fixed, _formats, _models
+from jaxmma import _fixed, _formats, _models, _numerics
 
 FORMS = [
     ("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32", "sm_90"),
@@ -155,3 +155,41 @@ def test_fixed_engine_declines_what_it_cannot_hold():
     assert not _fixed.supports(EXACT, "f32", 8)
     assert not _fixed.supports(BlockModel(F=30, L=16, e_zero_f32=0, e_zero_f16=0), "f32", 8)
     assert not _fixed.supports(BlockModel(F=25, L=16, e_zero_f32=0, e_zero_f16=0), "f32", 24)
+
+
+def test_f32_add_matches_the_general_sum():
+    """The 32-bit FADD formulation equals the exact two-term sum rounded once, on random
+    bits with zeros, infinities, NaNs, subnormals and near-cancelling pairs."""
+    rng = np.random.default_rng(7)
+    n = 1 << 16
+    special = np.array(
+        [
+            0,
+            0x80000000,
+            0x7F800000,
+            0xFF800000,
+            0x7FC00000,
+            0x7F800001,
+            0xFFC12345,
+            1,
+            0x80000001,
+            0x007FFFFF,
+            0x00800000,
+            0x7F7FFFFF,
+            0xFF7FFFFF,
+        ],
+        np.uint32,
+    )
+
+    def draw():
+        x = rng.integers(0, 2**32, n, dtype=np.uint64).astype(np.uint32)
+        pick = rng.random(n) < 0.1
+        x[pick] = special[rng.integers(0, len(special), pick.sum())]
+        return x
+
+    x, y = draw(), draw()
+    near = rng.random(n) < 0.3  # -x plus a few ulps: cancellation
+    y[near] = (x[near] ^ np.uint32(0x80000000)) + rng.integers(-3, 4, near.sum()).astype(np.uint32)
+    fast = np.asarray(_numerics.ieee_add(jnp.asarray(x), jnp.asarray(y), "f32"))
+    general = np.asarray(_numerics.ieee_add_general(jnp.asarray(x), jnp.asarray(y), "f32"))
+    assert np.array_equal(fast, general), np.flatnonzero(fast != general)[:5]
