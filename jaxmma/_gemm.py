@@ -356,7 +356,7 @@ def _quantize_operands(ins, A, B, quantize):
 
 #: the emulation itself, compiled once per configuration and shapes; called eagerly (and
 #: by the derivative rules under an eager ``jax.grad``) it reuses that compilation
-_forward_jit = jax.jit(_forward, static_argnums=0)
+_forward_jit = jax.jit(lambda cfg, *args: _forward(cfg, *args), static_argnums=0)
 
 
 def _gemm_values(cfg: Config, A, B, C, q):
