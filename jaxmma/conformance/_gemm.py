@@ -45,9 +45,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
-import json
 import os
-import tempfile
 import zlib
 
 import numpy as np
@@ -561,29 +559,9 @@ def regenerate(record: _golden.Record) -> Problem:
 
 def save(directory: str, records) -> dict:
     """Write records into ``gemm-*.npz`` under ``directory`` (same key: replaced)."""
-    os.makedirs(directory, exist_ok=True)
-    groups = {}
-    for r in records:
-        groups.setdefault(group_name(case_of(r)), []).append(r)
-    sizes = {}
-    for group, recs in sorted(groups.items()):
-        path = os.path.join(directory, f"{group}.npz")
-        by_key = {}
-        if os.path.exists(path):
-            by_key = {r.meta["key"]: r for r in _golden.load_golden(path)}
-        by_key.update((r.meta["key"], r) for r in recs)
-        entries = {}
-        for i, key in enumerate(sorted(by_key)):
-            r = by_key[key]
-            entries[f"{i:04d}.meta"] = np.array(json.dumps(r.meta, sort_keys=True))
-            for n, a in r.outputs.items():
-                entries[f"{i:04d}.{n}"] = np.ascontiguousarray(a)
-        fd, tmp = tempfile.mkstemp(suffix=".npz", dir=directory)
-        os.close(fd)
-        np.savez_compressed(tmp, **entries)
-        os.replace(tmp, path)
-        sizes[path] = os.path.getsize(path)
-    return sizes
+    return _golden.write_groups(
+        directory, records, lambda r: group_name(case_of(r)), lambda r: r.meta["key"]
+    )
 
 
 def golden_files(directory: str) -> list:

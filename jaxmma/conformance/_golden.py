@@ -160,23 +160,31 @@ def regenerate_inputs(record: Record) -> _vectors.Vectors:
 def save(directory: str, records) -> dict:
     """Write ``records`` into their group files under ``directory``; records already there
     with another text are kept, those with the same text replaced. Returns path -> bytes."""
+    return write_groups(directory, records, lambda r: group_name(r.instruction()), lambda r: r.text)
+
+
+def write_groups(directory: str, records, group_of, key_of) -> dict:
+    """Write ``records`` into ``<group_of(r)>.npz`` files under ``directory``, one entry per
+    ``key_of(r)``, sorted by key: records already in a file with another key are kept,
+    those with the same key replaced. Each file is written whole and then moved into place.
+    Returns path -> bytes."""
     os.makedirs(directory, exist_ok=True)
     groups = {}
     for rec in records:
-        groups.setdefault(group_name(rec.instruction()), []).append(rec)
+        groups.setdefault(group_of(rec), []).append(rec)
     sizes = {}
     for group, recs in sorted(groups.items()):
         path = os.path.join(directory, f"{group}.npz")
-        by_text = {}
+        by_key = {}
         if os.path.exists(path):
-            by_text = {r.text: r for r in load_golden(path)}
-        by_text.update((r.text, r) for r in recs)
+            by_key = {key_of(r): r for r in load_golden(path)}
+        by_key.update((key_of(r), r) for r in recs)
         entries = {}
-        for i, text in enumerate(sorted(by_text)):
-            r = by_text[text]
+        for i, key in enumerate(sorted(by_key)):
+            r = by_key[key]
             entries[f"{i:04d}.meta"] = np.array(json.dumps(r.meta, sort_keys=True))
-            for n, a in r.outputs.items():
-                entries[f"{i:04d}.{n}"] = np.ascontiguousarray(a)
+            for n, arr in r.outputs.items():
+                entries[f"{i:04d}.{n}"] = np.ascontiguousarray(arr)
         fd, tmp = tempfile.mkstemp(suffix=".npz", dir=directory)
         os.close(fd)
         np.savez_compressed(tmp, **entries)
