@@ -13,7 +13,12 @@ import functools
 import jax.numpy as jnp
 import numpy as np
 
-from . import _formats, _fragments, _models, _shapes, _ste, _values
+from . import _formats, _fragments, _grad, _models, _shapes, _ste, _values
+
+_SCALE_NO_DERIVATIVE = (
+    "{name}: block scales enter the instruction as exponent bits and have no derivative; "
+    "differentiate with respect to A, B or C (or quantize with jaxmma.quant.fake_quantize_*)"
+)
 
 
 def _check_model(model):
@@ -124,6 +129,13 @@ def matrix_mma(ins, A, B, C, *, model=None, **kwargs):
     scale_a, scale_b = kwargs.pop("scale_a", None), kwargs.pop("scale_b", None)
     if kwargs:
         raise TypeError(f"unexpected keyword argument(s) {sorted(kwargs)} for {ins.text}")
+    # scales given as float8 values are read as exponent bits: no derivative, said clearly
+    scale_a, scale_b = (
+        _grad.no_derivative(s, _SCALE_NO_DERIVATIVE.format(name=name))
+        if _float_or_none(s) is not None
+        else s
+        for name, s in (("scale_a", scale_a), ("scale_b", scale_b))
+    )
     # raw bits, checked here (dtype errors at trace time); the arithmetic sees these bits
     Ab = _values.to_bits(ins.atype, A, "A", ins.kind)
     Bb = _values.to_bits(ins.btype, B, "B", ins.kind)

@@ -69,3 +69,28 @@ def test_dequantize_global_scale_derivative():
     g = jax.grad(lambda s: jnp.sum(Q.dequantize(dataclasses.replace(q, global_scale=s)) * W))
     want = np.sum(np.asarray(Q.dequantize(q)) / 0.5 * np.asarray(W))
     np.testing.assert_allclose(float(g(jnp.float32(0.5))), want, rtol=1e-6)
+
+
+@pytest.mark.parametrize("jit", [False, True])
+def test_block_scales_refuse_a_derivative(jit):
+    """Scales given as float8_e8m0fnu values are exponent bits: differentiating with
+    respect to them is a clear TypeError, never a silent zero."""
+    import jaxmma
+
+    text = next(
+        i.text
+        for i in jaxmma.all_instructions()
+        if "kind::mxf8f6f4" in i.text and "e4m3.e4m3" in i.text
+    )
+    ins = jaxmma.instruction(text, arch="sm_120a")
+    A = jnp.ones((16, 32), jnp.float8_e4m3fn)
+    B = jnp.ones((32, 8), jnp.float8_e4m3fn)
+    C = jnp.zeros((16, 8), jnp.float32)
+    SA = jnp.ones((16, 1), jnp.float8_e8m0fnu)
+    SB = jnp.ones((1, 8), jnp.float8_e8m0fnu)
+    g = jax.grad(lambda s: ins.mma(A, B, C, scale_a=s, scale_b=SB).sum())
+    with pytest.raises(TypeError, match="scale_a: block scales .* no derivative"):
+        (jax.jit(g) if jit else g)(SA)
+    # the other operands still differentiate (straight through)
+    gC = jax.grad(lambda c: ins.mma(A, B, c, scale_a=SA, scale_b=SB).sum())(C)
+    assert float(gC.sum()) == 16 * 8
