@@ -28,7 +28,7 @@ import ml_dtypes
 import numpy as np
 
 import jaxmma
-from jaxmma import _gemm, _pallas
+from jaxmma.gemm import _gemm, _pallas
 
 FORMS = {
     "bf16": "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32",

@@ -1,7 +1,7 @@
 """Render lane maps of a few fragment layouts as pictures (docs/layouts.md).
 
-Each picture is drawn from the layout functions themselves (``jaxmma._layouts``,
-``jaxmma._wmma``): every matrix element is a cell labelled with the lane that holds it
+Each picture is drawn from the layout functions themselves (``jaxmma.operands._layouts``,
+``jaxmma.instructions._wmma``): every matrix element is a cell labelled with the lane that holds it
 and the register (and sub-word slot) it sits in, coloured by lane.
 
     python docs/render_layouts.py [OUTDIR]
@@ -19,7 +19,10 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
 import jaxmma  # noqa: E402
-from jaxmma import _fragments, _layouts  # noqa: E402
+from jaxmma.operands import (
+    _fragments,
+    _layouts,  # noqa: E402
+)
 
 FIGURES = {
     "mma_m16n8k16_f16_a.png": ("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32", "a"),
@@ -42,7 +45,7 @@ def lane_map(text: str, operand: str):
         rows, cols = int(lay.row.max()) + 1, int(lay.col.max()) + 1
         per, row, col = lay.elems_per_reg, lay.row, lay.col
     else:
-        from jaxmma import _wmma
+        from jaxmma.instructions import _wmma
 
         lay = _wmma._operand_layout(ins, operand)
         rows, cols, row, col = lay.rows, lay.cols, lay.row, lay.col

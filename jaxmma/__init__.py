@@ -4,11 +4,11 @@ from . import formats as formats
 from . import layouts as layouts
 from . import quant as quant
 from . import sparse as sparse
-from ._gemm import dot_general as dot_general
-from ._gemm import matmul as matmul
-from ._instruction import Instruction as Instruction
-from ._instruction import all_instructions as all_instructions
-from ._instruction import instruction as instruction
+from .gemm._gemm import dot_general as dot_general
+from .gemm._gemm import matmul as matmul
+from .instructions._instruction import Instruction as Instruction
+from .instructions._instruction import all_instructions as all_instructions
+from .instructions._instruction import instruction as instruction
 
 __version__ = "0.1.0"
 

@@ -24,7 +24,8 @@ import time
 import numpy as np
 
 import jaxmma
-from jaxmma import _ptx, _spec
+from jaxmma.conformance import __main__ as conf
+from jaxmma.spec import _ptx, _spec
 
 ARCHS = ("sm_70", "sm_75", "sm_80", "sm_89", "sm_90", "sm_100a", "sm_120a")
 SIZE = 256  # M = N = K of the demo GEMMs
@@ -234,7 +235,6 @@ def figure(dense: dict, scaled: dict) -> str:
 
 
 def conformance() -> int:
-    from jaxmma.conformance import __main__ as conf
 
     golden = os.path.join(_root(), "tests", "golden", "sm_90")
     print("== 5. Bit-exact against the H100: a sample of the golden forms, one per family ==")

@@ -1,17 +1,17 @@
 """Element formats of PTX ISA 9.7.14.2-3: decode, encode with every rounding, packing."""
 
-from ._formats import FORMATS as FORMATS
-from ._formats import Fields as Fields
-from ._formats import Format as Format
-from ._formats import decode as decode
-from ._formats import encode as encode
-from ._formats import fields as fields
-from ._formats import get_format as get_format
-from ._formats import round_to_format as round_to_format
-from ._packing import bits_from_container as from_container
-from ._packing import container_from_bits as to_container
-from ._packing import pack as pack
-from ._packing import unpack as unpack
+from .bits._formats import FORMATS as FORMATS
+from .bits._formats import Fields as Fields
+from .bits._formats import Format as Format
+from .bits._formats import decode as decode
+from .bits._formats import encode as encode
+from .bits._formats import fields as fields
+from .bits._formats import get_format as get_format
+from .bits._formats import round_to_format as round_to_format
+from .bits._packing import bits_from_container as from_container
+from .bits._packing import container_from_bits as to_container
+from .bits._packing import pack as pack
+from .bits._packing import unpack as unpack
 
 __all__ = [
     "FORMATS",

@@ -22,10 +22,12 @@ from typing import NamedTuple
 
 import numpy as np
 
-from ._instruction import Instruction
-from ._scaling import block_size as block_size
-from ._scaling import num_blocks as num_blocks
-from ._scaling import scale_shapes as scale_shapes
+from .instructions import _movement, _wmma
+from .instructions._instruction import Instruction
+from .operands import _fragments, _layouts
+from .operands._scaling import block_size as block_size
+from .operands._scaling import num_blocks as num_blocks
+from .operands._scaling import scale_shapes as scale_shapes
 
 __all__ = ["OperandMap", "block_size", "num_blocks", "operand_map", "scale_shapes"]
 
@@ -94,30 +96,22 @@ def operand_map(ins: Instruction, operand: str) -> OperandMap:
         )
     nregs = ins.nregs[operand]
     if ins.opcode == "mma":
-        from . import _fragments
-
         lay = _fragments.layout(ins, operand)
         mat, row, col = _frozen(*_split(nregs, lay.mat, lay.row, lay.col))
         return OperandMap(mat, row, col, _fragments.matrix_shape(ins, operand), lay.elem_bits)
     if ins.opcode.startswith("wmma"):
-        from . import _wmma
-
         frag = operand if ins.opcode == "wmma.mma" else ins.form.frag
         lay = _wmma._operand_layout(ins, frag)
         row, col = _split(nregs, lay.row, lay.col)
         mat, row, col = _frozen(np.zeros_like(row), row, col)
         return OperandMap(mat, row, col, (lay.rows, lay.cols), lay.elem_bits)
     if ins.opcode == "movmatrix":
-        from . import _layouts
-
         mv = _layouts.movmatrix_layout()
         lay = mv.src if operand == "a" else mv.dst
         mat, row, col = _frozen(*_split(nregs, lay.mat, lay.row, lay.col))
         if operand == "d":  # d holds M^T: its element (r, c) of M sits at (c, r) of d
             row, col = col, row
         return OperandMap(mat, row, col, (8, 8), lay.elem_bits)
-    from . import _movement
-
     lay = _movement._layout(ins)
     mat, row, col = _frozen(*_split(nregs, lay.mat, lay.row, lay.col))
     (addr,) = _frozen(lay.addr_lane)

@@ -1,12 +1,12 @@
 """Structured sparsity for ``mma.sp``: prune, compress, decompress, validate (9.7.14.6)."""
 
-from ._sparse import checked as checked
-from ._sparse import compress as compress
-from ._sparse import decompress as decompress
-from ._sparse import is_checked as is_checked
-from ._sparse import metadata_indices as metadata_indices
-from ._sparse import prune as prune
-from ._sparse import validate as validate
+from .operands._sparse import checked as checked
+from .operands._sparse import compress as compress
+from .operands._sparse import decompress as decompress
+from .operands._sparse import is_checked as is_checked
+from .operands._sparse import metadata_indices as metadata_indices
+from .operands._sparse import prune as prune
+from .operands._sparse import validate as validate
 
 __all__ = [
     "checked",

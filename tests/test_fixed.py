@@ -13,7 +13,9 @@ import numpy as np
 import pytest
 
 import jaxmma
-from jaxmma import _fixed, _formats, _models, _numerics
+from jaxmma.arith import _fixed, _numerics
+from jaxmma.bits import _formats
+from jaxmma.models import _chain, _models, _table
 
 FORMS = [
     ("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32", "sm_90"),
@@ -45,7 +47,7 @@ def _fast(ins, A, B, C):
 def _encode(ins, fmt, x):
     bits = _formats.encode(fmt, jnp.asarray(x, jnp.float32), saturate=fmt not in ("f16", "bf16"))
     if ins.kind == "f8f6f4":
-        from jaxmma import _packing
+        from jaxmma.bits import _packing
 
         bits = _packing.to_container(bits, fmt)
     return bits
@@ -145,12 +147,12 @@ def test_fixed_engine_is_chosen_for_the_common_forms():
     # the fast path must actually run where the docs say it does
     for text, arch in FORMS[:4]:
         ins = jaxmma.instruction(text, arch=arch)
-        bm = _models.block_model(ins.arch_number, ins)
-        assert _fixed.supports(bm, ins.dtype, _models._sig_bits(ins)), text
+        bm = _table.block_model(ins.arch_number, ins)
+        assert _fixed.supports(bm, ins.dtype, _chain.sig_bits(ins)), text
 
 
 def test_fixed_engine_declines_what_it_cannot_hold():
-    from jaxmma._numerics import EXACT, BlockModel
+    from jaxmma.arith._numerics import EXACT, BlockModel
 
     assert not _fixed.supports(EXACT, "f32", 8)
     assert not _fixed.supports(BlockModel(F=30, L=16, e_zero_f32=0, e_zero_f16=0), "f32", 8)

@@ -17,7 +17,8 @@ import numpy as np
 import pytest
 
 import jaxmma
-from jaxmma import _float64, _spec
+from jaxmma.arith import _float64
+from jaxmma.spec import _spec
 
 MODES = ("rn", "rz", "rm", "rp")
 NAN = 0x7FFF_FFFF_FFFF_FFFF

@@ -1,7 +1,7 @@
-"""Tests of jaxmma._formats: ml_dtypes sweeps and an exact rational oracle.
+"""Tests of jaxmma.bits._formats: ml_dtypes sweeps and an exact rational oracle.
 
 The oracle below (``Spec``, ``ref_*``) is written from the format definitions with Python
-integers and ``fractions.Fraction``; it shares no code with ``jaxmma._formats``.
+integers and ``fractions.Fraction``; it shares no code with ``jaxmma.bits._formats``.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from jaxmma import _formats as F
+from jaxmma.bits import _formats as F
 
 MODES = ("rn", "rna", "rz", "rm", "rp", "stochastic")
 N = 1024  # every oracle batch is padded to this length: one compiled shape for all

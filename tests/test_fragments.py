@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import jaxmma
-from jaxmma import _fragments
+from jaxmma.operands import _fragments
 
 FORMS = [
     i

@@ -318,7 +318,7 @@ def _q_step(ins):
 
 def block_scaled_reference(ins, qa, qb, C):
     m, n, k = ins.m, ins.n, ins.k
-    from jaxmma import _scaling  # the geometry only: scales per k-step
+    from jaxmma.operands import _scaling  # the geometry only: scales per k-step
 
     nblk = _scaling.num_blocks(ins)
     bs = k // nblk
@@ -355,7 +355,7 @@ BLOCK_FORMS = [
 
 
 def _quantizer(ins, fmt):
-    from jaxmma import _scaling
+    from jaxmma.operands import _scaling
 
     block = _scaling.block_size(ins)
     if ins.stype == "ue4m3":

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 import jaxmma
-from jaxmma import _gemm
+from jaxmma.gemm import _gemm
 
 BF16 = "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32"
 INS = jaxmma.instruction(BF16, arch="sm_90")

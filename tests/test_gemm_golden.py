@@ -7,7 +7,7 @@ inputs are regenerated from the record (their CRC32 is checked). Two oracles, bi
 
 * a reference written here: the instruction's matrix-level function ``ins.mma`` chained in
   a Python loop over the zero-padded k-steps, promotion adds by the exact IEEE add of
-  ``jaxmma._numerics`` on raw bits (no host FMA contraction can interfere);
+  ``jaxmma.arith._numerics`` on raw bits (no host FMA contraction can interfere);
 * ``jaxmma.matmul`` (the GEMM layer of issue #10), where it exists.
 """
 
@@ -20,7 +20,7 @@ import pytest
 from jax import lax
 
 import jaxmma
-from jaxmma import _numerics
+from jaxmma.arith import _numerics
 from jaxmma.conformance import _gemm, _golden
 
 GOLDEN = os.path.join(os.path.dirname(__file__), "golden", "sm_90")

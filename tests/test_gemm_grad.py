@@ -11,7 +11,7 @@ import pytest
 from jax.test_util import check_grads
 
 import jaxmma
-from jaxmma import _models
+from jaxmma.models import _models
 
 BF16 = "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32"
 INS = jaxmma.instruction(BF16, arch="sm_90")
@@ -195,7 +195,8 @@ def _spy(monkeypatch):
 
 def _abstract(ins):
     """(register-level args, kwargs), (matrix-level args, kwargs) as ShapeDtypeStructs."""
-    from jaxmma import _fragments, _scaling, _values
+    from jaxmma.bits import _values
+    from jaxmma.operands import _fragments, _scaling
 
     S = jax.ShapeDtypeStruct
     wide = ins.atype == "f64"
@@ -263,7 +264,7 @@ def test_every_form_reaches_the_one_model_at_both_levels(chunk, monkeypatch):
 
 
 def _random_operand(ins, op, rng, batch=()):
-    from jaxmma import _fragments
+    from jaxmma.operands import _fragments
 
     (o,) = [x for x in ins.operands if x.name == op]
     regs = rng.integers(0, 2**32, batch + (32, o.nregs), dtype=np.uint64).astype(np.uint32)
@@ -290,7 +291,7 @@ def test_register_and_matrix_level_bits_agree(text, arch):
     a, b, c = (_random_operand(ins, op, rng) for op in "abc")
     d = jax.jit(ins)(a, b, c)
     if ins.opcode == "wmma.mma":  # the fragment maps the register level itself uses
-        from jaxmma import _wmma
+        from jaxmma.instructions import _wmma
 
         unfragment = lambda op, x: _wmma._unfragment(_wmma._operand_layout(ins, op), x, op, ins)  # noqa: E731
     else:

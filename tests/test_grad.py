@@ -1,4 +1,4 @@
-"""Derivatives of the value functions: straight-through, never a silent zero (jaxmma._grad)."""
+"""Derivatives of the value functions: straight-through, never a silent zero (jaxmma.util._grad)."""
 
 import dataclasses
 

@@ -16,7 +16,8 @@ import numpy as np
 import pytest
 
 import jaxmma
-from jaxmma import _integer, _spec
+from jaxmma.arith import _integer
+from jaxmma.spec import _spec
 
 INT32_MAX, INT32_MIN = 2**31 - 1, -(2**31)
 WIDTH = {"s8": 8, "u8": 8, "s4": 4, "u4": 4, "b1": 1}

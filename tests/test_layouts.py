@@ -1,4 +1,4 @@
-"""Tests of jaxmma._layouts (PTX ISA 9.7.14 fragment maps).
+"""Tests of jaxmma.operands._layouts (PTX ISA 9.7.14 fragment maps).
 
 The oracle here is kept apart from the code it checks: the ``spec_*`` functions below are
 the row/column formulas of the spec, transcribed section by section as printed (with
@@ -16,7 +16,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jaxmma import _layouts as L
+from jaxmma.operands import _layouts as L
 
 
 @pytest.fixture(autouse=True)
@@ -620,8 +620,8 @@ def test_under_jit_and_vmap():
 
 
 def test_spec_table_forms_all_have_layouts():
-    """Cross-check with the one table of forms (jaxmma._spec), where present."""
-    spec = pytest.importorskip("jaxmma._spec")
+    """Cross-check with the one table of forms (jaxmma.spec._spec), where present."""
+    spec = pytest.importorskip("jaxmma.spec._spec")
     count = 0
     for form in spec.forms("mma"):
         kw = dict(

@@ -1,4 +1,4 @@
-"""Memory images: addresses outside the image never wrap, never redirect (jaxmma._memory)."""
+"""Memory images: addresses outside the image never wrap, never redirect (operands._memory)."""
 
 import jax
 import jax.numpy as jnp
@@ -83,7 +83,7 @@ def test_wmma_load_traced_far_stride(stride):
     """Row 0 is read; rows pushed outside by a huge or negative stride read zero."""
     mem = _image(1024)
     got = np.asarray(jax.jit(WLD)(mem, 0, jnp.int32(stride)))
-    rows = jaxmma._wmma.layout("m16n16k16", "a", "f16", 8).row  # noqa: SLF001
+    rows = jaxmma.instructions._wmma.layout("m16n16k16", "a", "f16", 8).row  # noqa: SLF001
     halves = np.stack([got & 0xFFFF, got >> 16], -1).reshape(32, 16)
     ref = np.asarray(WLD(mem)).astype(np.uint32)
     ref_h = np.stack([ref & 0xFFFF, ref >> 16], -1).reshape(32, 16)

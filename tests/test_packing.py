@@ -1,4 +1,4 @@
-"""Tests of jaxmma._packing: register packing and kind::f8f6f4 containers."""
+"""Tests of jaxmma.bits._packing: register packing and kind::f8f6f4 containers."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jaxmma import _packing as P
+from jaxmma.bits import _packing as P
 
 WIDTHS = (1, 2, 4, 8, 16, 32)
 

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 import jaxmma
-from jaxmma import _gemm, _pallas
+from jaxmma.gemm import _gemm, _pallas
 
 DTYPES = {
     "bf16": ml_dtypes.bfloat16,

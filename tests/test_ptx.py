@@ -6,7 +6,7 @@ import jax
 import pytest
 
 import jaxmma
-from jaxmma import _ptx, _spec
+from jaxmma.spec import _ptx, _spec
 
 EXAMPLES = "tests/data/spec_examples.txt"
 

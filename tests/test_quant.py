@@ -1,4 +1,4 @@
-"""Tests of jaxmma._quant (MX and NVFP4 block quantization).
+"""Tests of jaxmma.operands._quant (MX and NVFP4 block quantization).
 
 The oracle is exact rational arithmetic (``fractions.Fraction``) written here from the
 recipes of ``docs/block_scaling.md``: the OCP MX shared exponent and the NVIDIA
@@ -23,8 +23,9 @@ import numpy as np
 import pytest
 
 import jaxmma
-from jaxmma import _mma, _scaling
-from jaxmma import _quant as Q
+from jaxmma.instructions import _mma
+from jaxmma.operands import _quant as Q
+from jaxmma.operands import _scaling
 
 DOC = pathlib.Path(__file__).resolve().parent.parent / "docs" / "block_scaling.md"
 
@@ -468,7 +469,7 @@ def quantized_pair(kind, scale_vec, a, b, sparse, seed=31):
     X = jnp.asarray(rng.standard_normal((16, ins.k)).astype(np.float32))
     Y = jnp.asarray(rng.standard_normal((ins.k, 8)).astype(np.float32))
     if sparse:
-        from jaxmma import _sparse
+        from jaxmma.operands import _sparse
 
         X = _sparse.prune(ins, X)
     return ins, quant(X, a, -1), quant(Y, b, -2)

@@ -1,4 +1,4 @@
-"""Tests of jaxmma._scaling (block-scaled mma; PTX ISA 9.7.14.3, 9.7.14.5.14).
+"""Tests of jaxmma.operands._scaling (block-scaled mma; PTX ISA 9.7.14.3, 9.7.14.5.14).
 
 The oracles are kept apart from the code they check:
 
@@ -23,7 +23,7 @@ import numpy as np
 import pytest
 
 import jaxmma
-from jaxmma import _scaling, _sparse
+from jaxmma.operands import _scaling, _sparse
 
 NAN = "nan"
 FORMS = [i for i in jaxmma.all_instructions("mma") if i.stype]

@@ -1,4 +1,4 @@
-"""Tests of jaxmma._sparse (mma.sp metadata, compression, user tools; PTX ISA 9.7.14.6).
+"""Tests of jaxmma.operands._sparse (mma.sp metadata, compression, user tools; PTX ISA 9.7.14.6).
 
 The oracle is kept apart from the code it checks: ``LAYOUTS_TABLE`` below is the table of
 ``docs/layouts.md`` ("Nibble n of a contributing lane -> (row, chunk)") written out row by
@@ -21,8 +21,8 @@ from hypothesis import strategies as st
 from jax.experimental import checkify
 
 import jaxmma
-from jaxmma import _sparse as S
-from jaxmma import _spec
+from jaxmma.operands import _sparse as S
+from jaxmma.spec import _spec
 
 # ---------------------------------------------------------------------------------------
 # The oracle: docs/layouts.md, "Sparse mma.sp metadata register e", transcribed.

@@ -21,7 +21,8 @@ import numpy as np
 import pytest
 
 import jaxmma
-from jaxmma import _models, _ptx, _spec
+from jaxmma.models import _models
+from jaxmma.spec import _ptx, _spec
 
 OP = "wgmma.mma_async"
 HEAD = "wgmma.mma_async.sync.aligned"

@@ -7,7 +7,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jaxmma import _wide
+from jaxmma.bits import _wide
 
 FORMATS = {"f32": (23, 8, 127), "f16": (10, 5, 15), "bf16": (7, 8, 127)}
 

@@ -36,7 +36,7 @@ os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
 
 import jaxmma  # noqa: E402
 
-from . import _compare, _golden, _kernels, _vectors  # noqa: E402
+from . import _compare, _gemm, _golden, _gpu, _kernels, _vectors  # noqa: E402
 
 ORDER = ("mma", "movmatrix", "wmma.mma", "ldmatrix", "stmatrix", "wmma.load", "wmma.store")
 
@@ -155,7 +155,6 @@ def _all_kernels(forms, warps):
 
 
 def cmd_compile(args) -> int:
-    from . import _gpu
 
     forms = select(args.forms, args.arch, args.text)
     kmap = _all_kernels(forms, args.warps)
@@ -177,7 +176,6 @@ def cmd_compile(args) -> int:
 
 
 def cmd_run(args) -> int:
-    from . import _gpu
 
     t_all = time.perf_counter()
     info = _gpu.device_info()
@@ -284,7 +282,6 @@ def cmd_run(args) -> int:
 
 
 def _write_sass(directory, forms, kmap, build):
-    from . import _gpu
 
     t0 = time.perf_counter()
     os.makedirs(directory, exist_ok=True)
@@ -388,8 +385,6 @@ def cmd_check(args) -> int:
 
 
 def cmd_gemm(args) -> int:
-    from . import _gemm, _gpu
-
     t_all = time.perf_counter()
     info = _gpu.device_info()
     arch = args.arch or info["arch"]

@@ -50,6 +50,8 @@ import zlib
 
 import numpy as np
 
+import jaxmma
+
 from . import _golden, _kernels, _vectors
 
 GENERATOR = "jaxmma-gemm/1"
@@ -92,8 +94,6 @@ class Case:
     arch: str = "sm_90"
 
     def instruction(self):
-        import jaxmma
-
         return jaxmma.instruction(self.text, arch=self.arch)
 
     @property
@@ -136,8 +136,6 @@ class Case:
 
 def default_cases(seed: int = 0, arch: str = "sm_90") -> list[Case]:
     """The records of ``FORMS`` x ``STEPS``."""
-    import jaxmma
-
     out = []
     for text, p in FORMS:
         k = jaxmma.instruction(text, arch=arch).k

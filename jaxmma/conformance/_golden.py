@@ -30,6 +30,8 @@ import zlib
 
 import numpy as np
 
+import jaxmma
+
 from . import _vectors
 
 FORMAT = 1
@@ -51,8 +53,6 @@ class Record:
         return self.meta["arch"]
 
     def instruction(self):
-        import jaxmma
-
         return jaxmma.instruction(self.text, arch=self.arch)
 
 

@@ -49,7 +49,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from . import _grad
+from ..util import _grad
 
 ROUNDINGS = ("rn", "rna", "rz", "rm", "rp", "stochastic")
 

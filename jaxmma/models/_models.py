@@ -1,10 +1,14 @@
-"""Which arithmetic model computes a form on an architecture (docs/numerics.md).
+"""The one arithmetic entry point: which model computes a form on an architecture.
 
-``mma_bits(ins, A, B, C)`` takes raw-bit matrices and returns raw-bit D. Floating forms
-use the fused-block model of :mod:`_numerics` with the architecture's parameters; sm_90
-runs ``.e4m3``/``.e5m2`` through two f16 MMAs and a final add, as its compiler emits it;
-integer and single-bit forms are exact integer arithmetic (:mod:`_integer`); ``.f64`` is an
-fma chain (:mod:`_float64`).
+``mma_bits(ins, A, B, C)`` takes raw-bit matrices and returns raw-bit D; every level
+(register, matrix, ``wmma``, ``wgmma``, the GEMM layer) reaches the arithmetic through it
+(docs/numerics.md). Floating forms use the fused-block model of
+:mod:`jaxmma.arith._numerics` with the parameters of :mod:`jaxmma.models._table`, chained
+along k by :func:`jaxmma.models._chain.chain`; sm_90 runs ``.e4m3``/``.e5m2`` through two
+f16 MMAs and a final add, as its compiler emits it; block-scaled forms go to
+:mod:`jaxmma.models._scaled`, ``wgmma`` to :mod:`jaxmma.models._wgmma`; integer and
+single-bit forms are exact integer arithmetic (:mod:`jaxmma.arith._integer`); ``.f64`` is
+an fma chain (:mod:`jaxmma.arith._float64`).
 """
 
 from __future__ import annotations
@@ -15,44 +19,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from . import _fixed, _formats, _numerics
-from ._numerics import BlockModel
-
-FP8 = ("e4m3", "e5m2")
-F8F6F4 = ("e4m3", "e5m2", "e3m2", "e2m3", "e2m1")
-
-
-def family(n: int) -> int:
-    """The numerics generation of a PTX target number."""
-    for gen in (120, 100, 90, 89, 80, 75, 70):
-        if n >= gen:
-            return gen
-    raise ValueError(f"no model for sm_{n}")
-
-
-def block_model(arch: int, ins) -> BlockModel:
-    """F, L and e_zero of the fused-block model (docs/numerics.md) for this form and arch."""
-    gen = family(arch)
-    a = ins.atype
-    inputs = "tf32" if a == "tf32" else ("8bit" if a in F8F6F4 else "16bit")
-    if gen == 70 or (gen == 75 and ins.shape == "m8n8k4"):
-        return BlockModel(F=23, L=4, e_zero_f32=-131, e_zero_f16=-19)
-    if gen in (75, 80):
-        return BlockModel(F=24, L=4 if inputs == "tf32" else 8, e_zero_f32=-132, e_zero_f16=-20)
-    if gen == 89:
-        L = {"tf32": 4, "16bit": 8, "8bit": 16}[inputs]
-        fp8 = inputs == "8bit"  # F = 13 and f32 results truncated to e8m13 (MMA-Sim)
-        return BlockModel(
-            F=13 if fp8 else 24,
-            L=L,
-            e_zero_f32=-132,
-            e_zero_f16=-20,
-            f32_mantissa=13 if fp8 else 23,
-        )
-    L = {"tf32": 8, "16bit": 16, "8bit": 32}[inputs]
-    if gen == 90 and inputs == "8bit":
-        L = 16  # the f16 MMAs sm_90 runs fp8 through
-    return BlockModel(F=25, L=L, e_zero_f32=-133, e_zero_f16=-21)
+from ..arith import _float64, _integer, _numerics
+from ..bits import _formats, _packing
+from . import _scaled, _wgmma
+from ._chain import chain
+from ._table import F8F6F4, FP8, block_model, family
 
 
 def gather_rows(B, sparse_idx):
@@ -71,31 +42,21 @@ def mma_bits(ins, A, B, C, *, scales=None, model=None, sparse_idx=None):
     if ins.opcode == "wmma.mma" and model is None and family(ins.arch_number) == 90:
         return sm90_wmma(ins, A, B, C)
     if ins.opcode == "wgmma.mma_async":  # Hopper's warpgroup MMA has its own parameters
-        from . import _wgmma
-
         return _wgmma.mma_bits(ins, A, B, C, model=model)
     a = ins.atype
     B = gather_rows(B, sparse_idx)
     rows = sparse_idx is not None
     if a in ("s8", "u8", "s4", "u4", "b1"):
-        from . import _integer
-
         return _integer.mma_bits(ins, A, B, C, b_rows=rows)
     if a == "f64":
-        from . import _float64
-
         return _float64.mma_bits(ins, A, B, C)  # no sparse .f64 form
     if ins.stype:
-        from . import _scaling
-
-        return _scaling.mma_bits(ins, A, B, C, scales, model=model, b_rows=rows)
+        return _scaled.mma_bits(ins, A, B, C, scales, model=model, b_rows=rows)
     return float_mma_bits(ins, A, B, C, model=model, b_rows=rows)
 
 
 def _fields(fmt, bits, kind):
     if kind in ("f8f6f4",) and fmt in F8F6F4:
-        from . import _packing
-
         bits = _packing.from_container(bits, fmt)
     return _formats.fields(fmt, bits)
 
@@ -118,29 +79,7 @@ def float_mma_bits(ins, A, B, C, *, model=None, b_rows=False, block=None):
         return sm90_fp8(ins, fa, fb, C, bm, b_rows)
     if family(arch) == 90 and ins.shape == "m8n8k4":
         return sm90_m8n8k4(ins, fa, fb, C)
-    return _chain(ins, fa, fb, C, ins.ctype, bm, b_rows)
-
-
-def _sig_bits(ins) -> int:
-    return max(_numerics.man_bits(ins.atype), _numerics.man_bits(ins.btype)) + 1
-
-
-def _chain(ins, fa, fb, C, ctype, bm, b_rows, order_fmt=None, ks=None):
-    """The block chain over the products of k in ``ks`` (all by default), C first.
-
-    The fixed-width engine (:mod:`_fixed`) computes it where it covers the model; the
-    general multi-limb engine otherwise. Both give the same bits.
-    """
-    if not b_rows and _fixed.supports(bm, ins.dtype, _sig_bits(ins)):
-        a = _fixed.operand(fa, ins.atype, order_fmt)
-        b = _fixed.operand(fb, ins.btype, order_fmt)
-        if ks is not None:
-            a, b = _fixed.cols(a, ks), _fixed.rows(b, ks)
-        return _fixed.chain(a, b, C, ctype, ins.dtype, bm)
-    prod = _numerics.product_terms(fa, fb, ins.atype, ins.btype, order_fmt=order_fmt, b_rows=b_rows)
-    if ks is not None:
-        prod = _numerics.take(prod, ks)
-    return _numerics.block_chain(prod, C, ctype, ins.dtype, bm)
+    return chain(ins, fa, fb, C, ins.ctype, bm, b_rows)
 
 
 def sm90_wmma(ins, A, B, C):
@@ -178,8 +117,8 @@ def sm90_fp8(ins, fa, fb, C, bm, b_rows=False):
     lo = np.array([k for k in range(K) if (k % 4) < 2])
     hi = np.array([k for k in range(K) if (k % 4) >= 2])
     zero = _zeros(C.shape)
-    first = _chain(ins, fa, fb, zero, ins.dtype, bm, b_rows, "f16", lo)
-    second = _chain(ins, fa, fb, first, ins.dtype, bm, b_rows, "f16", hi)
+    first = chain(ins, fa, fb, zero, ins.dtype, bm, b_rows, "f16", lo)
+    second = chain(ins, fa, fb, first, ins.dtype, bm, b_rows, "f16", hi)
     return _numerics.ieee_add(second, C, ins.dtype)
 
 

@@ -32,9 +32,14 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from . import _errors, _models, _numerics, _operands, _pallas, _ste, _values
-from ._instruction import Instruction
-from ._instruction import instruction as _parse_text
+from ..arith import _numerics
+from ..bits import _values
+from ..instructions._instruction import Instruction
+from ..instructions._instruction import instruction as _parse_text
+from ..models import _models
+from ..operands import _operands, _quant, _scaling, _sparse
+from ..util import _errors, _ste
+from . import _pallas
 
 #: opcodes whose instruction is a matrix product
 PRODUCTS = ("mma", "wmma.mma", "wgmma.mma_async")
@@ -159,8 +164,6 @@ def xla_gemm_bits(cfg: Config, A, B, C, *, scales=None):
     B = _pad_axis(B, -2, S * ins.k)
     xs = {"a": _steps(A, -1, S), "b": _steps(B, -2, S)}
     if scales is not None:
-        from . import _scaling
-
         nblk = _scaling.num_blocks(ins)
         one = {"ue8m0": 0x7F, "ue4m3": 0x38}[ins.stype]  # 1.0: scales of padded blocks
         SA, SB = (jnp.broadcast_to(s, lead + s.shape[-2:]) for s in scales)
@@ -217,8 +220,6 @@ def xla_gemm_bits(cfg: Config, A, B, C, *, scales=None):
 def _compress_steps(ins, a):
     """Dense structured A steps ``[S, ..., M, k]`` -> compressed values and their dense
     columns, ``[S, ..., M, k/2]`` each (M padded to a multiple of m with zero rows)."""
-    from . import _sparse
-
     M = a.shape[-2]
     Mp = -(-M // ins.m) * ins.m
     a = _pad_axis(a, -2, Mp)
@@ -273,8 +274,6 @@ def _forward(cfg: Config, A, B, C, q):
     """Values in, values out (the primal of :func:`matmul`)."""
     ins = cfg.ins
     if q is not None:  # block-scaled: the quantized operands carry the bits
-        from . import _scaling
-
         Ab, Bb, SA, SB = _scaling.as_operands(ins, q[0], q[1])
         scales = (SA, SB)
     else:
@@ -311,8 +310,6 @@ def _operand_values(cfg: Config, A, B, q):
     """The float32 values the instruction multiplies (for the straight-through tangent)."""
     ins = cfg.ins
     if q is not None:
-        from . import _quant
-
         va, vb = _quant.dequantize(q[0]), _quant.dequantize(q[1])
         if A is not None:  # a float input: the K it had before padding
             va = va[..., : A.shape[-1]]
@@ -326,8 +323,6 @@ def _operand_values(cfg: Config, A, B, q):
 
 def _quantize_operands(ins, A, B, quantize):
     """Block-scaled forms: Quantized A/B pass; float arrays are quantized along K."""
-    from . import _quant, _scaling
-
     out = []
     for name, x, axis in (("A", A, -1), ("B", B, -2)):
         if isinstance(x, _quant.Quantized):
@@ -364,7 +359,8 @@ def _gemm_values(cfg: Config, A, B, C, q):
     fwd = functools.partial(_forward_jit, cfg)
     vals = functools.partial(_operand_values, cfg)
     if cfg.grad_ins is not None:
-        return _ste.with_gemm_gradients(fwd, vals, cfg.grad_ins, A, B, C, q)
+        gemm = functools.partial(matmul, instruction=cfg.grad_ins)
+        return _ste.with_gemm_gradients(fwd, vals, gemm, A, B, C, q)
     return _ste.straight_through(fwd, vals, A, B, C, q)
 
 
@@ -450,8 +446,6 @@ def matmul(
 def _check_structure(ins, A):
     """ValueError when a concrete sparse A lacks the form's structure (inside the jitted
     GEMM A is traced and no longer checked)."""
-    from . import _sparse
-
     bits = _operands.to_bits(ins, ins.atype, A, "A")
     M, K = bits.shape[-2:]
     bits = _pad_axis(_pad_axis(bits, -2, -(-M // ins.m) * ins.m), -1, -(-K // ins.k) * ins.k)

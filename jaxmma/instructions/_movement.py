@@ -17,7 +17,9 @@ from __future__ import annotations
 import jax.numpy as jnp
 import numpy as np
 
-from . import _errors, _fragments, _layouts, _memory, _shapes, _values
+from ..bits import _values
+from ..operands import _fragments, _layouts, _memory
+from ..util import _errors, _shapes
 
 ALIGN = 16
 

@@ -63,8 +63,10 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from . import _errors, _fragments, _layouts, _values
-from ._instruction import Instruction
+from ..bits import _values
+from ..spec._spec import Form
+from ..util import _errors
+from . import _fragments, _layouts
 
 __all__ = [
     "checked",
@@ -175,8 +177,13 @@ class _Geometry(NamedTuple):
         return self.keep * self.width
 
 
+def _is_instruction(x) -> bool:
+    """A parsed instruction (anything that carries a row of the spec table)."""
+    return isinstance(getattr(x, "form", None), Form) and hasattr(x, "arch")
+
+
 def _geometry(ins) -> _Geometry:
-    if not isinstance(ins, Instruction):
+    if not _is_instruction(ins):
         raise TypeError(
             f"ins: expected an mma.sp / mma.sp::ordered_metadata jaxmma.Instruction, got "
             f"{type(ins).__name__}"
@@ -739,7 +746,7 @@ def _deprecated_order(name: str, old: str) -> None:
 
 
 def _ins_first(name: str, old: str, ins, A):
-    if isinstance(A, Instruction) and not isinstance(ins, Instruction):
+    if _is_instruction(A) and not _is_instruction(ins):
         _deprecated_order(name, old)
         return A, ins
     return ins, A
@@ -863,7 +870,7 @@ def decompress(ins, values, e=None, selector=0, *, check=None):
     Example:
       >>> dense = decompress(ins, *compress(ins, A, selector=1), selector=1)  # doctest: +SKIP
     """
-    if isinstance(e, Instruction) and not isinstance(ins, Instruction):
+    if _is_instruction(e) and not _is_instruction(ins):
         _deprecated_order("decompress", "decompress(values, e, ins, ...)")
         ins, values, e = e, ins, values
     geo = _geometry(ins)

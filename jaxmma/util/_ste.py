@@ -84,13 +84,13 @@ def _unbroadcast(g, shape):
     return jnp.sum(g, axis=axes, keepdims=True) if axes else g
 
 
-def with_gemm_gradients(forward, values, grad_ins, A, B, C, aux):
-    """``forward`` with reverse-mode gradients computed as GEMMs on ``grad_ins``:
-    ``dA = G @ B^T`` and ``dB = A^T @ G`` through :func:`jaxmma.matmul`, ``dC = G``."""
-    from . import _gemm
+def with_gemm_gradients(forward, values, gemm, A, B, C, aux):
+    """``forward`` with reverse-mode gradients computed by ``gemm``: ``dA = gemm(G, B^T)``
+    and ``dB = gemm(A^T, G)`` on float32 values, ``dC = G``.
 
-    def gemm(x, y):
-        return _gemm.matmul(x.astype(F32), y.astype(F32), instruction=grad_ins)
+    ``gemm(x, y)`` is the GEMM of the gradients (the GEMM layer passes
+    :func:`jaxmma.matmul` on its ``grad_instruction``).
+    """
 
     @jax.custom_vjp
     def f(A, B, C, aux):
@@ -105,8 +105,8 @@ def with_gemm_gradients(forward, values, grad_ins, A, B, C, aux):
         g = g.astype(F32)
         grads = []
         for x, d in (
-            (A, lambda: gemm(g, jnp.swapaxes(vb, -1, -2))),
-            (B, lambda: gemm(jnp.swapaxes(va, -1, -2), g)),
+            (A, lambda: gemm(g, jnp.swapaxes(vb, -1, -2).astype(F32))),
+            (B, lambda: gemm(jnp.swapaxes(va, -1, -2).astype(F32), g)),
             (C, lambda: g),
         ):
             if _is_float(x):

@@ -13,7 +13,10 @@ import functools
 import jax.numpy as jnp
 import numpy as np
 
-from . import _formats, _fragments, _grad, _models, _shapes, _ste, _values
+from ..bits import _formats, _values
+from ..models import _models
+from ..operands import _fragments, _operands, _scaling, _sparse
+from ..util import _grad, _shapes, _ste
 
 _SCALE_NO_DERIVATIVE = (
     "{name}: block scales enter the instruction as exponent bits and have no derivative; "
@@ -53,15 +56,11 @@ def execute(
     C = _fragments.unfragment(ins, "c", c)
     idx = None
     if ins.sparse:
-        from . import _sparse
-
         idx = _sparse.metadata_indices(ins, e, selector, check=check)
     elif e is not None or selector is not None or check is not None:
         raise ValueError(f"e/selector/check are operands of mma.sp only, not of {ins.text}")
     scales = None
     if ins.stype:
-        from . import _scaling
-
         scales = _scaling.select_registers(
             ins, scale_a, scale_b, byte_id_a, thread_id_a, byte_id_b, thread_id_b
         )
@@ -121,8 +120,6 @@ def matrix_mma(ins, A, B, C, *, model=None, **kwargs):
     _check_model(model)
     check_matrix_shapes(ins, A, B, C)
     if ins.stype:
-        from . import _scaling
-
         A, B, kwargs = _scaling.matrix_operands(ins, A, B, kwargs)
     metadata = kwargs.pop("metadata", None)
     check = kwargs.pop("check", None)
@@ -142,12 +139,8 @@ def matrix_mma(ins, A, B, C, *, model=None, **kwargs):
     Cb = _values.to_bits(ins.ctype, C, "C", ins.kind)
     idx = scales = None
     if ins.sparse:
-        from . import _sparse
-
         Ab, idx = _sparse.matrix_operands(ins, Ab, metadata, check=check)
     if ins.stype:
-        from . import _scaling
-
         scales = _scaling.scales_from_matrices(ins, scale_a, scale_b)
     aux = {"bits": (Ab, Bb, Cb), "idx": idx, "scales": scales}
     # tangents of A/B arrays are tangents of their elements: a block-scaled element counts
@@ -195,8 +188,6 @@ def _lift_sparse(dA, aux):
 def _scale(ins, op, x, aux):
     """Element values (or tangents) of A ``[..., M, K]`` / B ``[..., K, N]`` times their
     block scales (K the stored columns: K/2 for a compressed sparse A)."""
-    from . import _scaling
-
     S = aux["scales"][0 if op == "a" else 1]
     s = _formats.decode(ins.stype, S).astype(jnp.float32)
     K, nblk = x.shape[-1 if op == "a" else -2], _scaling.num_blocks(ins)
@@ -214,8 +205,6 @@ def _lift(ins, op, compressed, dx, aux):
 def _operand_values(ins, A, B, aux):
     """Float32 values of the A and B the instruction multiplies (scales applied; the
     compressed A of ``mma.sp`` spread to its dense columns)."""
-    from . import _operands
-
     Ab, Bb, _ = aux["bits"]
     va = _operands.values(ins, ins.atype, Ab).astype(jnp.float32)
     vb = _operands.values(ins, ins.btype, Bb).astype(jnp.float32)

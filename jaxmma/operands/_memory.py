@@ -23,7 +23,7 @@ from __future__ import annotations
 import jax.numpy as jnp
 import numpy as np
 
-from . import _errors
+from ..util import _errors
 
 U32 = jnp.uint32
 #: The largest image (bytes): bit offsets up to ``8 * MAX_BYTES`` and the sum of two of

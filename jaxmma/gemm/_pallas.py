@@ -27,8 +27,8 @@ negative products is ``popcount(signs_a ^ signs_b)``. Whether any product is zer
 ``e_zero`` rule) is ``zero_a | zero_b`` per row and column. Specials: without an Inf in
 the tile's block, NaN is ``nan_a | nan_b``; with one, the codes (+-1, 0, +-Inf, NaN) of
 the products are summed in float32 as the engine does. The accumulator is rounded once per
-block (:func:`_round`, the engine's rounding in 32-bit operations) and IEEE additions
-(sm_90 fp8, ``promote_every``) are done in integers (:func:`_ieee_add`), so the kernel
+block (:func:`round_bits`, the engine's rounding in 32-bit operations) and IEEE additions
+(sm_90 fp8, ``promote_every``) are done in integers (:func:`ieee_add`), so the kernel
 gives the same bits interpreted on a CPU as compiled on a GPU.
 
 Covered (:func:`plan`): dense floating ``mma`` forms whose blocks the fixed-width
@@ -49,7 +49,9 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from . import _fixed, _formats, _models, _numerics
+from ..arith import _fixed, _int32, _numerics
+from ..bits import _formats
+from ..models import _table
 
 I32 = jnp.int32
 #: order of zero, NaN and Inf elements: never the largest (e_max starts at e_zero or C's)
@@ -64,7 +66,6 @@ W_ZERO = 1 << 28
 W_MAG = W_ZERO - 1
 #: the largest block the kernel sums in one int32 group (the sign bits of an info word)
 MAX_BLOCK = 16
-CANONICAL_NAN = {"f32": 0x7FFFFFFF, "f16": 0x7FFF}
 
 #: "auto": the kernel where it covers the form and the default backend is a GPU, the XLA
 #: path elsewhere; "pallas": the kernel wherever it covers the form (interpreted when the
@@ -145,17 +146,17 @@ def plan(cfg) -> Plan | None:
         return None  # (mixed C / D types chain through a conversion: the XLA path)
     arch = ins.arch_number
     try:
-        gen = _models.family(arch)
+        gen = _table.family(arch)
     except ValueError:
         return None
-    bm = _models.block_model(arch, ins)
+    bm = _table.block_model(arch, ins)
     sig_bits = max(_numerics.man_bits(ins.atype), _numerics.man_bits(ins.btype)) + 1
     if not _fixed.supports(bm, ins.dtype, sig_bits) or bm.F + 2 > 31:
         return None
     if gen == 90 and ins.shape == "m8n8k4":
         return None
     k = ins.k
-    fp8 = ins.atype in _models.FP8
+    fp8 = ins.atype in _table.FP8
     if fp8:
         if gen != 90 or ins.dtype != "f32" or ins.ctype != "f32":
             return None
@@ -237,110 +238,7 @@ def _info(word, blocks, k: int):
 
 
 # ---------------------------------------------------------------------------------------
-# In-kernel arithmetic (int32 throughout)
-def _i32(v: int):
-    """A 32-bit pattern as an int32 constant."""
-    return I32(v - (1 << 32) if v >= 1 << 31 else v)
-
-
-def _srl(x, s):
-    return lax.shift_right_logical(x, s)
-
-
-def _c_fields(c, fmt: str):
-    """Accumulator bits -> (finite nonzero, order, exp, sig, negative, nan, inf)."""
-    if fmt == "f32":
-        e = _srl(c, 23) & 0xFF
-        man = c & 0x7FFFFF
-        top, mbits, bias_lsb, neg = 0xFF, 23, 150, c < 0
-    else:
-        c = c & 0xFFFF
-        e = _srl(c, 10) & 0x1F
-        man = c & 0x3FF
-        top, mbits, bias_lsb, neg = 0x1F, 10, 25, (c & 0x8000) != 0
-    special = e == top
-    sig = man | jnp.where(e != 0, I32(1 << mbits), 0)
-    exp = jnp.maximum(e, 1) - bias_lsb
-    finite = ~special & (sig != 0)
-    return finite, exp + mbits, exp, sig, neg, special & (man != 0), special & (man == 0)
-
-
-def _round(neg, mag, unit, fmt: str, mantissa: int, nearest: bool):
-    """``(-1)**neg * mag * 2**unit`` (``mag`` int32 read as unsigned) -> ``fmt`` bits.
-
-    :func:`jaxmma._fixed._round` in int32: f32 toward zero (to ``mantissa`` bits) or to
-    nearest even; f16 to nearest even; subnormals; overflow to Inf; a zero result is +0.
-    """
-    out = _numerics.OUT_FORMATS[fmt]
-    man = out.man
-    cut = 0
-    if fmt == "f32" and mantissa < man:
-        cut, man = man - mantissa, mantissa
-    emin = 1 - out.bias
-    zero = mag == 0
-    p = 31 - lax.clz(mag)
-    lead = p + unit
-    lsb = jnp.where(lead < emin, emin - man, lead - man)
-    qs = lsb - unit  # the bit of mag that becomes the result's lsb
-    up = jnp.clip(-qs, 0, 31)
-    down = jnp.clip(qs, 0, 31)
-    q = jnp.where(qs <= 0, mag << up, jnp.where(qs >= 32, 0, _srl(mag, down)))
-    if nearest:
-        gpos = jnp.clip(qs - 1, 0, 31)
-        guard = (qs >= 1) & (qs <= 32) & ((_srl(mag, gpos) & 1) != 0)
-        below = jnp.where(qs - 1 >= 32, I32(-1), (I32(1) << gpos) - 1)
-        rest = (qs >= 2) & ((mag & below) != 0)
-        q = q + (guard & (rest | ((q & 1) != 0))).astype(I32)
-        carry = _srl(q, man + 1)
-        q = jnp.where(carry != 0, _srl(q, 1), q)
-        lsb = lsb + carry
-    normal = q >= (1 << man)
-    biased = jnp.where(normal, lsb + man + out.bias, 0)
-    field = jnp.where(normal, (biased << man) | (q & ((1 << man) - 1)), q)
-    inf_biased = (1 << out.exp) - 1
-    field = jnp.where(biased >= inf_biased, I32(inf_biased << man), field)
-    field = jnp.where(zero, 0, field)
-    sign = jnp.where(field != 0, neg.astype(I32) << (out.nbits - 1 - cut), 0)
-    return (field | sign) << cut
-
-
-def _sum_two(x, y):
-    """``x + y`` for int32 ``|x|, |y| < 2**31`` -> (negative, magnitude as uint32 bits)."""
-    w = x + y
-    overflow = ((x < 0) == (y < 0)) & ((w < 0) != (x < 0))
-    neg = jnp.where(overflow, x < 0, w < 0)
-    return neg, jnp.where(neg, 0 - w, w)
-
-
-def _ieee_add(x, y):
-    """f32 ``x + y`` rounded to nearest even on int32 bits (FADD; subnormals kept, an
-    exact zero is +0 unless both are -0, the canonical NaN): :func:`_numerics.ieee_add`."""
-    ax, ay = x & 0x7FFFFFFF, y & 0x7FFFFFFF
-    inf = I32(0x7F800000)
-    nan = (ax > inf) | (ay > inf) | ((ax == inf) & (ay == inf) & ((x ^ y) < 0))
-    swap = ay > ax
-    big, small = jnp.where(swap, y, x), jnp.where(swap, x, y)
-    eb, es = _srl(big, 23) & 0xFF, _srl(small, 23) & 0xFF
-    mb = ((big & 0x7FFFFF) | jnp.where(eb != 0, I32(1 << 23), 0)) << 3
-    ms = ((small & 0x7FFFFF) | jnp.where(es != 0, I32(1 << 23), 0)) << 3
-    eb, es = jnp.maximum(eb, 1), jnp.maximum(es, 1)
-    d = jnp.minimum(eb - es, 31)
-    aligned = _srl(ms, d)
-    aligned = aligned | ((aligned << d) != ms).astype(I32)  # sticky
-    mag = jnp.where((x ^ y) >= 0, mb + aligned, mb - aligned)
-    bits = _round(big < 0, mag, eb - 153, "f32", 23, nearest=True)
-    bits = jnp.where((x == y) & (x == I32(-(2**31))), x, bits)  # -0 + -0
-    bits = jnp.where((ax == inf) | (ay == inf), big, bits)
-    return jnp.where(nan, I32(CANONICAL_NAN["f32"]), bits)
-
-
-def ieee_add_f32(x_bits, y_bits):
-    """:func:`_ieee_add` on uint32 raw bits (broadcasting): f32 ``x + y``, FADD."""
-    as_i32 = lambda b: lax.bitcast_convert_type(jnp.asarray(b, jnp.uint32), I32)  # noqa: E731
-    x, y = jnp.broadcast_arrays(as_i32(x_bits), as_i32(y_bits))
-    return lax.bitcast_convert_type(_ieee_add(x, y), jnp.uint32)
-
-
+# The kernel
 def _code(word):
     """The engine's special code of an element: +-1 finite nonzero, 0, +-Inf, NaN."""
     one = jnp.where(word < 0, jnp.float32(-1), jnp.float32(1))
@@ -353,19 +251,6 @@ def _columns(ow_ref, w_ref, col):
     """One column of the operand words at ``col``: (order, nlsb, magnitude, sign mask)."""
     ow, w = ow_ref[col, :], w_ref[col, :]
     return ow >> 16, (ow << 16) >> 16, w & W_MAG, w >> 31
-
-
-def _round_f32_rz(neg, mag, unit):
-    """:func:`_round` for f32 toward zero with all 23 mantissa bits, in fewer steps."""
-    p = 31 - lax.clz(mag)
-    lead = p + unit
-    sub = lead < -126
-    qs = jnp.where(sub, -149 - unit, p - 23)  # the bit of mag that becomes the lsb
-    q = jnp.where(qs >= 0, _srl(mag, jnp.minimum(qs, 31)), mag << jnp.minimum(-qs, 31))
-    bits = jnp.where(sub, q, ((lead + 126) << 23) + q)  # + the hidden bit: exponent + 1
-    bits = jnp.where(lead > 127, I32(0x7F800000), bits)
-    bits = jnp.where(mag == 0, 0, bits)
-    return bits | jnp.where(bits != 0, neg.astype(I32) << 31, 0)
 
 
 def _block(p: Plan, refs, s, j: int, c, c_fmt: str):
@@ -381,7 +266,7 @@ def _block(p: Plan, refs, s, j: int, c, c_fmt: str):
     k0 = s * p.k + off
     b = s * len(p.blocks) + j
 
-    c_fin, c_ord, *_ = _c_fields(c, c_fmt)
+    c_fin, c_ord, *_ = _int32.c_fields(c, c_fmt)
     e_max = jnp.where(c_fin, c_ord, p.e_zero)
     zero = ((ai[b, :] & ZERO_BIT)[:, None] | (bi[b, :] & ZERO_BIT)[None, :]) != 0
     e_max = jnp.where(zero, jnp.maximum(e_max, p.e_zero), e_max)
@@ -411,23 +296,23 @@ def _block(p: Plan, refs, s, j: int, c, c_fmt: str):
     unit = ushift - p.shift
 
     # C's term: trunc(sig * 2**(exp - unit)), where exp - unit <= F - man(C)
-    c_fin, _, c_exp, c_sig, c_neg, _, _ = _c_fields(c, c_fmt)
+    c_fin, _, c_exp, c_sig, c_neg, _, _ = _int32.c_fields(c, c_fmt)
     up = p.F - _numerics.man_bits(c_fmt)
-    c_term = _srl(jnp.where(c_fin, c_sig, 0) << up, jnp.minimum(up - c_exp + unit, 31))
+    c_term = _int32.srl(jnp.where(c_fin, c_sig, 0) << up, jnp.minimum(up - c_exp + unit, 31))
     c_term = jnp.where(c_neg, -c_term, c_term)
-    neg, mag = _sum_two(total, c_term)
+    neg, mag = _int32.sum_two(total, c_term)
     if p.dtype == "f32" and p.f32_mantissa == 23:
-        bits = _round_f32_rz(neg, mag, unit)
+        bits = _int32.round_f32_rz(neg, mag, unit)
     else:
-        bits = _round(neg, mag, unit, p.dtype, p.f32_mantissa, nearest=p.dtype == "f16")
+        bits = _int32.round_bits(neg, mag, unit, p.dtype, p.f32_mantissa, nearest=p.dtype == "f16")
 
     out = _numerics.OUT_FORMATS[p.dtype]
     inf_bits = I32(((1 << out.exp) - 1) << out.man)
-    neg_inf = _i32((((1 << out.exp) - 1) << out.man) | (1 << (out.nbits - 1)))
-    nan_bits = I32(CANONICAL_NAN[p.dtype])
+    neg_inf = _int32.i32((((1 << out.exp) - 1) << out.man) | (1 << (out.nbits - 1)))
+    nan_bits = I32(_int32.CANONICAL_NAN[p.dtype])
 
     def with_inf(bits, c):  # the codes of C and the products summed as the engine does
-        _, _, _, _, c_neg, c_nan, c_inf = _c_fields(c, c_fmt)
+        _, _, _, _, c_neg, c_nan, c_inf = _int32.c_fields(c, c_fmt)
         c_inf_code = jnp.where(c_neg, jnp.float32(-jnp.inf), jnp.float32(jnp.inf))
         c_code = jnp.where(c_nan, jnp.float32(jnp.nan), jnp.where(c_inf, c_inf_code, 0.0))
 
@@ -441,7 +326,7 @@ def _block(p: Plan, refs, s, j: int, c, c_fmt: str):
         return jnp.where(jnp.isnan(acc), nan_bits, bits)
 
     def without_inf(bits, c):  # NaN where a NaN meets; an Inf C stays
-        _, _, _, _, c_neg, c_nan, c_inf = _c_fields(c, c_fmt)
+        _, _, _, _, c_neg, c_nan, c_inf = _int32.c_fields(c, c_fmt)
         bits = jnp.where(c_inf, jnp.where(c_neg, neg_inf, inf_bits), bits)
         nan = ((ai[b, :] & NAN_BIT)[:, None] | (bi[b, :] & NAN_BIT)[None, :]) != 0
         return jnp.where(nan | c_nan, nan_bits, bits)
@@ -458,7 +343,7 @@ def _step(p: Plan, refs, s, acc, c_fmt: str):
     d = jnp.zeros_like(acc)
     for j in range(len(p.blocks)):
         d = _block(p, refs, s, j, d, p.dtype)
-    return _ieee_add(d, acc)
+    return _int32.ieee_add(d, acc)
 
 
 def _kernel(*refs, p: Plan, steps: int):
@@ -476,7 +361,7 @@ def _kernel(*refs, p: Plan, steps: int):
         total, acc = carry
         acc = _step(p, ins, s, acc, p.dtype)
         flush = (lax.rem(s + 1, P) == 0) | (s == steps - 1)
-        total = jnp.where(flush, _ieee_add(total, acc), total)
+        total = jnp.where(flush, _int32.ieee_add(total, acc), total)
         return total, jnp.where(flush, 0, acc)
 
     total, _ = lax.fori_loop(0, steps, body, (c, jnp.zeros_like(c)))

@@ -13,7 +13,9 @@ import functools
 import jax.numpy as jnp
 import numpy as np
 
-from . import _errors, _layouts, _packing, _values
+from ..bits import _packing, _values
+from ..util import _errors
+from . import _layouts
 
 MMA_OPERANDS = ("a", "b", "c", "d")
 

@@ -12,7 +12,8 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from . import _errors, _formats
+from ..util import _errors
+from . import _formats
 
 # format -> the jnp dtype whose bits are the element's bits
 DTYPES = {

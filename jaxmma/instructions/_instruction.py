@@ -3,26 +3,28 @@
 from __future__ import annotations
 
 import dataclasses
-import importlib
+import itertools
 from typing import TYPE_CHECKING, Any
 
-from . import _ptx
-from ._spec import Form
+from ..operands import _fragments
+from ..spec import _ptx, _spec
+from ..spec._spec import Form
+from . import _dispatch, _mma, _movement, _wgmma, _wmma
 
 if TYPE_CHECKING:
     import jax
     from jax.typing import ArrayLike
 
-# opcode -> module that implements it (imported on first use; data flows down the layers)
+# opcode -> module that implements it
 _IMPLEMENTATIONS = {
-    "mma": "._mma",
-    "wmma.mma": "._wmma",
-    "wmma.load": "._wmma",
-    "wmma.store": "._wmma",
-    "ldmatrix": "._movement",
-    "stmatrix": "._movement",
-    "movmatrix": "._movement",
-    "wgmma.mma_async": "._wgmma",
+    "mma": _mma,
+    "wmma.mma": _wmma,
+    "wmma.load": _wmma,
+    "wmma.store": _wmma,
+    "ldmatrix": _movement,
+    "stmatrix": _movement,
+    "movmatrix": _movement,
+    "wgmma.mma_async": _wgmma,
 }
 
 
@@ -31,7 +33,7 @@ _PRODUCTS = ("mma", "wmma.mma")
 
 
 def _impl(opcode: str) -> Any:
-    return importlib.import_module(_IMPLEMENTATIONS[opcode], __package__)
+    return _IMPLEMENTATIONS[opcode]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -157,8 +159,6 @@ class Instruction:
 
     def __call__(self, *args: Any, **kwargs: Any) -> jax.Array:
         if self.opcode in _PRODUCTS:  # compiled once per configuration (see _dispatch)
-            from . import _dispatch
-
             return _dispatch.call(self, "execute", args, kwargs)
         return _impl(self.opcode).execute(self, *args, **kwargs)
 
@@ -172,8 +172,6 @@ class Instruction:
         Returns:
           D ``[..., M, N]`` in the destination dtype, the same bits as the register level.
         """
-        from . import _dispatch
-
         return _dispatch.call(self, "matrix_mma", (A, B, C), kwargs)
 
     def fragment(self, operand: str, matrix: ArrayLike) -> jax.Array:
@@ -185,14 +183,10 @@ class Instruction:
         for ``kind::f8f6f4`` containers; bits above the element are ignored). Any other
         dtype is a ``TypeError`` (values are never converted).
         """
-        from . import _fragments
-
         return _fragments.fragment_matrix(self, operand, matrix)
 
     def unfragment(self, operand: str, regs: ArrayLike) -> jax.Array:
         """Scatter registers ``[..., 32, nregs]`` back into the matrix ``[..., rows, cols]``."""
-        from . import _fragments
-
         return _fragments.unfragment(self, operand, regs)
 
 
@@ -232,10 +226,6 @@ def all_instructions(opcode: str | None = None, arch: str | None = None) -> tupl
     b1 operations and ``.trans``. State spaces (``.shared``/``.global``) are not expanded.
     With ``arch``, only the forms that architecture runs are returned, emulated as it.
     """
-    import itertools
-
-    from . import _spec
-
     out = []
     want = None if arch is None else _ptx.parse_arch(arch)
     for f in _spec.forms(opcode):

@@ -19,7 +19,8 @@ from typing import NamedTuple
 
 import jax.numpy as jnp
 
-from . import _formats, _wide
+from ..bits import _formats, _wide
+from ._int32 import ieee_add_f32
 
 U32 = jnp.uint32
 CANONICAL_NAN = {"f32": 0x7FFFFFFF, "f16": 0x7FFF, "bf16": 0x7FFF}
@@ -266,12 +267,10 @@ def ieee_add(x_bits, y_bits, fmt: str):
     """IEEE-754 addition x + y rounded to nearest even (FADD / HADD2), subnormals kept.
 
     ``.f32`` runs the 32-bit integer formulation the GEMM kernel uses
-    (:func:`jaxmma._pallas.ieee_add_f32`, tested bit-equal to :func:`ieee_add_general`);
+    (:func:`jaxmma.arith._int32.ieee_add_f32`, tested bit-equal to :func:`ieee_add_general`);
     other formats the general exact sum.
     """
     if fmt == "f32":
-        from ._pallas import ieee_add_f32
-
         return ieee_add_f32(x_bits, y_bits)
     return ieee_add_general(x_bits, y_bits, fmt)
 

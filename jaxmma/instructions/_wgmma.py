@@ -30,51 +30,13 @@ from __future__ import annotations
 
 import jax.numpy as jnp
 
-from . import _formats, _integer, _numerics, _values
-from ._numerics import BlockModel
+from ..bits import _values
+from ..models import _models
+from ..models._wgmma import INTEGER
 
 FP8 = ("e4m3", "e5m2")
-INTEGER = ("s8", "u8", "b1")
 #: the sign bit of each floating input format (tf32: the f32 register's)
 SIGN_BIT = {"f16": 15, "bf16": 15, "tf32": 31, "e4m3": 7, "e5m2": 7}
-
-
-def block_model(ins) -> BlockModel:
-    """F, L, e_zero and f32 output width of Hopper ``wgmma`` for this form (MMA-Sim)."""
-    fp8 = ins.atype in FP8
-    return BlockModel(
-        F=13 if fp8 else 25,
-        L={"tf32": 8, "f16": 16, "bf16": 16}.get(ins.atype, 32),  # 32 bytes of A per block
-        e_zero_f32=-133,
-        e_zero_f16=-21,
-        f32_mantissa=13 if fp8 else 23,
-    )
-
-
-def mma_bits(ins, A, B, C, *, model=None):
-    """Raw-bit ``D = A @ B + C`` of a ``wgmma.mma_async`` form, for any M and N.
-
-    Args:
-      ins: a ``wgmma.mma_async`` :class:`jaxmma.Instruction`.
-      A: uint32 ``[..., M, K]``, B: uint32 ``[..., K, N]`` raw element bits (the element
-        in the low bits; ``.tf32``: the f32 register); C: uint32 ``[..., M, N]`` raw bits
-        of the accumulator (dtype). The model is elementwise over (m, n): M and N need
-        not be the instruction's (the GEMM layer passes whole matrices per k-step); K
-        above the block size L chains blocks as the model of :mod:`_numerics` does.
-      model: None (Hopper's) or ``"exact"`` (exact sum, one rounding to nearest even).
-    Returns:
-      uint32 ``[..., M, N]``: raw bits of D in ``ins.dtype``.
-    """
-    if ins.atype in INTEGER:
-        return _integer.mma_bits(ins, A, B, C)
-    fa, fb = _formats.fields(ins.atype, A), _formats.fields(ins.btype, B)
-    if model == "exact":
-        prod = _numerics.product_terms(fa, fb, ins.atype, ins.btype)
-        width = _numerics.exact_width(ins.atype, ins.btype, ins.ctype, A.shape[-1])
-        return _numerics.block_chain(prod, C, ins.ctype, ins.dtype, _numerics.EXACT, width)
-    from . import _models  # the one block-chain entry point (fixed or general engine)
-
-    return _models._chain(ins, fa, fb, C, ins.ctype, block_model(ins), False)
 
 
 def _check_options(ins, scale_d, scale_a, scale_b) -> None:
@@ -147,8 +109,6 @@ def matrix_mma(ins, A, B, C, *, scale_d=True, scale_a=1, scale_b=1, model=None):
         Cb = jnp.zeros_like(Cb)
     lead = jnp.broadcast_shapes(Ab.shape[:-2], Bb.shape[:-2], Cb.shape[:-2])
     Ab, Bb, Cb = (jnp.broadcast_to(x, lead + x.shape[-2:]) for x in (Ab, Bb, Cb))
-    from . import _models  # the one arithmetic entry point (it dispatches back here)
-
     D = _models.mma_bits(ins, Ab, Bb, Cb, model=model)
     return _values.from_bits(ins.dtype, D)
 

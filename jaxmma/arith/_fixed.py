@@ -38,7 +38,8 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
-from . import _formats, _numerics, _wide
+from ..bits import _formats, _wide
+from . import _numerics
 from ._numerics import BlockModel
 
 F32 = jnp.float32

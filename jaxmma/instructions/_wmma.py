@@ -30,7 +30,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from . import _errors, _fragments, _layouts, _memory, _models, _shapes, _values
+from ..bits import _values
+from ..models import _models
+from ..operands import _fragments, _layouts, _memory
+from ..util import _errors, _shapes
+from ._mma import matrix_mma as mm
 
 ALIGN = 16
 ATOM_K = {
@@ -340,6 +344,4 @@ def execute(ins, *args, **kwargs):
 def matrix_mma(ins, A, B, C, *, model=None):
     if ins.opcode != "wmma.mma":
         raise ValueError(f"{ins.opcode} moves data; it has no matrix product")
-    from ._mma import matrix_mma as mm
-
     return mm(ins, A, B, C, model=model)

@@ -12,7 +12,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from . import _formats, _packing, _values
+from ..bits import _formats, _packing, _values
 
 #: element formats without a NaN or Inf, or narrower than 16 bits: a float input is
 #: rounded to nearest and clamped to the largest finite value (``cvt.rn.satfinite``)

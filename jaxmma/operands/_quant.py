@@ -39,7 +39,9 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from . import _formats, _grad, _numerics
+from ..arith import _numerics
+from ..bits import _formats
+from ..util import _grad
 
 U32 = jnp.uint32
 MX_FORMATS = ("e4m3", "e5m2", "e3m2", "e2m3", "e2m1")

@@ -1,0 +1,138 @@
+"""The fused-block arithmetic in 32-bit integer operations, kernel-neutral.
+
+The rounding of a block sum (:func:`round_bits`, the fixed-width engine's rounding of
+:mod:`jaxmma.arith._fixed` written in int32) and the IEEE f32 addition (:func:`ieee_add`,
+FADD) on int32 bit patterns. Both the XLA path (:func:`jaxmma.arith._numerics.ieee_add`)
+and the Pallas kernel (:mod:`jaxmma.gemm._pallas`) call them, so the two give the same
+bits; only elementwise ``jax.numpy``/``lax`` operations are used, which lower on every
+backend and inside a Pallas kernel alike.
+"""
+
+from __future__ import annotations
+
+import jax.numpy as jnp
+from jax import lax
+
+from ..bits._wide import F16, F32
+
+I32 = jnp.int32
+#: the NaN the hardware's adds and conversions produce
+CANONICAL_NAN = {"f32": 0x7FFFFFFF, "f16": 0x7FFF}
+OUT_FORMATS = {"f32": F32, "f16": F16}
+
+
+def i32(v: int):
+    """A 32-bit pattern as an int32 constant."""
+    return I32(v - (1 << 32) if v >= 1 << 31 else v)
+
+
+def srl(x, s):
+    return lax.shift_right_logical(x, s)
+
+
+def c_fields(c, fmt: str):
+    """Accumulator bits -> (finite nonzero, order, exp, sig, negative, nan, inf)."""
+    if fmt == "f32":
+        e = srl(c, 23) & 0xFF
+        man = c & 0x7FFFFF
+        top, mbits, bias_lsb, neg = 0xFF, 23, 150, c < 0
+    else:
+        c = c & 0xFFFF
+        e = srl(c, 10) & 0x1F
+        man = c & 0x3FF
+        top, mbits, bias_lsb, neg = 0x1F, 10, 25, (c & 0x8000) != 0
+    special = e == top
+    sig = man | jnp.where(e != 0, I32(1 << mbits), 0)
+    exp = jnp.maximum(e, 1) - bias_lsb
+    finite = ~special & (sig != 0)
+    return finite, exp + mbits, exp, sig, neg, special & (man != 0), special & (man == 0)
+
+
+def round_bits(neg, mag, unit, fmt: str, mantissa: int, nearest: bool):
+    """``(-1)**neg * mag * 2**unit`` (``mag`` int32 read as unsigned) -> ``fmt`` bits.
+
+    :func:`jaxmma._fixed._round` in int32: f32 toward zero (to ``mantissa`` bits) or to
+    nearest even; f16 to nearest even; subnormals; overflow to Inf; a zero result is +0.
+    """
+    out = OUT_FORMATS[fmt]
+    man = out.man
+    cut = 0
+    if fmt == "f32" and mantissa < man:
+        cut, man = man - mantissa, mantissa
+    emin = 1 - out.bias
+    zero = mag == 0
+    p = 31 - lax.clz(mag)
+    lead = p + unit
+    lsb = jnp.where(lead < emin, emin - man, lead - man)
+    qs = lsb - unit  # the bit of mag that becomes the result's lsb
+    up = jnp.clip(-qs, 0, 31)
+    down = jnp.clip(qs, 0, 31)
+    q = jnp.where(qs <= 0, mag << up, jnp.where(qs >= 32, 0, srl(mag, down)))
+    if nearest:
+        gpos = jnp.clip(qs - 1, 0, 31)
+        guard = (qs >= 1) & (qs <= 32) & ((srl(mag, gpos) & 1) != 0)
+        below = jnp.where(qs - 1 >= 32, I32(-1), (I32(1) << gpos) - 1)
+        rest = (qs >= 2) & ((mag & below) != 0)
+        q = q + (guard & (rest | ((q & 1) != 0))).astype(I32)
+        carry = srl(q, man + 1)
+        q = jnp.where(carry != 0, srl(q, 1), q)
+        lsb = lsb + carry
+    normal = q >= (1 << man)
+    biased = jnp.where(normal, lsb + man + out.bias, 0)
+    field = jnp.where(normal, (biased << man) | (q & ((1 << man) - 1)), q)
+    inf_biased = (1 << out.exp) - 1
+    field = jnp.where(biased >= inf_biased, I32(inf_biased << man), field)
+    field = jnp.where(zero, 0, field)
+    sign = jnp.where(field != 0, neg.astype(I32) << (out.nbits - 1 - cut), 0)
+    return (field | sign) << cut
+
+
+def sum_two(x, y):
+    """``x + y`` for int32 ``|x|, |y| < 2**31`` -> (negative, magnitude as uint32 bits)."""
+    w = x + y
+    overflow = ((x < 0) == (y < 0)) & ((w < 0) != (x < 0))
+    neg = jnp.where(overflow, x < 0, w < 0)
+    return neg, jnp.where(neg, 0 - w, w)
+
+
+def ieee_add(x, y):
+    """f32 ``x + y`` rounded to nearest even on int32 bits (FADD; subnormals kept, an
+    exact zero is +0 unless both are -0, the canonical NaN), as
+    :func:`jaxmma.arith._numerics.ieee_add_general` computes it."""
+    ax, ay = x & 0x7FFFFFFF, y & 0x7FFFFFFF
+    inf = I32(0x7F800000)
+    nan = (ax > inf) | (ay > inf) | ((ax == inf) & (ay == inf) & ((x ^ y) < 0))
+    swap = ay > ax
+    big, small = jnp.where(swap, y, x), jnp.where(swap, x, y)
+    eb, es = srl(big, 23) & 0xFF, srl(small, 23) & 0xFF
+    mb = ((big & 0x7FFFFF) | jnp.where(eb != 0, I32(1 << 23), 0)) << 3
+    ms = ((small & 0x7FFFFF) | jnp.where(es != 0, I32(1 << 23), 0)) << 3
+    eb, es = jnp.maximum(eb, 1), jnp.maximum(es, 1)
+    d = jnp.minimum(eb - es, 31)
+    aligned = srl(ms, d)
+    aligned = aligned | ((aligned << d) != ms).astype(I32)  # sticky
+    mag = jnp.where((x ^ y) >= 0, mb + aligned, mb - aligned)
+    bits = round_bits(big < 0, mag, eb - 153, "f32", 23, nearest=True)
+    bits = jnp.where((x == y) & (x == I32(-(2**31))), x, bits)  # -0 + -0
+    bits = jnp.where((ax == inf) | (ay == inf), big, bits)
+    return jnp.where(nan, I32(CANONICAL_NAN["f32"]), bits)
+
+
+def ieee_add_f32(x_bits, y_bits):
+    """:func:`ieee_add` on uint32 raw bits (broadcasting): f32 ``x + y``, FADD."""
+    as_i32 = lambda b: lax.bitcast_convert_type(jnp.asarray(b, jnp.uint32), I32)  # noqa: E731
+    x, y = jnp.broadcast_arrays(as_i32(x_bits), as_i32(y_bits))
+    return lax.bitcast_convert_type(ieee_add(x, y), jnp.uint32)
+
+
+def round_f32_rz(neg, mag, unit):
+    """:func:`round_bits` for f32 toward zero with all 23 mantissa bits, in fewer steps."""
+    p = 31 - lax.clz(mag)
+    lead = p + unit
+    sub = lead < -126
+    qs = jnp.where(sub, -149 - unit, p - 23)  # the bit of mag that becomes the lsb
+    q = jnp.where(qs >= 0, srl(mag, jnp.minimum(qs, 31)), mag << jnp.minimum(-qs, 31))
+    bits = jnp.where(sub, q, ((lead + 126) << 23) + q)  # + the hidden bit: exponent + 1
+    bits = jnp.where(lead > 127, I32(0x7F800000), bits)
+    bits = jnp.where(mag == 0, 0, bits)
+    return bits | jnp.where(bits != 0, neg.astype(I32) << 31, 0)

@@ -1,0 +1,172 @@
+"""The arithmetic of the block-scaled ``mma`` forms (docs/block_scaling.md).
+
+``kind::mxf8f6f4``: every product times its two scales, one fused block with C
+(:data:`jaxmma.models._table.PRODUCT_MODEL`); ``kind::mxf4``/``kind::mxf4nvf4``: exact
+sums of groups of 16 products, fused with C by the scales' exponents (the group model).
+Scale selection and operand preparation live in :mod:`jaxmma.operands._scaling`.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from ..arith import _numerics
+from ..arith._numerics import Terms
+from ..bits import _formats, _packing, _wide
+from ._table import GROUP, GROUP_E_ZERO, GROUP_F, KINDS, PRODUCT_MODEL
+
+U32 = jnp.uint32
+
+
+def check_ins(ins) -> None:
+    """A ``ValueError`` unless ``ins`` is a ``.block_scale`` ``mma`` instruction."""
+    if getattr(ins, "opcode", None) != "mma" or getattr(ins, "kind", None) not in KINDS:
+        text = getattr(ins, "text", ins)
+        raise ValueError(f"ins: expected a .block_scale mma instruction, got {text!r}")
+
+
+def _element_fields(ins, fmt: str, bits):
+    if ins.kind == "mxf8f6f4":
+        bits = _packing.from_container(bits, fmt)
+    return _formats.fields(fmt, bits)
+
+
+def _per_term(sa, sb, nterms: int, nblk: int):
+    """Scale fields per term: SA ``[..., M, nblk]`` -> ``[..., M, 1, T]``, SB -> ``[..., 1,
+    N, T]`` (term t belongs to block ``t // (nterms / nblk)``)."""
+    idx = np.arange(nterms) // (nterms // nblk)
+    a = jax.tree.map(lambda x: x[..., idx][..., :, None, :], sa)
+    b = jax.tree.map(lambda x: jnp.swapaxes(x, -1, -2)[..., idx][..., None, :, :], sb)
+    return a, b  # (with b_rows too: B's scale depends on the column and the block only)
+
+
+def _scaled_products(ins, fa, fb, SA, SB, b_rows: bool) -> Terms:
+    """Every exact product times its two scales, as terms ``[..., M, N, K]``."""
+    prod = _numerics.product_terms(fa, fb, ins.atype, ins.btype, b_rows=b_rows)
+    sa, sb = (_formats.fields(ins.stype, S) for S in (SA, SB))
+    sa, sb = _per_term(sa, sb, prod.sig.shape[-1], SA.shape[-1])
+    man = _formats.FORMATS[ins.stype].mant_bits
+    nan = prod.nan | sa.nan | sb.nan
+    return Terms(
+        prod.sign,
+        prod.sig * sa.sig * sb.sig,
+        prod.lsb + sa.exp + sb.exp,
+        prod.order + sa.exp + sb.exp + 2 * man,
+        nan,
+        prod.inf & ~nan,
+    )
+
+
+def _span(fmt: str) -> tuple[int, int]:
+    """(exponent just above the largest finite value, exponent of the lowest unit)."""
+    f = _formats.FORMATS[fmt]
+    return int(np.floor(np.log2(f.max))) + 1, f.min_exp
+
+
+def exact_width(ins, nterms: int) -> int:
+    """Bits that hold any exact sum of ``nterms`` scaled products and an f32 C."""
+    (ta, la), (tb, lb), (ts, ls) = _span(ins.atype), _span(ins.btype), _span(ins.stype)
+    tc, lc = _span("f32")
+    top = max(ta + tb + 2 * ts, tc) + (nterms + 1).bit_length() + 1
+    return top - min(la + lb + 2 * ls, lc)
+
+
+def _group_terms(fa, fb, SA, SB, stype: str, b_rows: bool) -> tuple[Terms, jnp.ndarray]:
+    """kind::mxf4*: one term per group of 16 products, ``[..., M, N, K/16]``, and the
+    exponent each term counts with for ``e_max``."""
+
+    def bt(x):  # B [..., K, N] (or [..., M, K, N]) -> [..., 1 or M, N, K]
+        x = jnp.swapaxes(x, -1, -2)
+        return x if b_rows else x[..., None, :, :]
+
+    lo = _formats.FORMATS["e2m1"].min_exp  # products are integers in units of 2**(2 * lo)
+    ia = fa.sig << (fa.exp - lo).astype(U32)
+    ib = fb.sig << (fb.exp - lo).astype(U32)
+    mag = ia[..., :, None, :] * bt(ib)
+    neg = (fa.sign[..., :, None, :] ^ bt(fb.sign)) != 0
+    prod = jnp.where(neg, -mag.astype(jnp.int32), mag.astype(jnp.int32))
+    K = prod.shape[-1]
+    grouped = prod.reshape(prod.shape[:-1] + (K // GROUP, GROUP))
+    total = jnp.sum(grouped, axis=-1, dtype=jnp.int32)
+    all_zero = jnp.all(mag.reshape(grouped.shape) == 0, axis=-1)
+    sa, sb = (_formats.fields(stype, S) for S in (SA, SB))
+    sa, sb = _per_term(sa, sb, K // GROUP, SA.shape[-1])
+    man = _formats.FORMATS[stype].mant_bits
+    ssig = sa.sig * sb.sig
+    order = jnp.where(all_zero | (ssig == 0), GROUP_E_ZERO, sa.exp + sb.exp + 2 * man)
+    nan = sa.nan | sb.nan
+    terms = Terms(
+        (total < 0).astype(U32),
+        jnp.abs(total).astype(U32) * ssig,
+        2 * lo + sa.exp + sb.exp,
+        order,
+        nan,
+        jnp.zeros(nan.shape, bool),
+    )
+    return terms, order
+
+
+def _group_sum(terms: Terms, order, F: int):
+    """Fused sum where ``order`` (not the significand) decides ``e_max``: truncate every
+    term to F fractional bits below ``2**e_max``, sum exactly, truncate to f32."""
+    e_max = jnp.max(order, axis=-1)
+    unit = e_max - F
+    shift = terms.lsb - unit[..., None]
+    # group terms are below 2**(order + 12), C below 2**(order + 1); five of them
+    limbs, _ = _wide.align(terms.sig, shift, _wide.limbs_needed(F + 16))
+    neg, mag = _wide.signed_sum(terms.sign, limbs)
+    bits = _wide.round_to_float(neg, mag, unit, _wide.F32, "rz")
+    return _numerics.apply_specials(bits, terms, "f32")
+
+
+def _batch(A, B, C, SA, SB, b_rows: bool):
+    lead = jnp.broadcast_shapes(
+        A.shape[:-2], B.shape[: -3 if b_rows else -2], C.shape[:-2], SA.shape[:-2], SB.shape[:-2]
+    )
+    bcast = lambda x, nd: jnp.broadcast_to(x, lead + x.shape[x.ndim - nd :])  # noqa: E731
+    return (
+        bcast(A, 2),
+        bcast(B, 3 if b_rows else 2),
+        bcast(C, 2),
+        bcast(SA, 2),
+        bcast(SB, 2),
+    )
+
+
+def mma_bits(ins, A, B, C, scales, *, model=None, b_rows=False):
+    """Raw-bit ``D = (A * scale_A) @ (B * scale_B) + C`` of a ``.block_scale`` form.
+
+    Args:
+      ins: a ``.block_scale`` :class:`jaxmma.Instruction`.
+      A: uint32 ``[..., M, K]`` (``kind::mxf8f6f4``: 8-bit containers; ``mxf4*``: e2m1
+        nibbles), or the compressed ``[..., M, K/2]`` of a sparse form.
+      B: uint32 ``[..., K, N]``; with ``b_rows`` ``[..., M, K/2, N]``, the rows of B that
+        each stored element of row m of A meets (:func:`jaxmma._models.gather_rows`).
+      C: uint32 f32 bits ``[..., M, N]``.
+      scales: ``(SA [..., M, SFA_N], SB [..., SFB_M, N])`` uint32 scale bytes.
+      model: ``None`` (sm_120, MMA-Sim) or ``"exact"``.
+
+    Returns:
+      uint32 f32 bits ``[..., M, N]``.
+    """
+    check_ins(ins)
+    SA, SB = scales
+    A, B, C, SA, SB = _batch(A, B, C, SA, SB, b_rows)
+    fa = _element_fields(ins, ins.atype, A)
+    fb = _element_fields(ins, ins.btype, B)
+    if model == "exact":
+        prod = _scaled_products(ins, fa, fb, SA, SB, b_rows)
+        terms = _numerics.concat(prod, _numerics.c_terms(C, "f32"))
+        width = exact_width(ins, prod.sig.shape[-1])
+        return _numerics.fused_sum(terms, "f32", _numerics.EXACT, width)
+    if ins.kind == "mxf8f6f4":
+        prod = _scaled_products(ins, fa, fb, SA, SB, b_rows)
+        return _numerics.block_chain(prod, C, "f32", "f32", PRODUCT_MODEL)
+    groups, order = _group_terms(fa, fb, SA, SB, ins.stype, b_rows)
+    c = _numerics.c_terms(C, "f32")
+    c_zero = (c.sig == 0) & ~c.nan & ~c.inf
+    c_order = jnp.where(c_zero, GROUP_E_ZERO, c.order)
+    terms = _numerics.concat(groups, c)
+    return _group_sum(terms, jnp.concatenate([order, c_order], axis=-1), GROUP_F)

@@ -1,0 +1,2 @@
+"""Floor 0, helpers every floor may use: errors of traced values (``_errors``), batch
+shapes (``_shapes``), custom derivatives (``_grad``, ``_ste``). Imports nothing of jaxmma."""

@@ -1,0 +1,148 @@
+"""The package's floors (docs/internals.md): imports run down only, no cycle, no import
+hidden inside a function. Read from the source text with ``ast``; nothing is imported."""
+
+import ast
+import pathlib
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parents[1] / "jaxmma"
+
+#: floor of each sub-package, bottom first; a module may import its own floor and below
+FLOORS = (
+    "util",
+    "spec",
+    "bits",
+    "arith",
+    "models",
+    "operands",
+    "instructions",
+    "gemm",
+    "",  # the public faces: jaxmma/*.py
+    "conformance",
+)
+#: what each floor may hold, in words: the map at the top of docs/internals.md
+MAP = pathlib.Path(__file__).resolve().parents[1] / "docs" / "internals.md"
+
+
+def _module(path: pathlib.Path) -> str:
+    parts = list(path.relative_to(ROOT.parent).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts = parts[:-1]
+    return ".".join(parts)
+
+
+def _floor(module: str) -> int:
+    parts = module.split(".")
+    sub = parts[1] if len(parts) > 2 or (len(parts) == 2 and parts[1] in FLOORS) else ""
+    if module == "jaxmma.__main__":
+        return len(FLOORS)  # the command line sits on top of everything
+    return FLOORS.index(sub)
+
+
+def _imports(path: pathlib.Path, modules: set[str]):
+    """(imported module, line, inside a function?) for every jaxmma import of a file."""
+    module = _module(path)
+    package = module if path.name == "__init__.py" else module.rsplit(".", 1)[0]
+    tree = ast.parse(path.read_text())
+    nested = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            nested.update(id(n) for n in ast.walk(node) if n is not node)
+    out = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")[: len(package.split(".")) - node.level + 1]
+                src = ".".join(base + ([node.module] if node.module else []))
+            else:
+                src = node.module or ""
+            names = [f"{src}.{a.name}" for a in node.names]
+        elif isinstance(node, ast.Import):
+            src, names = None, [a.name for a in node.names]
+        else:
+            continue
+        for name in names:
+            target = name if name in modules else src if src in modules else None
+            if target is None and name.split(".")[0] == "jaxmma":
+                target = name.rsplit(".", 1)[0] if name.rsplit(".", 1)[0] in modules else name
+            if target in modules and target != module:
+                out.append((target, node.lineno, id(node) in nested))
+    return out
+
+
+FILES = sorted(ROOT.rglob("*.py"))
+MODULES = {_module(p) for p in FILES}
+GRAPH = {_module(p): _imports(p, MODULES) for p in FILES}
+
+
+def test_the_package_is_read():
+    assert len(FILES) > 40 and "jaxmma.arith._numerics" in MODULES
+    assert any(t == "jaxmma.arith._numerics" for t, _, _ in GRAPH["jaxmma.arith._fixed"])
+
+
+@pytest.mark.parametrize("module", sorted(MODULES))
+def test_imports_run_down(module):
+    up = [
+        f"{t} (line {line})"
+        for t, line, _ in GRAPH[module]
+        if t != "jaxmma" and _floor(t) > _floor(module)
+    ]
+    assert not up, f"{module} (floor {FLOORS[_floor(module)]!r}) imports from above: {up}"
+
+
+def test_no_import_inside_a_function():
+    hidden = [
+        f"{m} line {line}: {t}" for m, edges in GRAPH.items() for t, line, inner in edges if inner
+    ]
+    assert not hidden, "imports of jaxmma inside functions:\n" + "\n".join(hidden)
+
+
+def test_no_cycle():
+    state: dict[str, int] = {}
+    cycles = []
+
+    def visit(m, path):
+        state[m] = 1
+        for t, _, _ in GRAPH[m]:
+            if t == "jaxmma" or t not in GRAPH:
+                continue
+            if state.get(t) == 1:
+                cycles.append(path[path.index(t) :] + [t])
+            elif t not in state:
+                visit(t, path + [t])
+        state[m] = 2
+
+    for m in sorted(GRAPH):
+        if m not in state:
+            visit(m, [m])
+    assert not cycles, "import cycles: " + "; ".join(" -> ".join(c) for c in cycles)
+
+
+def test_the_checker_sees_a_cycle_and_an_arrow_up(tmp_path):
+    pkg = tmp_path / "jaxmma"
+    (pkg / "arith").mkdir(parents=True)
+    (pkg / "gemm").mkdir()
+    for p in (pkg, pkg / "arith", pkg / "gemm"):
+        (p / "__init__.py").write_text("")
+    (pkg / "arith" / "_a.py").write_text("from ..gemm import _g\n")
+    (pkg / "gemm" / "_g.py").write_text("def f():\n    from ..arith import _a\n")
+    files = sorted(pkg.rglob("*.py"))
+    global ROOT
+    saved = ROOT
+    ROOT = pkg
+    try:
+        mods = {_module(p) for p in files}
+        edges = {_module(p): _imports(p, mods) for p in files}
+    finally:
+        ROOT = saved
+    assert edges["jaxmma.arith._a"] == [("jaxmma.gemm._g", 1, False)]
+    assert edges["jaxmma.gemm._g"] == [("jaxmma.arith._a", 2, True)]
+    assert _floor("jaxmma.gemm._g") > _floor("jaxmma.arith._a")
+
+
+def test_every_floor_is_on_the_map():
+    text = MAP.read_text()
+    for floor in FLOORS:
+        if floor:
+            assert f"`{floor}/`" in text, f"docs/internals.md: no row for the floor {floor}/"
