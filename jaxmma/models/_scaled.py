@@ -18,6 +18,8 @@ from ..bits import _formats, _packing, _wide
 from ._table import GROUP, GROUP_E_ZERO, GROUP_F, KINDS, PRODUCT_MODEL
 
 U32 = jnp.uint32
+F32 = jnp.float32
+HIGHEST = jax.lax.Precision.HIGHEST
 
 
 def check_ins(ins) -> None:
@@ -84,13 +86,18 @@ def _group_terms(fa, fb, SA, SB, stype: str, b_rows: bool) -> tuple[Terms, jnp.n
     lo = _formats.FORMATS["e2m1"].min_exp  # products are integers in units of 2**(2 * lo)
     ia = fa.sig << (fa.exp - lo).astype(U32)
     ib = fb.sig << (fb.exp - lo).astype(U32)
-    mag = ia[..., :, None, :] * bt(ib)
-    neg = (fa.sign[..., :, None, :] ^ bt(fb.sign)) != 0
-    prod = jnp.where(neg, -mag.astype(jnp.int32), mag.astype(jnp.int32))
-    K = prod.shape[-1]
-    grouped = prod.reshape(prod.shape[:-1] + (K // GROUP, GROUP))
-    total = jnp.sum(grouped, axis=-1, dtype=jnp.int32)
-    all_zero = jnp.all(mag.reshape(grouped.shape) == 0, axis=-1)
+    if b_rows:  # sparse: every row of A meets its own rows of B
+        mag = ia[..., :, None, :] * bt(ib)
+        neg = (fa.sign[..., :, None, :] ^ bt(fb.sign)) != 0
+        prod = jnp.where(neg, -mag.astype(jnp.int32), mag.astype(jnp.int32))
+        K = prod.shape[-1]
+        grouped = prod.reshape(prod.shape[:-1] + (K // GROUP, GROUP))
+        total = jnp.sum(grouped, axis=-1, dtype=jnp.int32)
+        all_zero = jnp.all(mag.reshape(grouped.shape) == 0, axis=-1)
+    else:
+        total, count = _group_matmul(ia, fa.sign, ib, fb.sign)
+        K = ia.shape[-1]
+        all_zero = count == 0
     sa, sb = (_formats.fields(stype, S) for S in (SA, SB))
     sa, sb = _per_term(sa, sb, K // GROUP, SA.shape[-1])
     man = _formats.FORMATS[stype].mant_bits
@@ -106,6 +113,37 @@ def _group_terms(fa, fb, SA, SB, stype: str, b_rows: bool) -> tuple[Terms, jnp.n
         jnp.zeros(nan.shape, bool),
     )
     return terms, order
+
+
+def _group_matmul(ia, sign_a, ib, sign_b):
+    """Exact group sums of integer products as float32 matrix products.
+
+    ``ia [..., M, K]`` and ``ib [..., K, N]`` are e2m1 magnitudes in units of their lowest
+    bit (integers 0 ... 12), so a product is at most 144 and a group of 16 sums to at most
+    2,304 in magnitude: every partial sum is an integer below ``2**24``, exact in float32
+    in any order of addition. Returns the int32 sums ``[..., M, N, K/16]`` and the number
+    of nonzero products per group (likewise exact).
+    """
+    K = ia.shape[-1]
+    N = ib.shape[-1]
+    groups = K // GROUP
+
+    def a3(x):  # [..., M, K] -> [..., M, G, 16]
+        return x.reshape(x.shape[:-1] + (groups, GROUP))
+
+    def b3(x):  # [..., K, N] -> [..., G, 16, N]
+        return x.reshape(x.shape[:-2] + (groups, GROUP, N))
+
+    def gsum(x, y):
+        return jnp.einsum(
+            "...mgk,...gkn->...mng", a3(x), b3(y), precision=HIGHEST, preferred_element_type=F32
+        )
+
+    va = jnp.where(sign_a != 0, -ia.astype(F32), ia.astype(F32))
+    vb = jnp.where(sign_b != 0, -ib.astype(F32), ib.astype(F32))
+    total = gsum(va, vb).astype(jnp.int32)
+    count = gsum((ia != 0).astype(F32), (ib != 0).astype(F32))
+    return total, count
 
 
 def _group_sum(terms: Terms, order, F: int):
