@@ -1,0 +1,44 @@
+"""The two computations of the kind::mxf4* group sums give the same bits: float32 matrix
+products of the integer magnitudes (dense forms) and the elementwise integer products
+(the path sparse forms take, run here on B's rows repeated for every row of A)."""
+
+import numpy as np
+import pytest
+
+import jaxmma
+from jaxmma.models import _scaled
+
+FORMS = (
+    "mma.sync.aligned.m16n8k64.row.col.kind::mxf4nvf4.block_scale.scale_vec::4X.f32.e2m1.e2m1.f32.ue4m3",
+    "mma.sync.aligned.m16n8k64.row.col.kind::mxf4nvf4.block_scale.scale_vec::2X.f32.e2m1.e2m1.f32.ue8m0",
+    "mma.sync.aligned.m16n8k64.row.col.kind::mxf4.block_scale.scale_vec::2X.f32.e2m1.e2m1.f32.ue8m0",
+)
+SPECIAL_SCALES = np.array([0x00, 0x01, 0x38, 0x7F, 0x80, 0xFE, 0xFF], np.uint32)
+SPECIAL_C = np.array(
+    [0, 0x80000000, 0x7F800000, 0xFF800000, 0x7FC00001, 1, 0x80000001, 0x7F7FFFFF], np.uint32
+)
+
+
+@pytest.mark.parametrize("text", FORMS)
+def test_group_sums_as_matrix_products_match_the_elementwise_sums(text):
+    ins = jaxmma.instruction(text)
+    rng = np.random.default_rng(7)
+    M, N, K = 16, 8, 128
+    nb = jaxmma.layouts.num_blocks(ins)
+    A = rng.integers(0, 16, (4, M, K), dtype=np.uint32)
+    B = rng.integers(0, 16, (4, K, N), dtype=np.uint32)
+    A[0, :, :32] = 0  # whole groups of zero products
+    A[1, :, :16] = 0x8  # -0
+    B[2, :64] = rng.choice(np.array([1, 9], np.uint32), (64, N))  # cancelling +-0.5
+    C = rng.integers(0, 2**32, (4, M, N), dtype=np.uint64).astype(np.uint32)
+    C[3] = rng.choice(SPECIAL_C, (M, N))
+    SA = rng.integers(0, 256, (4, M, 2 * nb), dtype=np.uint32)
+    SB = rng.integers(0, 256, (4, 2 * nb, N), dtype=np.uint32)
+    SA[1:3] = rng.choice(SPECIAL_SCALES, (2, M, 2 * nb))
+    SB[2:4] = rng.choice(SPECIAL_SCALES, (2, 2 * nb, N))
+    fast = np.asarray(_scaled.mma_bits(ins, A, B, C, (SA, SB)))
+    rows = np.broadcast_to(B[:, None], (4, M, K, N))
+    slow = np.asarray(_scaled.mma_bits(ins, A, rows, C, (SA, SB), b_rows=True))
+    assert fast.dtype == np.uint32 and fast.shape == (4, M, N)
+    np.testing.assert_array_equal(fast, slow)
+    assert np.isnan(fast.view(np.float32)).any()  # NaN scales and C reached the sums
