@@ -42,3 +42,39 @@ def test_group_sums_as_matrix_products_match_the_elementwise_sums(text):
     assert fast.dtype == np.uint32 and fast.shape == (4, M, N)
     np.testing.assert_array_equal(fast, slow)
     assert np.isnan(fast.view(np.float32)).any()  # NaN scales and C reached the sums
+
+
+MXF8 = (
+    "mma.sync.aligned.m16n8k32.row.col.kind::mxf8f6f4.block_scale.scale_vec::1X.f32.e4m3.e4m3.f32.ue8m0",
+    "mma.sync.aligned.m16n8k32.row.col.kind::mxf8f6f4.block_scale.scale_vec::1X.f32.e5m2.e2m1.f32.ue8m0",
+    "mma.sync.aligned.m16n8k32.row.col.kind::mxf8f6f4.block_scale.scale_vec::1X.f32.e3m2.e2m3.f32.ue8m0",
+)
+
+
+@pytest.mark.parametrize("text", MXF8)
+def test_mxf8f6f4_on_the_fixed_engine_matches_the_general_engine(text):
+    ins = jaxmma.instruction(text)
+    rng = np.random.default_rng(11)
+    M, N, K = 16, 8, 64
+    A = rng.integers(0, 256, (4, M, K), dtype=np.uint32)
+    B = rng.integers(0, 256, (4, K, N), dtype=np.uint32)
+    # kind::f8f6f4 byte containers of random element bits
+    A = np.array(jaxmma.formats.to_container(ins.atype, A & ((1 << _bits(ins.atype)) - 1)))
+    B = np.array(jaxmma.formats.to_container(ins.btype, B & ((1 << _bits(ins.btype)) - 1)))
+    A[0, :, :8] = 0
+    C = rng.integers(0, 2**32, (4, M, N), dtype=np.uint64).astype(np.uint32)
+    C[3] = rng.choice(SPECIAL_C, (M, N))
+    SA = rng.integers(0, 256, (4, M, 2), dtype=np.uint32)
+    SB = rng.integers(0, 256, (4, 2, N), dtype=np.uint32)
+    SA[1] = rng.choice(SPECIAL_SCALES, (M, 2))
+    SB[2] = rng.choice(SPECIAL_SCALES, (2, N))
+    SA[3], SB[3] = 127 + rng.integers(-3, 4, (M, 2)), 127 + rng.integers(-3, 4, (2, N))
+    fast = np.asarray(_scaled.mma_bits(ins, A, B, C, (SA, SB)))
+    rows = np.broadcast_to(B[:, None], (4, M, K, N))
+    slow = np.asarray(_scaled.mma_bits(ins, A, rows, C, (SA, SB), b_rows=True))
+    np.testing.assert_array_equal(fast, slow)
+    assert np.isnan(fast.view(np.float32)).any()
+
+
+def _bits(fmt):
+    return {"e4m3": 8, "e5m2": 8, "e3m2": 6, "e2m3": 6, "e2m1": 4}[fmt]

@@ -12,13 +12,14 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ..arith import _numerics
+from ..arith import _fixed, _numerics
 from ..arith._numerics import Terms
 from ..bits import _formats, _packing, _wide
 from ._table import GROUP, GROUP_E_ZERO, GROUP_F, KINDS, PRODUCT_MODEL
 
 U32 = jnp.uint32
 F32 = jnp.float32
+I32 = jnp.int32
 HIGHEST = jax.lax.Precision.HIGHEST
 
 
@@ -59,6 +60,39 @@ def _scaled_products(ins, fa, fb, SA, SB, b_rows: bool) -> Terms:
         nan,
         prod.inf & ~nan,
     )
+
+
+def _with_scale(op: _fixed.Operand, s) -> _fixed.Operand:
+    """A fixed-engine operand times power-of-two scales (``.ue8m0`` fields, one per
+    element): the scale's exponent joins the element's; a NaN scale makes the element's
+    products NaN."""
+    finite = op.lsb != _fixed.ABSENT
+    lsb = jnp.where(finite & ~s.nan, op.lsb + s.exp, I32(_fixed.ABSENT))
+    order = jnp.where(finite & ~s.nan, op.order + s.exp, I32(_fixed.ABSENT))
+    return _fixed.Operand(
+        jnp.where(s.nan, F32(0), op.sig),
+        lsb,
+        order,
+        jnp.where(s.nan, F32(jnp.nan), op.code),
+        jnp.where(s.nan, F32(0), op.nonzero),
+    )
+
+
+def _fixed_products(ins, fa, fb, C, SA, SB):
+    """``kind::mxf8f6f4`` with ``.ue8m0`` scales on the fixed-width engine.
+
+    A ue8m0 scale is a power of two (or NaN), so a scaled product is the element product
+    with the two scale exponents added to its exponent and order: the terms of
+    :func:`_scaled_products` exactly, which :func:`jaxmma.arith._fixed.chain` sums with
+    the same bits as the general engine (every significand has at most 4 bits).
+    """
+    K = fa.sig.shape[-1]
+    idx = np.arange(K) // (K // SA.shape[-1])
+    sa = _formats.fields("ue8m0", SA[..., idx])  # [..., M, K]
+    sb = _formats.fields("ue8m0", SB[..., idx, :])  # [..., K, N]
+    a = _with_scale(_fixed.operand(fa, ins.atype), sa)
+    b = _with_scale(_fixed.operand(fb, ins.btype), sb)
+    return _fixed.chain(a, b, C, "f32", "f32", PRODUCT_MODEL)
 
 
 def _span(fmt: str) -> tuple[int, int]:
@@ -199,6 +233,8 @@ def mma_bits(ins, A, B, C, scales, *, model=None, b_rows=False):
         terms = _numerics.concat(prod, _numerics.c_terms(C, "f32"))
         width = exact_width(ins, prod.sig.shape[-1])
         return _numerics.fused_sum(terms, "f32", _numerics.EXACT, width)
+    if ins.kind == "mxf8f6f4" and not b_rows and ins.stype == "ue8m0":
+        return _fixed_products(ins, fa, fb, C, SA, SB)
     if ins.kind == "mxf8f6f4":
         prod = _scaled_products(ins, fa, fb, SA, SB, b_rows)
         return _numerics.block_chain(prod, C, "f32", "f32", PRODUCT_MODEL)
