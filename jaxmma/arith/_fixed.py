@@ -154,6 +154,9 @@ def block(a: Operand, b: Operand, c_bits, ctype: str, dtype: str, model: BlockMo
 
     if len(parts) == 2:
         bits = _round(*_sum_two(*parts), unit, dtype, model)
+    elif len(parts) == 3:
+        neg, mag, shift = _sum_three(*parts)
+        bits = _round(neg, mag, unit + shift, dtype, model)
     else:
         neg, mag = _sum_parts(parts)
         bits = _numerics.round_block(neg, mag, unit, dtype, model)
@@ -173,6 +176,33 @@ def _sum_two(x, y):
     overflow = ((x < 0) == (y < 0)) & ((w < 0) != (x < 0))
     neg = jnp.where(overflow, x < 0, w < 0)
     return neg, jnp.where(neg, U32(0) - w.astype(U32), w.astype(U32))
+
+
+def _sum_three(x, y, z):
+    """``x + y + z`` for int32 ``|x|, |y|, |z| < 2**31`` as (negative, magnitude uint32,
+    shift): the magnitude is ``|x + y + z| >> shift`` with the bits shifted out ORed into
+    the lowest bit (sticky).
+
+    The exact sum needs up to 33 bits. It is formed in 16-bit halves (the high halves
+    signed, the low ones in [0, 2**16)), so nothing overflows. Where it needs 33 bits
+    (``shift = 1``), its leading bit is bit 32, and :func:`_round` keeps at most 24 bits
+    from it: the result's lowest kept bit is bit 9 or above, so one bit folded into a
+    sticky bit decides truncation and nearest-even rounding as the whole sum would.
+    """
+    lo = (x & 0xFFFF) + (y & 0xFFFF) + (z & 0xFFFF)  # < 3 * 2**16
+    hi = (x >> 16) + (y >> 16) + (z >> 16) + (lo >> 16)  # arithmetic shifts: signed
+    lo = lo & 0xFFFF
+    neg = hi < 0
+    # magnitude of hi * 2**16 + lo: for a negative sum, -(hi * 2**16 + lo)
+    mlo = jnp.where(neg & (lo != 0), 0x10000 - lo, lo)
+    mhi = jnp.where(neg, -hi - (lo != 0).astype(I32), hi)  # 0 <= mhi < 2**17
+    wide = mhi >= 0x10000
+    mag = jnp.where(
+        wide,
+        (mhi.astype(U32) << U32(15)) | (mlo.astype(U32) >> U32(1)) | (mlo & 1).astype(U32),
+        (mhi.astype(U32) << U32(16)) | mlo.astype(U32),
+    )
+    return neg, mag, wide.astype(I32)
 
 
 def _sum_parts(parts):
