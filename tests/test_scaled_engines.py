@@ -78,3 +78,28 @@ def test_mxf8f6f4_on_the_fixed_engine_matches_the_general_engine(text):
 
 def _bits(fmt):
     return {"e4m3": 8, "e5m2": 8, "e3m2": 6, "e2m3": 6, "e2m1": 4}[fmt]
+
+
+@pytest.mark.parametrize("text", FORMS)
+def test_group_fusion_in_int32_matches_the_multi_limb_sum(text, monkeypatch):
+    ins = jaxmma.instruction(text)
+    rng = np.random.default_rng(5)
+    M, N, K, nb = 16, 8, 64, jaxmma.layouts.num_blocks(ins)
+    outs = []
+    A = rng.integers(0, 16, (6, M, K), dtype=np.uint32)
+    B = rng.integers(0, 16, (6, K, N), dtype=np.uint32)
+    A[0, :, :16] = 0
+    C = rng.integers(0, 2**32, (6, M, N), dtype=np.uint64).astype(np.uint32)
+    C[1] = rng.choice(SPECIAL_C, (M, N))
+    C[2] = rng.integers(0, 2**23, (M, N)).astype(np.uint32)  # subnormal C
+    SA = rng.integers(0, 256, (6, M, nb), dtype=np.uint32)
+    SB = rng.integers(0, 256, (6, nb, N), dtype=np.uint32)
+    SA[3], SB[3] = rng.choice(SPECIAL_SCALES, (M, nb)), rng.choice(SPECIAL_SCALES, (nb, N))
+    SA[4], SB[4] = 0x7F + rng.integers(-2, 3, (M, nb)), 0x7F + rng.integers(-2, 3, (nb, N))
+    SA[5], SB[5] = rng.integers(0, 8, (M, nb)), rng.integers(0, 8, (nb, N))  # tiny scales
+    for fusion in (_scaled._group_sum, _scaled._group_sum_wide):
+        monkeypatch.setattr(_scaled, "_group_sum", fusion)
+        outs.append(np.asarray(_scaled.mma_bits(ins, A, B, C, (SA, SB))))
+    np.testing.assert_array_equal(outs[0], outs[1])
+    f = outs[0].view(np.float32)
+    assert np.isnan(f).any() and (np.abs(f) > 1).any() and (np.abs(f) < 2.0**-10).any()

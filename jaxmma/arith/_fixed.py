@@ -51,6 +51,8 @@ ABSENT = -(1 << 20)
 #: products per int32 partial sum
 GROUP = 16
 HIGHEST = jax.lax.Precision.HIGHEST
+#: a model whose only use is its f32 width: 23 mantissa bits
+_F32_RZ = BlockModel(F=0, L=None, e_zero_f32=0, e_zero_f16=0)
 
 
 class Operand(NamedTuple):
@@ -250,6 +252,12 @@ def _round(neg, mag, unit, dtype: str, model: BlockModel):
     field = jnp.where(zero, U32(0), field)
     sign = jnp.where(field != 0, neg.astype(U32) << U32(out.nbits - 1 - cut), U32(0))
     return (field | sign) << U32(cut)
+
+
+def round_f32_rz(neg, mag, unit):
+    """``(-1)**neg * mag * 2**unit`` (``mag`` uint32) rounded toward zero to f32 bits, with
+    subnormals, overflow to Inf and +0 for a zero magnitude."""
+    return _round(neg, mag, unit, "f32", _F32_RZ)
 
 
 def chain(a: Operand, b: Operand, c_bits, ctype: str, dtype: str, model: BlockModel):

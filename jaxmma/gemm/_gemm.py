@@ -39,7 +39,7 @@ from ..instructions._instruction import instruction as _parse_text
 from ..models import _models
 from ..operands import _operands, _quant, _scaling, _sparse
 from ..util import _errors, _ste
-from . import _pallas
+from . import _native, _pallas
 
 #: opcodes whose instruction is a matrix product
 PRODUCTS = ("mma", "wmma.mma", "wgmma.mma_async")
@@ -79,13 +79,16 @@ class Config:
     promote_every: int | None = None
     grad_ins: Instruction | None = None
     path: str = "auto"  # _pallas.MODE when configured: which implementation runs it
+    native: bool = False  # the device's own tensor cores run it (see _native)
 
     @property
     def text(self) -> str:
         return self.ins.text
 
 
-def config(instruction, arch=None, promote_every=None, grad_instruction=None) -> Config:
+def config(
+    instruction, arch=None, promote_every=None, grad_instruction=None, executor="auto"
+) -> Config:
     ins = resolve(instruction, arch)
     if ins.atype == "f64" and not jax.config.jax_enable_x64:  # before any f64 array is made
         raise ValueError(f"instruction: {ins.text} computes in .f64{_errors.X64_HINT}")
@@ -112,7 +115,8 @@ def config(instruction, arch=None, promote_every=None, grad_instruction=None) ->
                 f"grad_instruction: expected a dense mma form for the gradient GEMMs, got "
                 f"{grad.text!r}"
             )
-    return Config(ins, promote_every, grad, _pallas.MODE)
+    native = _native.choose(executor, ins, promote_every)
+    return Config(ins, promote_every, grad, _pallas.MODE, native)
 
 
 # ---------------------------------------------------------------------------------------
@@ -146,6 +150,8 @@ def gemm_bits(cfg: Config, A, B, C, *, scales=None):
     On a GPU backend the forms :mod:`jaxmma._pallas` covers run on its kernel (same bits);
     ``cfg.path`` (from ``_pallas.MODE``) forces either implementation.
     """
+    if cfg.native and scales is None:
+        return _native.gemm_bits(cfg, A, B, C)
     if _pallas.use_kernel(cfg, scales):
         return _pallas.gemm_bits(cfg, A, B, C)
     return xla_gemm_bits(cfg, A, B, C, scales=scales)
@@ -374,6 +380,7 @@ def matmul(
     promote_every=None,
     quantize=None,
     grad_instruction=None,
+    executor="auto",
 ):
     """``D = A @ B + C`` computed as a GEMM kernel built on one PTX instruction computes it.
 
@@ -407,6 +414,12 @@ def matmul(
       grad_instruction: compute the two gradient GEMMs of the backward pass through this
         dense instruction (e.g. an ``.e5m2`` form, as fp8 training recipes do) instead of
         exactly; reverse mode only.
+      executor: ``"auto"`` (default), ``"native"`` or ``"emulate"``. Where the GPU at
+        hand runs the form with the modelled numerics (sm_90 tensor cores: ``wgmma``
+        bf16/f16/e4m3/e5m2 and ``mma.sync`` bf16/f16 with f32 accumulators), ``"auto"``
+        runs it on the device's own matrix instructions, with the emulation's bits;
+        ``"native"`` insists (``ValueError`` naming the reason where it cannot);
+        ``"emulate"`` never does (docs/gemm.md, "The native executor").
 
     Returns:
       D ``[..., M, N]`` in the accumulator type (float32, float16, int32, float64).
@@ -427,7 +440,7 @@ def matmul(
       >>> D.shape, D.dtype, float(D[0, 0])
       ((40, 24), dtype('float32'), 100.0)
     """
-    cfg = config(instruction, arch, promote_every, grad_instruction)
+    cfg = config(instruction, arch, promote_every, grad_instruction, executor)
     ins = cfg.ins
     q = None
     if ins.stype:
@@ -476,7 +489,7 @@ def dot_general(
     ignored (the instruction fixes the arithmetic). A drop-in for the ``dot_general=``
     argument of flax layers:
     ``functools.partial(jaxmma.dot_general, instruction=...)``. Further keyword arguments
-    (``quantize``, ``grad_instruction``) go to :func:`matmul`.
+    (``quantize``, ``grad_instruction``, ``executor``) go to :func:`matmul`.
 
     Example:
       >>> import functools, jax, jax.numpy as jnp, jaxmma

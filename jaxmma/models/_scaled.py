@@ -182,7 +182,42 @@ def _group_matmul(ia, sign_a, ib, sign_b):
 
 def _group_sum(terms: Terms, order, F: int):
     """Fused sum where ``order`` (not the significand) decides ``e_max``: truncate every
-    term to F fractional bits below ``2**e_max``, sum exactly, truncate to f32."""
+    term to F fractional bits below ``2**e_max``, sum exactly, truncate to f32.
+
+    In 32-bit integers: every truncated term is an integer below ``2**48`` units of the
+    grid ``2**(e_max - F)`` (a group term is at most ``2,304 * 225 < 2**19`` times
+    ``2**(lsb - unit) <= 2**(2 * lo - 2 * man + F) <= 2**33`` and below ``2**(F + 12)``;
+    C below ``2**(F + 1)``), carried as two 24-bit limbs whose signed sums over the five
+    terms fit int32. The top 32 bits of the total are rounded toward zero: the f32 result
+    keeps 24 bits or fewer, so the bits dropped below them change nothing.
+    :func:`_group_sum_wide` is the same sum on multi-limb integers (tested equal).
+    """
+    e_max = jnp.max(order, axis=-1)
+    unit = e_max - F
+    k = terms.lsb - unit[..., None]  # the term is sig * 2**k grid units, truncated
+    m = terms.sig
+    mask = U32(0xFFFFFF)
+    up = jnp.clip(k, 0, 24).astype(U32)
+    low = jnp.where(k >= 0, (m & (mask >> up)) << up, m >> jnp.clip(-k, 0, 31).astype(U32))
+    low = jnp.where(k <= -32, U32(0), low)
+    high = jnp.where(k >= 24, m << jnp.clip(k - 24, 0, 31).astype(U32), m >> (U32(24) - up))
+    high = jnp.where(k >= 0, high, U32(0))
+    neg_t = terms.sign != 0
+    lo = jnp.sum(jnp.where(neg_t, -low.astype(I32), low.astype(I32)), axis=-1)
+    hi = jnp.sum(jnp.where(neg_t, -high.astype(I32), high.astype(I32)), axis=-1)
+    hi = hi + (lo >> 24)  # arithmetic shift: lo = (lo >> 24) * 2**24 + (lo & mask)
+    lo = lo & 0xFFFFFF
+    neg = hi < 0
+    mlo = jnp.where(neg & (lo != 0), 0x1000000 - lo, lo).astype(U32)
+    mhi = jnp.where(neg, -hi - (lo != 0).astype(I32), hi).astype(U32)  # < 2**26
+    drop = jnp.maximum(31 - jax.lax.clz(mhi).astype(I32) - 7, 0).astype(U32)
+    mag = jnp.where(mhi != 0, (mhi << (U32(24) - drop)) | (mlo >> drop), mlo)
+    bits = _fixed.round_f32_rz(neg, mag, unit + drop.astype(I32))
+    return _numerics.apply_specials(bits, terms, "f32")
+
+
+def _group_sum_wide(terms: Terms, order, F: int):
+    """:func:`_group_sum` on multi-limb integers (the general engine's arithmetic)."""
     e_max = jnp.max(order, axis=-1)
     unit = e_max - F
     shift = terms.lsb - unit[..., None]

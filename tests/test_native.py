@@ -1,0 +1,120 @@
+"""The native executor: which forms and devices it takes, its errors, and its kernel in
+Pallas interpret mode against the emulation (on sums that are exact in any order, the
+only case where the host's own dot gives the model's bits; the GPU check of every bit is
+benchmarks/native_gpu.py)."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import jaxmma
+from jaxmma.gemm import _gemm, _native
+
+WGMMA_BF16 = "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16"
+WGMMA_F16 = "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16"
+MMA_BF16 = "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32"
+
+
+@pytest.mark.parametrize(
+    "text, arch, covered",
+    [
+        (WGMMA_BF16, "sm_90a", True),
+        (WGMMA_F16, "sm_90a", True),
+        (MMA_BF16, "sm_90", True),
+        ("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32", "sm_90", True),
+        (MMA_BF16, "sm_80", False),  # other numerics than sm_90's
+        ("mma.sync.aligned.m16n8k8.row.col.f32.bf16.bf16.f32", "sm_90", False),  # block of 8
+        ("wgmma.mma_async.sync.aligned.m64n64k16.f16.f16.f16", "sm_90a", False),  # f16 acc
+        ("wgmma.mma_async.sync.aligned.m64n64k32.f32.e4m3.e4m3", "sm_90a", False),
+        ("mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32", "sm_90", False),
+        ("mma.sync.aligned.m16n8k16.row.col.f16.f16.f16.f16", "sm_90", False),
+        ("mma.sp.sync.aligned.m16n8k32.row.col.f32.bf16.bf16.f32", "sm_90", False),
+    ],
+)
+def test_which_forms_run_natively(text, arch, covered):
+    reason = _native.why_not(jaxmma.instruction(text, arch=arch))
+    assert (reason is None) == covered, reason
+    if not covered:
+        assert isinstance(reason, str) and len(reason) > 20
+
+
+def test_auto_emulates_off_an_sm90_gpu():
+    if jax.default_backend() == "gpu":
+        pytest.skip("the host has a GPU")
+    ins = jaxmma.instruction(WGMMA_BF16, arch="sm_90a")
+    assert _native.choose("auto", ins) is False
+    assert _native.choose("emulate", ins) is False
+    assert "not a GPU" in _native.device_reason()
+
+
+@pytest.mark.parametrize("jit", [False, True])
+def test_native_refuses_where_it_cannot_give_the_bits(jit):
+    A = jnp.ones((16, 32), jnp.float8_e4m3fn)
+    B = jnp.ones((32, 8), jnp.float8_e4m3fn)
+    text = "wgmma.mma_async.sync.aligned.m64n8k32.f32.e4m3.e4m3"
+
+    def f(a, b):
+        return jaxmma.matmul(a, b, instruction=text, arch="sm_90a", executor="native")
+
+    with pytest.raises(ValueError, match=r"executor='native'.*e4m3.*fp8"):
+        (jax.jit(f) if jit else f)(A, B)
+
+
+@pytest.mark.parametrize("bad", ["gpu", "", None, 1])
+def test_unknown_executor_is_refused(bad):
+    A = jnp.ones((16, 16), jnp.bfloat16)
+    with pytest.raises(ValueError, match="executor: expected one of auto, native, emulate"):
+        jaxmma.matmul(A, A, instruction=MMA_BF16, arch="sm_90", executor=bad)
+
+
+def test_dot_general_passes_the_executor_on():
+    x = jnp.ones((3, 32), jnp.bfloat16)
+    with pytest.raises(ValueError, match="executor"):
+        jaxmma.dot_general(
+            x, x.T, (((1,), (0,)), ((), ())), instruction=MMA_BF16, arch="sm_90", executor="x"
+        )
+
+
+def _bits16(x):
+    return jax.lax.bitcast_convert_type(x, jnp.uint16).astype(jnp.uint32)
+
+
+@pytest.mark.parametrize(
+    "text, arch, P, shapes",
+    [
+        (WGMMA_BF16, "sm_90a", None, ((2, 70, 200), (2, 200, 50))),
+        (WGMMA_F16, "sm_90a", 3, ((40, 272), (272, 24))),
+        (MMA_BF16, "sm_90", 2, ((1, 33, 48), (3, 48, 65))),
+    ],
+)
+def test_kernel_interpreted_matches_the_emulation_on_exact_sums(text, arch, P, shapes):
+    rng = np.random.default_rng(3)
+    ins = jaxmma.instruction(text, arch=arch)
+    dt = _native._DTYPES[ins.atype]
+    (sa, sb) = shapes
+    A = jnp.asarray(rng.integers(-4, 5, sa), dt)
+    B = jnp.asarray(rng.integers(-4, 5, sb), dt)
+    lead = np.broadcast_shapes(sa[:-2], sb[:-2])
+    C = jnp.asarray(rng.integers(-9, 10, lead + (sa[-2], sb[-1])), jnp.float32)
+    C = C.at[..., 0, 0].set(-0.0)
+    cfg = _gemm.config(text, arch, P)
+    got = _native.gemm_bits(
+        cfg, _bits16(A), _bits16(B), jax.lax.bitcast_convert_type(C, jnp.uint32), interpret=True
+    )
+    want = jaxmma.matmul(A, B, C, instruction=text, arch=arch, promote_every=P, executor="emulate")
+    np.testing.assert_array_equal(
+        np.asarray(got), np.asarray(jax.lax.bitcast_convert_type(want, jnp.uint32))
+    )
+    assert float(jnp.max(jnp.abs(want))) > 50  # the sums are not trivial
+
+
+@pytest.mark.parametrize(
+    "steps, P, k_tile", [(256, None, 64), (13, None, 16), (12, 4, 64), (10, 4, 32), (8, 3, 16)]
+)
+def test_the_k_tile_divides_every_group(steps, P, k_tile):
+    ins = jaxmma.instruction(MMA_BF16, arch="sm_90")
+    kt = _native._k_tile(ins, steps, P)
+    assert kt == k_tile
+    groups = [steps] if P is None else [P] * (steps // P) + ([steps % P] if steps % P else [])
+    assert all((g * ins.k) % kt == 0 for g in groups)
