@@ -46,6 +46,13 @@ NVFP4 = (
     "mma.sync.aligned.m16n8k64.row.col.kind::mxf4nvf4.block_scale.scale_vec::4X"
     ".f32.e2m1.e2m1.f32.ue4m3"
 )
+MXF8F6F4 = (
+    "mma.sync.aligned.m16n8k32.row.col.kind::mxf8f6f4.block_scale.scale_vec::1X"
+    ".f32.{0}.{0}.f32.ue8m0"
+)
+MXFP4 = (
+    "mma.sync.aligned.m16n8k64.row.col.kind::mxf4.block_scale.scale_vec::2X.f32.e2m1.e2m1.f32.ue8m0"
+)
 #: family -> (instruction, arch, element dtype of A and B, matmul keywords)
 FAMILIES = {
     "bf16 m16n8k16, f32 acc": (BF16, "sm_90", jnp.bfloat16, {}),
@@ -85,6 +92,21 @@ FAMILIES = {
         jnp.int8,
         {},
     ),
+    "e4m3 m16n8k32, f32 acc (sm_100)": (
+        "mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32",
+        "sm_100",
+        jnp.float8_e4m3fn,
+        {},
+    ),
+    "e4m3 wgmma m64n64k32, promote_every=4": (
+        "wgmma.mma_async.sync.aligned.m64n64k32.f32.e4m3.e4m3",
+        "sm_90a",
+        jnp.float8_e4m3fn,
+        {"promote_every": 4},
+    ),
+    "MXFP8 e4m3 m16n8k32 block-scaled (sm_120a)": (MXF8F6F4.format("e4m3"), "sm_120a", None, {}),
+    "MXFP6 e3m2 m16n8k32 block-scaled (sm_120a)": (MXF8F6F4.format("e3m2"), "sm_120a", None, {}),
+    "MXFP4 m16n8k64 block-scaled (sm_120a)": (MXFP4, "sm_120a", None, {}),
     "NVFP4 m16n8k64 block-scaled (sm_120a)": (NVFP4, "sm_120a", None, {}),
 }
 
@@ -107,7 +129,7 @@ def _inputs(n, dtype, seed=0):
     if dtype is jnp.int8:
         A, B = (np.clip(np.round(x * 40), -127, 127) for x in (A, B))
         C = np.round(C * 1000).astype(np.int32)
-    if dtype is None:  # block-scaled: float32 in, quantized by matmul (NVFP4)
+    if dtype is None:  # block-scaled: float32 in, quantized by matmul (its default recipe)
         return jnp.asarray(A), jnp.asarray(B), jnp.asarray(C)
     return jnp.asarray(A, dtype), jnp.asarray(B, dtype), jnp.asarray(C)
 
