@@ -78,7 +78,7 @@ def time_ms(fn, *args, runs=5, warmup=2):
     return statistics.median(times)
 
 
-def gemm_fn(text, promote_every, mode, tiles=None):
+def gemm_fn(text, promote_every, mode, tiles=None):  # calls an emulating executor itself
     cfg = _gemm.config(text, "sm_90", promote_every)
     if mode == "xla":
         return jax.jit(lambda a, b, c: _gemm.xla_gemm_bits(cfg, a, b, c))
@@ -135,6 +135,21 @@ def tune(size, variants=((64, 64, 8), (32, 64, 4), (32, 32, 4))):
     return best[1]
 
 
+#: block-scaled families timed on float inputs (quantized inside matmul)
+BLOCK_SCALED = {
+    "MXFP8": (
+        "mma.sync.aligned.m16n8k32.row.col.kind::mxf8f6f4.block_scale.scale_vec::1X"
+        ".f32.e4m3.e4m3.f32.ue8m0",
+        "sm_120a",
+    ),
+    "NVFP4": (
+        "mma.sync.aligned.m16n8k64.row.col.kind::mxf4nvf4.block_scale.scale_vec::4X"
+        ".f32.e2m1.e2m1.f32.ue4m3",
+        "sm_120a",
+    ),
+}
+
+
 def table(size, xla_size):
     M, N, K = size
     rng = np.random.default_rng(2)
@@ -154,20 +169,26 @@ def table(size, xla_size):
         rows.append((f"native jnp.dot f32 (HIGHEST), {n}^3", base[n][0], n))
         rows.append((f"native jnp.dot bf16, {n}^3", base[n][1], n))
 
-    def jm(name, n, P=None, mode="pallas"):
+    def jm(name, n, P=None, mode="pallas", executor="emulate"):
         X, Y = f32((n, n)), f32((n, n))
-        dt = {"bf16": jnp.bfloat16, "e4m3": jnp.float8_e4m3fn}[name]
-        X, Y = X.astype(dt), Y.astype(dt)
+        text, arch = BLOCK_SCALED.get(name, (FORMS.get(name), "sm_90"))
+        if name not in BLOCK_SCALED:  # block-scaled: float32 in, quantized inside
+            dt = {"bf16": jnp.bfloat16, "e4m3": jnp.float8_e4m3fn}[name]
+            X, Y = X.astype(dt), Y.astype(dt)
         with _pallas.path(mode):
             fn = jax.jit(
                 lambda a, b: jaxmma.matmul(
-                    a, b, instruction=FORMS[name], arch="sm_90", promote_every=P
+                    a, b, instruction=text, arch=arch, promote_every=P, executor=executor
                 )
             )
             return time_ms(fn, X, Y, runs=5, warmup=1)
 
+    t_native = jm("bf16", M, executor="native")
+    rows.append((f"jaxmma.matmul bf16 m16n8k16, native executor, {M}^3", t_native, M))
     rows.append((f"jaxmma.matmul bf16 m16n8k16, Pallas, {M}^3", jm("bf16", M), M))
     rows.append((f"jaxmma.matmul e4m3 m16n8k32 P=4, Pallas, {M}^3", jm("e4m3", M, 4), M))
+    for name in BLOCK_SCALED:
+        rows.append((f"jaxmma.matmul {name} (float inputs), XLA path, {M}^3", jm(name, M), M))
     rows.append(
         (f"jaxmma.matmul bf16 m16n8k16, Pallas, {xla_size}^3", jm("bf16", xla_size), xla_size)
     )
