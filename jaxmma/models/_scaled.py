@@ -203,8 +203,8 @@ def _group_sum(terms: Terms, order, F: int):
     high = jnp.where(k >= 24, m << jnp.clip(k - 24, 0, 31).astype(U32), m >> (U32(24) - up))
     high = jnp.where(k >= 0, high, U32(0))
     neg_t = terms.sign != 0
-    lo = jnp.sum(jnp.where(neg_t, -low.astype(I32), low.astype(I32)), axis=-1)
-    hi = jnp.sum(jnp.where(neg_t, -high.astype(I32), high.astype(I32)), axis=-1)
+    lo = jnp.sum(jnp.where(neg_t, -low.astype(I32), low.astype(I32)), axis=-1, dtype=I32)
+    hi = jnp.sum(jnp.where(neg_t, -high.astype(I32), high.astype(I32)), axis=-1, dtype=I32)
     hi = hi + (lo >> 24)  # arithmetic shift: lo = (lo >> 24) * 2**24 + (lo & mask)
     lo = lo & 0xFFFFFF
     neg = hi < 0
