@@ -52,6 +52,8 @@ def _parse(text: str, arch: str | None) -> Instruction:
 
 def resolve(instruction, arch=None) -> Instruction:
     """``instruction`` (text or :class:`Instruction`) for ``arch`` (None: its own)."""
+    if arch is not None and not isinstance(arch, str):
+        raise TypeError(f"arch: expected None or a str such as 'sm_90', got {type(arch).__name__}")
     if isinstance(instruction, str):
         ins = _parse(instruction, arch)
     elif isinstance(instruction, Instruction):
@@ -195,7 +197,9 @@ def xla_gemm_bits(cfg: Config, A, B, C, *, scales=None):
         return chain(C, xs)
 
     # promotion: groups of P k-steps from +0, each added into the f32 total; a short last
-    # group runs in the same (once-compiled) loop, its missing steps masked out
+    # group runs in the same (once-compiled) loop, its missing steps masked out. P >= S is
+    # one group of all S steps (the same bits): capped, so that a huge P allocates nothing
+    P = min(P, S)
     G = -(-S // P)
     real = np.arange(G * P).reshape(G, P) < S
     fill = np.minimum(np.arange(G * P), S - 1)  # any step fills the masked places

@@ -225,7 +225,15 @@ def all_instructions(opcode: str | None = None, arch: str | None = None) -> tupl
     Expands each form of the table over its layouts, ``.satfinite``, rounding modifiers,
     b1 operations and ``.trans``. State spaces (``.shared``/``.global``) are not expanded.
     With ``arch``, only the forms that architecture runs are returned, emulated as it.
+
+    Raises:
+      ValueError: ``opcode`` is not None nor one of the spec's opcodes
+        (``"mma"``, ``"wmma.mma"``, ``"ldmatrix"``, ...).
     """
+    if opcode is not None and opcode not in _spec.OPCODES:
+        raise ValueError(
+            f"opcode: expected None or one of {', '.join(_spec.OPCODES)}, got {_ptx.shown(opcode)}"
+        )
     out = []
     want = None if arch is None else _ptx.parse_arch(arch)
     for f in _spec.forms(opcode):
