@@ -38,6 +38,7 @@ from ..instructions._instruction import Instruction
 from ..instructions._instruction import instruction as _parse_text
 from ..models import _models
 from ..operands import _operands, _quant, _scaling, _sparse
+from ..spec._ptx import shown as _shown
 from ..util import _errors, _ste
 from . import _pallas
 
@@ -433,6 +434,13 @@ def matmul(
     """
     cfg = config(instruction, arch, promote_every, grad_instruction)
     ins = cfg.ins
+    for name, x in (("A", A), ("B", B), ("C", C)):
+        _values.check_numeric(x, name)
+    if not ins.stype:  # doubles rounded once, before JAX would make them float32
+        A = _operands.float64_operand(ins, ins.atype, A, "A")
+        B = _operands.float64_operand(ins, ins.btype, B, "B")
+        if C is not None:
+            C = _operands.float64_operand(ins, ins.ctype, C, "C")
     q = None
     if ins.stype:
         A, B, q = _quantize_operands(ins, A, B, quantize)
@@ -491,6 +499,20 @@ def dot_general(
       (2, 5, 3)
     """
     del precision
+    if preferred_element_type is not None:
+        try:
+            preferred_element_type = jnp.dtype(preferred_element_type)
+        except TypeError:
+            raise TypeError(
+                "preferred_element_type: expected None or a dtype (jnp.float32, ...), got "
+                f"{_shown(preferred_element_type)}"
+            ) from None
+    _values.check_numeric(lhs, "lhs")
+    _values.check_numeric(rhs, "rhs")
+    ins = resolve(instruction, arch)
+    if not ins.stype:  # doubles rounded once, before JAX would make them float32
+        lhs = _operands.float64_operand(ins, ins.atype, lhs, "lhs")
+        rhs = _operands.float64_operand(ins, ins.btype, rhs, "rhs")
     lhs, rhs = jnp.asarray(lhs), jnp.asarray(rhs)
     (lc, rc), (lb, rb) = _dimension_numbers(dimension_numbers, lhs, rhs)
     lf = [d for d in range(lhs.ndim) if d not in lc and d not in lb]
@@ -508,14 +530,22 @@ def dot_general(
     return D
 
 
+def _is_dim(d) -> bool:
+    """A dimension index: an int (NumPy's too), never a bool, float or string."""
+    return isinstance(d, (int, np.integer)) and not isinstance(d, (bool, np.bool_))
+
+
 def _dimension_numbers(dn, lhs, rhs):
     try:
         (lc, rc), (lb, rb) = dn
+        lc, rc, lb, rb = (tuple(x) for x in (lc, rc, lb, rb))
+        if not all(_is_dim(d) for d in lc + rc + lb + rb):
+            raise TypeError
         lc, rc, lb, rb = (tuple(int(d) for d in x) for x in (lc, rc, lb, rb))
     except (TypeError, ValueError):
         raise ValueError(
             "dimension_numbers: expected ((lhs_contracting, rhs_contracting), (lhs_batch, "
-            f"rhs_batch)), got {dn!r}"
+            f"rhs_batch)) of int dimension indices, got {_shown(dn)}"
         ) from None
     for name, dims, x in (("lhs", lc + lb, lhs), ("rhs", rc + rb, rhs)):
         if any(d < 0 or d >= x.ndim for d in dims) or len(set(dims)) != len(dims):

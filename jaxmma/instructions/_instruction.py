@@ -180,8 +180,9 @@ class Instruction:
         ``matrix`` holds the operand's elements in its element dtype (``jnp.bfloat16``,
         ``jnp.float8_e4m3fn``, ...; bit-cast, never value-converted) or as unsigned raw bits
         at least as wide as the element (``uint16`` or ``uint32`` for ``.bf16``; ``uint8``
-        for ``kind::f8f6f4`` containers; bits above the element are ignored). Any other
-        dtype is a ``TypeError`` (values are never converted).
+        for ``kind::f8f6f4`` containers). Concrete raw bits above the element's width are
+        a ``ValueError``; traced ones (under ``jit``) cannot be inspected and have those
+        bits dropped. Any other dtype is a ``TypeError`` (values are never converted).
         """
         return _fragments.fragment_matrix(self, operand, matrix)
 
