@@ -391,7 +391,9 @@ def matmul(
         +0 to a multiple of the instruction's k). Element dtypes (``jnp.bfloat16``,
         ``jnp.float8_e4m3fn``, ``jnp.int8``, ...) are used as they are; other float
         dtypes are rounded to nearest into the element type (saturating for fp8/fp6/fp4
-        and integers: ``cvt.rn.satfinite``); unsigned integers are raw bits. C is in the
+        and integers: ``cvt.rn.satfinite``), float64 once from the double, x64 on or
+        off (docs/dtypes.md); unsigned integers are raw bits, at least as wide as the
+        element's container. C is in the
         accumulator type (f32 inputs are rounded to an f16 accumulator).
         Sparse (``mma.sp``) forms: A is the dense matrix with the form's structure (2 of
         every 4, 1 of 2 for ``.tf32``), checked (ValueError for concrete A).
@@ -405,7 +407,8 @@ def matmul(
         ``wmma.mma`` form, or a :class:`jaxmma.Instruction`.
       arch: the architecture whose arithmetic is emulated (default: the instruction's).
       promote_every: P k-steps between promotions of the instruction accumulator into an
-        f32 total (f32 accumulators only); None: no promotion.
+        f32 total (f32 accumulators only); None: no promotion. P at least the number
+        of k-steps is one group of all of them (the same bits, at no cost).
       quantize: for block-scaled forms with float A/B, ``quantize(x, axis=...)`` ->
         ``Quantized`` (e.g. ``functools.partial(jaxmma.quant.quantize_mx, fmt="e2m1",
         block=32, scale_rounding="ceil")``).
