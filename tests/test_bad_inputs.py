@@ -1149,6 +1149,28 @@ for _p in (0, -3, 1.5, True, "4"):
         promote_every=_p,
     )
 
+case20(
+    "matmul-block-scaled-inexact-double",
+    TypeError,
+    "A: expected float32",
+    jaxmma.matmul,
+    np.full((16, 32), 0.1),
+    np.ones((32, 8)),
+    instruction=MX,
+    jit=False,
+)
+case20(
+    "dot-general-block-scaled-inexact-double",
+    TypeError,
+    "rhs: expected float32",
+    jaxmma.dot_general,
+    np.ones((16, 32)),
+    np.full((32, 8), 0.1),
+    _DN,
+    instruction=MX,
+    jit=False,
+)
+
 # 6. arguments that do not apply are refused at the matrix level too
 case20(
     "mma-dense-scale_a",
@@ -1235,6 +1257,8 @@ def test_issue20_a_double_is_rounded_once():
     # doubles that float32 holds exactly pass everywhere, the quantizers included
     q = Q.quantize_mx(np.ones((4, 32)), "e4m3")
     assert np.all(np.asarray(Q.dequantize(q)) == 1.0)
+    D = jaxmma.matmul(np.full((16, 32), 0.5), np.full((32, 8), 2.0), instruction=MX)
+    assert np.all(np.asarray(D) == 32.0)
 
 
 def test_issue20_numpy_uint64_registers_are_taken_exactly():

@@ -33,7 +33,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from ..arith import _numerics
-from ..bits import _values
+from ..bits import _formats, _values
 from ..instructions._instruction import Instruction
 from ..instructions._instruction import instruction as _parse_text
 from ..models import _models
@@ -333,6 +333,8 @@ def _quantize_operands(ins, A, B, quantize):
         if isinstance(x, _quant.Quantized):
             out.append((None, x))
             continue
+        if _formats.concrete_float64(x):  # the quantizers' rule: doubles exact in float32
+            x = _quant._as_f32(x, name)
         x = jnp.asarray(x)
         if not jnp.issubdtype(x.dtype, jnp.floating):
             raise TypeError(
@@ -516,6 +518,9 @@ def dot_general(
     if not ins.stype:  # doubles rounded once, before JAX would make them float32
         lhs = _operands.float64_operand(ins, ins.atype, lhs, "lhs")
         rhs = _operands.float64_operand(ins, ins.btype, rhs, "rhs")
+    else:  # quantized: the quantizers' rule, doubles exact in float32
+        lhs = _quant._as_f32(lhs, "lhs") if _formats.concrete_float64(lhs) else lhs
+        rhs = _quant._as_f32(rhs, "rhs") if _formats.concrete_float64(rhs) else rhs
     lhs, rhs = jnp.asarray(lhs), jnp.asarray(rhs)
     (lc, rc), (lb, rb) = _dimension_numbers(dimension_numbers, lhs, rhs)
     lf = [d for d in range(lhs.ndim) if d not in lc and d not in lb]

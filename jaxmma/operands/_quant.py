@@ -127,7 +127,7 @@ def _flag(value, name: str) -> bool:
     return bool(value)
 
 
-def _as_f32(x) -> jax.Array:
+def _as_f32(x, name: str = "x") -> jax.Array:
     dtype = np.dtype(x.dtype if hasattr(x, "dtype") else np.asarray(x).dtype)
     if dtype == np.float64:  # NumPy arrays, Python floats: rounding them would be silent
         d = None if isinstance(x, jax.Array) else np.asarray(x, np.float64)
@@ -135,16 +135,16 @@ def _as_f32(x) -> jax.Array:
             inexact = d is None or np.any((d.astype(np.float32) != d) & ~np.isnan(d))
         if inexact:
             raise TypeError(
-                "x: expected float32, float16 or bfloat16, got float64 values that float32 "
+                f"{name}: expected float32, float16 or bfloat16, got float64 values that float32 "
                 "cannot hold (converting them would round every value once more; pass "
                 "x.astype(np.float32) if that is intended)"
             )
         x = d.astype(np.float32)  # every value exact: nothing is rounded (NaN stays NaN)
-    _values.check_numeric(x, "x")
+    _values.check_numeric(x, name)
     x = jnp.asarray(x)
     if x.dtype not in (jnp.dtype(jnp.float32), jnp.dtype(jnp.float16), jnp.dtype(jnp.bfloat16)):
         raise TypeError(
-            f"x: expected float32, float16 or bfloat16 (converted exactly to float32), "
+            f"{name}: expected float32, float16 or bfloat16 (converted exactly to float32), "
             f"got {x.dtype}"
         )
     return x.astype(jnp.float32)
