@@ -731,7 +731,7 @@ case(
     TypeError,
     "x: expected float32",
     Q.quantize_mx,
-    np.ones((4, 32)),
+    np.full((4, 32), 0.1),  # not exact in float32 (exact doubles pass: docs/dtypes.md)
     "e4m3",
     jit=False,
 )
@@ -857,3 +857,448 @@ def test_quantized_operand_mismatch():
     qb = Q.quantize_mx(jnp.ones((32, 8), jnp.float32), "e4m3", axis=-2, block=32)
     with pytest.raises(ValueError, match="scale_a: the quantized operand does not fit.*e4m3"):
         Q.as_operands(MX, q, qb)
+
+
+# --- issue 20: x64, dtype rule, crashes, arguments that do not apply ---
+# (docs/dtypes.md states the rule these cases check)
+ISSUE20: list = []
+_E4M3 = "mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32"
+_DN = ((1,), (0,)), ((), ())
+
+
+def case20(cid, exc, pattern, fn, *args, jit=True, **kwargs):
+    ISSUE20.append(pytest.param(fn, args, kwargs, exc, pattern, jit, id=cid))
+
+
+def _matmul(A, B, **kw):
+    return jaxmma.matmul(A, B, instruction=BF16, **kw)
+
+
+def _dot(lhs, rhs, dn=_DN, **kw):
+    return jaxmma.dot_general(lhs, rhs, dn, instruction=BF16, **kw)
+
+
+# 4. one dtype rule
+case20(
+    "encode-f32-rz-inexact-double",
+    TypeError,
+    "x: float64 values that float32 cannot hold",
+    F.encode,
+    "f32",
+    np.float64(0.1),
+    rounding="rz",
+    jit=False,
+)
+case20(
+    "encode-stochastic-inexact-double",
+    TypeError,
+    "x: float64 values",
+    F.encode,
+    "e4m3",
+    np.full(4, 0.1),
+    rounding="stochastic",
+    random_bits=np.zeros(4, np.uint32),
+    jit=False,
+)
+case20(
+    "encode-s8-wrapping-inexact-double",
+    TypeError,
+    "x: float64 values",
+    F.encode,
+    "s8",
+    np.float64(2**40 + 0.5),
+    jit=False,
+)
+case20(
+    "matmul-uint8-bits-for-bf16",
+    TypeError,
+    "A: unsigned raw bits .*at least 16 bits",
+    _matmul,
+    z((16, 16), jnp.uint8),
+    z((16, 8), jnp.bfloat16),
+)
+case20(
+    "matmul-uint8-bits-for-bf16-B",
+    TypeError,
+    "B: unsigned raw bits",
+    _matmul,
+    z((16, 16), jnp.bfloat16),
+    z((16, 8), jnp.uint8),
+)
+case20(
+    "registers-numpy-uint64-high-bits",
+    ValueError,
+    "a: uint64 values .*32-bit",
+    BF16,
+    np.full((32, 4), 2**40 + 1, np.uint64),
+    B2,
+    C4,
+    jit=False,
+)
+case20(
+    "unfragment-numpy-uint64-high-bits",
+    ValueError,
+    "c: uint64 values",
+    BF16.unfragment,
+    "c",
+    np.full((32, 4), 2**33, np.uint64),
+    jit=False,
+)
+case20(
+    "decode-python-int-too-wide",
+    ValueError,
+    "bits: Python ints are 32-bit words",
+    F.decode,
+    "f32",
+    2**40,
+    jit=False,
+)
+case20(
+    "decode-negative-python-int", ValueError, "bits: Python ints", F.decode, "bf16", -1, jit=False
+)
+case20(
+    "decode-numpy-uint64-too-wide",
+    ValueError,
+    "bits: values are 32-bit words",
+    F.decode,
+    "f32",
+    np.array([1, 2**40], np.uint64),
+    jit=False,
+)
+for _bad in (1.5, True, "1", None):
+    case20(
+        f"dot-general-dimension-{_bad!r}",
+        ValueError,
+        "dimension_numbers: .*int",
+        _dot,
+        X,
+        z((32, 8), jnp.float32),
+        (((_bad,), (0,)), ((), ())),
+    )
+case20(
+    "dot-general-batch-dimension-bool",
+    ValueError,
+    "dimension_numbers",
+    _dot,
+    z((2, 4, 32), jnp.float32),
+    z((2, 32, 8), jnp.float32),
+    (((2,), (1,)), ((False,), (0,))),
+)
+case20(
+    "quantize-mx-saturate-string",
+    TypeError,
+    "saturate: expected True or False",
+    Q.quantize_mx,
+    X,
+    "e4m3",
+    saturate="no",
+)
+case20(
+    "quantize-mx-saturate-int",
+    TypeError,
+    "saturate: expected True or False",
+    Q.quantize_mx,
+    X,
+    "e4m3",
+    saturate=1,
+)
+case20(
+    "quantize-nvfp4-saturate-string",
+    TypeError,
+    "saturate: expected True or False",
+    Q.quantize_nvfp4,
+    X,
+    saturate="yes",
+)
+case20(
+    "all-instructions-bogus",
+    ValueError,
+    "opcode: expected None or one of mma",
+    jaxmma.all_instructions,
+    "bogus",
+    jit=False,
+)
+case20(
+    "all-instructions-mma-sp",
+    ValueError,
+    "opcode: .*wgmma.mma_async",
+    jaxmma.all_instructions,
+    "mma.sp",
+    jit=False,
+)
+case20(
+    "fragment-bits-above-the-element",
+    ValueError,
+    "a: raw bits .*16-bit elements",
+    BF16.fragment,
+    "a",
+    np.full((16, 16), 0x12345, np.uint32),
+    jit=False,
+)
+case20(
+    "fragment-bits-above-the-element-jax",
+    ValueError,
+    "b: raw bits",
+    BF16.fragment,
+    "b",
+    jnp.full((16, 8), 0x10000, U32),
+    jit=False,
+)
+
+# 5. no crash inside JAX or NumPy
+_OBJ = np.array([[object()] * 16] * 16)
+case20(
+    "matmul-object-array",
+    TypeError,
+    "A: expected a numeric array",
+    _matmul,
+    _OBJ,
+    z((16, 8), jnp.bfloat16),
+    jit=False,
+)
+case20(
+    "matmul-string-array-C",
+    TypeError,
+    "C: expected a numeric array",
+    _matmul,
+    AM,
+    BM,
+    C=np.full((16, 8), "x"),
+    jit=False,
+)
+case20(
+    "dot-general-object-array",
+    TypeError,
+    "rhs: expected a numeric array",
+    _dot,
+    X,
+    np.array([[object()] * 8] * 32),
+    jit=False,
+)
+case20(
+    "mma-object-array", TypeError, "A: expected a numeric array", BF16.mma, _OBJ, BM, CM, jit=False
+)
+case20(
+    "register-object-array",
+    TypeError,
+    "b: expected a numeric array",
+    BF16,
+    A4,
+    np.array([[object()] * 2] * 32),
+    C4,
+    jit=False,
+)
+case20(
+    "encode-random-bits-shape",
+    ValueError,
+    "random_bits: expected a shape that broadcasts",
+    F.encode,
+    "e4m3",
+    jnp.ones((4, 4)),
+    rounding="stochastic",
+    random_bits=jnp.zeros((3,), U32),
+)
+case20(
+    "dot-general-preferred-foo",
+    TypeError,
+    "preferred_element_type: expected None or a dtype",
+    _dot,
+    X,
+    z((32, 8), jnp.float32),
+    preferred_element_type="foo",
+)
+case20(
+    "instruction-list-text",
+    TypeError,
+    "text: expected a str",
+    jaxmma.instruction,
+    [BF16.text],
+    jit=False,
+)
+case20(
+    "instruction-list-arch",
+    TypeError,
+    "arch: expected None or a str",
+    jaxmma.instruction,
+    BF16.text,
+    arch=["sm_90"],
+    jit=False,
+)
+case20(
+    "matmul-list-arch", TypeError, "arch: expected None or a str", _matmul, AM, BM, arch=["sm_90"]
+)
+case20(
+    "matmul-list-instruction",
+    TypeError,
+    "instruction: expected PTX text",
+    jaxmma.matmul,
+    AM,
+    BM,
+    instruction=[BF16.text],
+)
+for _p in (0, -3, 1.5, True, "4"):
+    _exc = ValueError if isinstance(_p, int) and not isinstance(_p, bool) else TypeError
+    case20(
+        f"promote-every-{_p!r}",
+        _exc,
+        "promote_every",
+        jaxmma.matmul,
+        X,
+        z((32, 8), jnp.float32),
+        instruction=_E4M3,
+        promote_every=_p,
+    )
+
+case20(
+    "matmul-block-scaled-inexact-double",
+    TypeError,
+    "A: expected float32",
+    jaxmma.matmul,
+    np.full((16, 32), 0.1),
+    np.ones((32, 8)),
+    instruction=MX,
+    jit=False,
+)
+case20(
+    "dot-general-block-scaled-inexact-double",
+    TypeError,
+    "rhs: expected float32",
+    jaxmma.dot_general,
+    np.ones((16, 32)),
+    np.full((32, 8), 0.1),
+    _DN,
+    instruction=MX,
+    jit=False,
+)
+
+# 6. arguments that do not apply are refused at the matrix level too
+case20(
+    "mma-dense-scale_a",
+    ValueError,
+    "scale_a: operands of .block_scale forms",
+    BF16.mma,
+    AM,
+    BM,
+    CM,
+    scale_a=z((16, 1)),
+)
+case20(
+    "mma-dense-scale_b",
+    ValueError,
+    "scale_b: operands of .block_scale forms",
+    BF16.mma,
+    AM,
+    BM,
+    CM,
+    scale_b=z((1, 8)),
+)
+case20(
+    "mma-dense-metadata",
+    ValueError,
+    "metadata: operands of mma.sp only",
+    BF16.mma,
+    AM,
+    BM,
+    CM,
+    metadata=z((16, 8), jnp.int32),
+)
+case20(
+    "mma-dense-check",
+    ValueError,
+    "check: operands of mma.sp only",
+    BF16.mma,
+    AM,
+    BM,
+    CM,
+    check=True,
+)
+case20(
+    "mma-dense-check-false",
+    ValueError,
+    "check: operands of mma.sp only",
+    BF16.mma,
+    AM,
+    BM,
+    CM,
+    check=False,
+)
+case20(
+    "wmma-mma-dense-scale_a",
+    TypeError,
+    "scale_a",
+    WMMA.mma,
+    z((16, 16), jnp.float32),
+    z((16, 16), jnp.float32),
+    z((16, 16), jnp.float32),
+    scale_a=z((16, 1)),
+)
+
+
+@pytest.mark.parametrize(("fn", "args", "kwargs", "exc", "pattern", "jit"), ISSUE20)
+@pytest.mark.parametrize("mode", ["eager", "jit"])
+def test_issue20_bad_input_is_refused(fn, args, kwargs, exc, pattern, jit, mode):
+    test_bad_input_is_refused(fn, args, kwargs, exc, pattern, jit, mode)
+
+
+def test_issue20_a_double_is_rounded_once():
+    """1 + 2**-8 + 2**-30 lies above the bf16 tie 1 + 2**-8: to nearest it is 0x3F81, and
+    1.0078125 in every product with 1; through float32 (the tie) it would be 0x3F80."""
+    v = 1 + 2**-8 + 2**-30
+    for x in (v, np.float64(v), np.array([v]), [v]):
+        assert np.asarray(F.encode("bf16", x)).tolist() in (0x3F81, [0x3F81])
+    assert int(F.encode("e4m3", np.float64(1 + 2**-4 + 2**-40))) == 0x39  # above the tie
+    assert int(F.encode("e4m3", np.float64(1 + 2**-4 - 2**-40))) == 0x38
+    assert float(F.round_to_format("bf16", v)) == 1.0078125
+    A = np.full((16, 16), v)  # float64
+    eye = np.eye(16)[:, :8]
+    assert np.all(np.asarray(_matmul(A, eye)) == 1.0078125)
+    assert np.all(np.asarray(_dot(A, eye)) == 1.0078125)
+    assert np.all(np.asarray(_matmul(A.astype(np.float32), eye.astype(np.float32))) == 1.0)
+    # doubles that float32 holds exactly pass everywhere, the quantizers included
+    q = Q.quantize_mx(np.ones((4, 32)), "e4m3")
+    assert np.all(np.asarray(Q.dequantize(q)) == 1.0)
+    D = jaxmma.matmul(np.full((16, 32), 0.5), np.full((32, 8), 2.0), instruction=MX)
+    assert np.all(np.asarray(D) == 32.0)
+
+
+def test_issue20_numpy_uint64_registers_are_taken_exactly():
+    regs = np.full((32, 4), 0x3F803F80, np.uint64)  # bf16 pairs of 1.0, values below 2**32
+    A = np.asarray(BF16.unfragment("a", regs))
+    assert A.dtype == np.uint32 and np.all(A == 0x3F80)
+
+
+def test_issue20_traced_bits_above_the_element_are_dropped():
+    """docs/dtypes.md: ins.fragment cannot inspect traced raw bits; bits above the
+    element's 16 are dropped (0x12345 -> 0x2345)."""
+    regs = jax.jit(lambda m: BF16.fragment("a", m))(jnp.full((16, 16), 0x12345, U32))
+    assert np.all(np.asarray(regs) == 0x23452345)
+
+
+@pytest.mark.parametrize("P", [3_000_000, 2**40])
+def test_issue20_huge_promote_every_is_one_group(P):
+    """P at least the number of k-steps (here 64 / 32 = 2) is one group: the same bits as
+    P = 2, computed without a P-sized loop."""
+    rng = np.random.default_rng(0)
+    A = jnp.asarray(rng.standard_normal((16, 64), np.float32))
+    B = jnp.asarray(rng.standard_normal((64, 8), np.float32))
+    C = jnp.asarray(rng.standard_normal((16, 8), np.float32))
+    want = jaxmma.matmul(A, B, C, instruction=_E4M3, arch="sm_90", promote_every=2)
+    got = jaxmma.matmul(A, B, C, instruction=_E4M3, arch="sm_90", promote_every=P)
+    assert np.array_equal(np.asarray(got).view(np.uint32), np.asarray(want).view(np.uint32))
+
+
+def test_issue20_zero_size_batches_give_empty_results():
+    assert BF16.unfragment("a", z((0, 32, 4))).shape == (0, 16, 16)
+    assert BF16.fragment("a", z((0, 16, 16), jnp.bfloat16)).shape == (0, 32, 4)
+    q = Q.quantize_mx(z((0, 64), jnp.float32), "e4m3")
+    assert q.elements.shape == (0, 64) and q.scales.shape == (0, 2)
+    q = Q.quantize_nvfp4(z((0, 64), jnp.float32))
+    assert q.elements.shape == (0, 64) and q.scales.shape == (0, 4)
+    assert _matmul(z((0, 16, 16), jnp.bfloat16), BM).shape == (0, 16, 8)
+
+
+def test_issue20_a_long_text_is_not_echoed_whole():
+    for text in ("x" * 10**6, "mma." + "q" * 10**6, BF16.text + ".row" * 10**5):
+        with pytest.raises(ValueError) as info:
+            jaxmma.instruction(text)
+        assert len(str(info.value)) < 1000 and "characters)" in str(info.value)

@@ -671,8 +671,8 @@ def test_errors():
         F.encode("e4m3", x, rounding="stochastic", random_bits=np.zeros(3, np.int32))
     with pytest.raises(TypeError, match="x: expected a floating dtype"):
         F.encode("e4m3", np.ones(3, np.int32))
-    with pytest.raises(TypeError, match="x: got float64 but jax_enable_x64 is off"):
-        F.encode("e4m3", np.ones(3))
+    with pytest.raises(TypeError, match="x: float64 values that float32 cannot hold"):
+        F.encode("f32", np.full(3, 0.1), rounding="rz")  # docs/dtypes.md
     with pytest.raises(ValueError, match="jax_enable_x64"):
         F.decode("f64", np.uint32(0))
     with pytest.raises(ValueError, match="f64"):

@@ -27,7 +27,9 @@ def i32(v: int):
 
 
 def srl(x, s):
-    return lax.shift_right_logical(x, s)
+    """``x >> s`` (logical) with ``s`` in the dtype of ``x``: a Python int shift is int64
+    under ``jax_enable_x64``, and ``lax`` shifts take no mixed dtypes."""
+    return lax.shift_right_logical(x, lax.convert_element_type(s, x.dtype))
 
 
 def c_fields(c, fmt: str):

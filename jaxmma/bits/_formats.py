@@ -183,31 +183,88 @@ def _dtype_of(x) -> np.dtype:
     return np.dtype(x.dtype) if hasattr(x, "dtype") else np.asarray(x).dtype
 
 
+def _shown_int(v: int) -> str:
+    r = str(v)
+    return r if len(r) <= 40 else f"{r[:40]}... ({len(r)} digits)"
+
+
 def _as_bits(bits, f: Format) -> jax.Array:
     word = jnp.uint64 if f.bits == 64 else jnp.uint32
+    width = 64 if f.bits == 64 else 32
     if isinstance(bits, int) and not isinstance(bits, bool):
+        if not 0 <= bits < 2**width:  # never wrapped into the word
+            raise ValueError(
+                f"bits: Python ints are {width}-bit words for fmt={f.name!r}, from 0 to "
+                f"2**{width} - 1; got {_shown_int(bits)}"
+            )
         return jnp.asarray(np.asarray(bits).astype(word))
+    if isinstance(bits, np.ndarray | np.integer) and bits.dtype.itemsize * 8 > width:
+        lo, hi = (int(bits.min()), int(bits.max())) if bits.size else (0, 0)
+        if lo < 0 or hi >= 2**width:  # a NumPy uint64/int64 word would lose its high bits
+            raise ValueError(
+                f"bits: values are {width}-bit words for fmt={f.name!r}, from 0 to "
+                f"2**{width} - 1; got {_shown_int(lo if lo < 0 else hi)}"
+            )
+        return jnp.asarray(np.asarray(bits).astype(np.uint64 if width == 64 else np.uint32))
     dtype = _dtype_of(bits)
     if not jnp.issubdtype(dtype, jnp.integer):
         raise TypeError(f"bits: expected an integer dtype (uint32, or uint64 for f64), got {dtype}")
     return jnp.asarray(bits).astype(word)
 
 
-def _as_float(x, f: Format) -> jax.Array:
+def concrete_float64(x) -> bool:
+    """Whether ``x`` holds doubles that JAX has not seen yet: Python floats (and ints),
+    NumPy float64 arrays and scalars, lists of them."""
+    if isinstance(x, bool | np.bool_):
+        return False
+    if isinstance(x, int | float | list | tuple):
+        return np.asarray(x).dtype.kind in "if"
+    return isinstance(x, np.ndarray | np.floating) and x.dtype == np.float64
+
+
+def float64_to_float32(x, f: Format, rounding: str = "rn", saturate: bool = False, name="x"):
+    """Concrete doubles (see :func:`concrete_float64`) -> float32 values whose rounding
+    into ``f`` (with ``rounding``, ``saturate``) gives the bits of one rounding of the
+    doubles themselves: never a double rounding, with x64 off as well as on.
+
+    Values that float32 holds exactly pass unchanged. The others are rounded to odd
+    (toward zero, the last bit set when inexact; beyond float32's range: its largest
+    finite value): float32 keeps at least two bits more than any narrower format in
+    every binade, so rounding that once more, in any mode, equals rounding the double.
+    Where that does not hold, an inexact double is a TypeError: ``.f32`` itself other than
+    to nearest (to nearest, NumPy's conversion is the one rounding), stochastic rounding,
+    and integer formats without ``saturate`` beyond 2**22 (they wrap).
+    """
+    d = np.asarray(x, np.float64)
+    with np.errstate(over="ignore"):
+        r = d.astype(np.float32)
+    inexact = (r.astype(np.float64) != d) & ~np.isnan(d)
+    if not inexact.any() or (f.name == "f32" and rounding == "rn"):
+        return r
+    wraps = f.kind != "float" and not saturate and bool(np.any(inexact & (np.abs(d) >= 2**22)))
+    if f.name in ("f32", "f64") or rounding == "stochastic" or wraps:
+        first = d[inexact].flat[0]
+        raise TypeError(
+            f"{name}: float64 values that float32 cannot hold (e.g. {first!r}) would be "
+            f"rounded twice on their way into .{f.name} with rounding={rounding!r} while "
+            "jax_enable_x64 is off; pass float32 (x.astype(np.float32)) or enable x64"
+        )
+    bits = r.view(np.uint32)
+    away = np.abs(r.astype(np.float64)) > np.abs(d)  # rn went up (or to Inf): one step back
+    bits = np.where(inexact & away, bits - np.uint32(1), bits)
+    return np.where(inexact, bits | np.uint32(1), bits).view(np.float32)
+
+
+def _as_float(x, f: Format, rounding="rn", saturate=False) -> jax.Array:
     want = jnp.float64 if f.bits == 64 else jnp.float32
-    if isinstance(x, (int, float)) and not isinstance(x, bool):
-        return jnp.asarray(x, want)
+    if concrete_float64(x):  # doubles: rounded once, directly (see float64_to_float32)
+        if _x64():
+            return jnp.asarray(np.asarray(x, np.float64))
+        return jnp.asarray(float64_to_float32(x, f, rounding, saturate))
     dtype = _dtype_of(x)
     if not jnp.issubdtype(dtype, jnp.floating):
         raise TypeError(f"x: expected a floating dtype (float32; float64 with x64), got {dtype}")
-    if dtype == np.float64:
-        if not _x64():
-            raise TypeError(
-                "x: got float64 but jax_enable_x64 is off; converting it to "
-                "float32 first would round twice. Pass float32, or enable x64."
-            )
-        want = jnp.float64
-    return jnp.asarray(x).astype(want)
+    return jnp.asarray(x).astype(jnp.float64 if dtype == np.float64 else want)
 
 
 # ---- integer helpers: shifts by traced amounts that may be out of range ----------------
@@ -448,7 +505,7 @@ def encode(fmt: str, x, *, rounding="rn", saturate=False, random_bits=None, ftz=
             f"it, got rounding={rounding!r} and random_bits={random_bits!r}"
         )
     _need_x64(f)
-    x = _grad.no_derivative(_as_float(x, f), _ENCODE_NO_DERIVATIVE)
+    x = _grad.no_derivative(_as_float(x, f, rounding, saturate), _ENCODE_NO_DERIVATIVE)
     rbits = None
     if random_bits is not None:
         if isinstance(random_bits, int):
@@ -456,6 +513,16 @@ def encode(fmt: str, x, *, rounding="rn", saturate=False, random_bits=None, ftz=
         dtype = _dtype_of(random_bits)
         if dtype != np.uint32:
             raise TypeError(f"random_bits: expected uint32, got {dtype}")
+        shape = tuple(np.shape(random_bits))
+        try:
+            ok = jnp.broadcast_shapes(shape, x.shape) == tuple(x.shape)
+        except ValueError:
+            ok = False
+        if not ok:
+            raise ValueError(
+                f"random_bits: expected a shape that broadcasts to x's {tuple(x.shape)}, "
+                f"got {shape}"
+            )
         rbits = jnp.broadcast_to(jnp.asarray(random_bits), x.shape)
     src = FORMATS["f64" if x.dtype == jnp.float64 else "f32"]
     raw = lax.bitcast_convert_type(x, jnp.uint64 if src.bits == 64 else jnp.uint32)
@@ -518,7 +585,9 @@ def round_to_format(fmt: str, x, **kwargs) -> jax.Array:
       >>> float(round_to_format("e2m1", 2.4))
       2.0
     """
-    _as_float(x, get_format(fmt))  # the errors naming fmt and x, before tracing
-    if isinstance(x, (list, tuple)):
-        x = np.asarray(x)
+    f = get_format(fmt)
+    rounding, saturate = kwargs.get("rounding", "rn"), kwargs.get("saturate", False)
+    x32 = _as_float(x, f, rounding, saturate)  # the errors naming fmt and x, before tracing
+    if concrete_float64(x):  # doubles: the values that round as the doubles do
+        x = x32
     return _grad.straight_through(lambda v: decode(fmt, encode(fmt, v, **kwargs)), x)

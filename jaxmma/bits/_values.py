@@ -93,7 +93,26 @@ def registers(x, name: str, bits: int = 32):
                     f"from 0 to 2**{bits} - 1; got {bad}"
                 )
             return jnp.asarray(a.astype(np.uint64 if bits == 64 else np.uint32))
+    if isinstance(x, np.ndarray) and x.dtype == np.uint64 and bits < 64:
+        # NumPy uint64: taken exactly (x64 off would cut the high bits silently, x64 on
+        # would refuse the dtype): the values must fit the register
+        hi = int(x.max()) if x.size else 0
+        if hi >= 2**bits:
+            raise ValueError(
+                f"{name}: uint64 values are taken as {bits}-bit register bits, which run from "
+                f"0 to 2**{bits} - 1; got {hi}"
+            )
+        return jnp.asarray(x.astype(np.uint32))
+    check_numeric(x, name)
     return jnp.asarray(x)
+
+
+def check_numeric(x, name: str) -> None:
+    """TypeError naming ``name`` for a NumPy array that holds no numbers (objects,
+    strings, records), before JAX or NumPy fails on it deep inside."""
+    dtype = getattr(x, "dtype", None)
+    if isinstance(x, np.ndarray) and dtype.kind not in "biufc":
+        raise TypeError(f"{name}: expected a numeric array, got a NumPy array of dtype {dtype}")
 
 
 def _need_x64(name: str) -> None:

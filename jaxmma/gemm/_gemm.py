@@ -33,11 +33,12 @@ import jax.numpy as jnp
 import numpy as np
 
 from ..arith import _numerics
-from ..bits import _values
+from ..bits import _formats, _values
 from ..instructions._instruction import Instruction
 from ..instructions._instruction import instruction as _parse_text
 from ..models import _models
 from ..operands import _operands, _quant, _scaling, _sparse
+from ..spec._ptx import shown as _shown
 from ..util import _errors, _ste
 from . import _native, _pallas
 
@@ -52,6 +53,8 @@ def _parse(text: str, arch: str | None) -> Instruction:
 
 def resolve(instruction, arch=None) -> Instruction:
     """``instruction`` (text or :class:`Instruction`) for ``arch`` (None: its own)."""
+    if arch is not None and not isinstance(arch, str):
+        raise TypeError(f"arch: expected None or a str such as 'sm_90', got {type(arch).__name__}")
     if isinstance(instruction, str):
         ins = _parse(instruction, arch)
     elif isinstance(instruction, Instruction):
@@ -201,7 +204,9 @@ def xla_gemm_bits(cfg: Config, A, B, C, *, scales=None):
         return chain(C, xs)
 
     # promotion: groups of P k-steps from +0, each added into the f32 total; a short last
-    # group runs in the same (once-compiled) loop, its missing steps masked out
+    # group runs in the same (once-compiled) loop, its missing steps masked out. P >= S is
+    # one group of all S steps (the same bits): capped, so that a huge P allocates nothing
+    P = min(P, S)
     G = -(-S // P)
     real = np.arange(G * P).reshape(G, P) < S
     fill = np.minimum(np.arange(G * P), S - 1)  # any step fills the masked places
@@ -334,6 +339,8 @@ def _quantize_operands(ins, A, B, quantize):
         if isinstance(x, _quant.Quantized):
             out.append((None, x))
             continue
+        if _formats.concrete_float64(x):  # the quantizers' rule: doubles exact in float32
+            x = _quant._as_f32(x, name)
         x = jnp.asarray(x)
         if not jnp.issubdtype(x.dtype, jnp.floating):
             raise TypeError(
@@ -393,7 +400,9 @@ def matmul(
         +0 to a multiple of the instruction's k). Element dtypes (``jnp.bfloat16``,
         ``jnp.float8_e4m3fn``, ``jnp.int8``, ...) are used as they are; other float
         dtypes are rounded to nearest into the element type (saturating for fp8/fp6/fp4
-        and integers: ``cvt.rn.satfinite``); unsigned integers are raw bits. C is in the
+        and integers: ``cvt.rn.satfinite``), float64 once from the double, x64 on or
+        off (docs/dtypes.md); unsigned integers are raw bits, at least as wide as the
+        element's container. C is in the
         accumulator type (f32 inputs are rounded to an f16 accumulator).
         Sparse (``mma.sp``) forms: A is the dense matrix with the form's structure (2 of
         every 4, 1 of 2 for ``.tf32``), checked (ValueError for concrete A).
@@ -407,7 +416,8 @@ def matmul(
         ``wmma.mma`` form, or a :class:`jaxmma.Instruction`.
       arch: the architecture whose arithmetic is emulated (default: the instruction's).
       promote_every: P k-steps between promotions of the instruction accumulator into an
-        f32 total (f32 accumulators only); None: no promotion.
+        f32 total (f32 accumulators only); None: no promotion. P at least the number
+        of k-steps is one group of all of them (the same bits, at no cost).
       quantize: for block-scaled forms with float A/B, ``quantize(x, axis=...)`` ->
         ``Quantized`` (e.g. ``functools.partial(jaxmma.quant.quantize_mx, fmt="e2m1",
         block=32, scale_rounding="ceil")``).
@@ -442,6 +452,13 @@ def matmul(
     """
     cfg = config(instruction, arch, promote_every, grad_instruction, executor)
     ins = cfg.ins
+    for name, x in (("A", A), ("B", B), ("C", C)):
+        _values.check_numeric(x, name)
+    if not ins.stype:  # doubles rounded once, before JAX would make them float32
+        A = _operands.float64_operand(ins, ins.atype, A, "A")
+        B = _operands.float64_operand(ins, ins.btype, B, "B")
+        if C is not None:
+            C = _operands.float64_operand(ins, ins.ctype, C, "C")
     q = None
     if ins.stype:
         A, B, q = _quantize_operands(ins, A, B, quantize)
@@ -500,6 +517,23 @@ def dot_general(
       (2, 5, 3)
     """
     del precision
+    if preferred_element_type is not None:
+        try:
+            preferred_element_type = jnp.dtype(preferred_element_type)
+        except TypeError:
+            raise TypeError(
+                "preferred_element_type: expected None or a dtype (jnp.float32, ...), got "
+                f"{_shown(preferred_element_type)}"
+            ) from None
+    _values.check_numeric(lhs, "lhs")
+    _values.check_numeric(rhs, "rhs")
+    ins = resolve(instruction, arch)
+    if not ins.stype:  # doubles rounded once, before JAX would make them float32
+        lhs = _operands.float64_operand(ins, ins.atype, lhs, "lhs")
+        rhs = _operands.float64_operand(ins, ins.btype, rhs, "rhs")
+    else:  # quantized: the quantizers' rule, doubles exact in float32
+        lhs = _quant._as_f32(lhs, "lhs") if _formats.concrete_float64(lhs) else lhs
+        rhs = _quant._as_f32(rhs, "rhs") if _formats.concrete_float64(rhs) else rhs
     lhs, rhs = jnp.asarray(lhs), jnp.asarray(rhs)
     (lc, rc), (lb, rb) = _dimension_numbers(dimension_numbers, lhs, rhs)
     lf = [d for d in range(lhs.ndim) if d not in lc and d not in lb]
@@ -517,14 +551,22 @@ def dot_general(
     return D
 
 
+def _is_dim(d) -> bool:
+    """A dimension index: an int (NumPy's too), never a bool, float or string."""
+    return isinstance(d, (int, np.integer)) and not isinstance(d, (bool, np.bool_))
+
+
 def _dimension_numbers(dn, lhs, rhs):
     try:
         (lc, rc), (lb, rb) = dn
+        lc, rc, lb, rb = (tuple(x) for x in (lc, rc, lb, rb))
+        if not all(_is_dim(d) for d in lc + rc + lb + rb):
+            raise TypeError
         lc, rc, lb, rb = (tuple(int(d) for d in x) for x in (lc, rc, lb, rb))
     except (TypeError, ValueError):
         raise ValueError(
             "dimension_numbers: expected ((lhs_contracting, rhs_contracting), (lhs_batch, "
-            f"rhs_batch)), got {dn!r}"
+            f"rhs_batch)) of int dimension indices, got {_shown(dn)}"
         ) from None
     for name, dims, x in (("lhs", lc + lb, lhs), ("rhs", rc + rb, rhs)):
         if any(d < 0 or d >= x.ndim for d in dims) or len(set(dims)) != len(dims):

@@ -228,7 +228,7 @@ def _info(word, blocks, k: int):
     out = []
     for off, n in blocks:
         x = w[..., off : off + n]  # [..., R, S, n]
-        info = sum((lax.shift_right_logical(x[..., j], 31) << j) for j in range(n))
+        info = sum((_int32.srl(x[..., j], 31) << j) for j in range(n))
         for w_bit, bit in ((W_ZERO, ZERO_BIT), (W_NAN, NAN_BIT), (W_INF, INF_BIT)):
             info = info | jnp.where(jnp.any((x & w_bit) != 0, axis=-1), I32(bit), 0)
         out.append(info)
@@ -356,6 +356,8 @@ def _kernel(*refs, p: Plan, steps: int):
             c, first = _step(p, ins, 0, c, p.ctype), 1
         d_ref[...] = lax.fori_loop(first, steps, lambda s, a: _step(p, ins, s, a, p.dtype), c)
         return
+
+    P = jnp.int32(min(P, steps))  # P >= steps: one group, the same bits
 
     def body(s, carry):
         total, acc = carry

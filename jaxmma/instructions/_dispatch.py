@@ -21,6 +21,11 @@ import functools
 import jax
 import numpy as np
 
+from ..bits import _values
+
+#: the names errors give the positional operands of each entry point
+_OPERAND_NAMES = {"execute": ("a", "b", "c", "e"), "matrix_mma": ("A", "B", "C")}
+
 
 def _array_kept(x) -> bool:
     """An array that enters ``jit`` with its dtype unchanged."""
@@ -45,6 +50,11 @@ def call(ins, entry: str, args: tuple, kwargs: dict):
     """``ins._implementation().<entry>(ins, *args, **kwargs)``, compiled once per
     configuration where the arguments allow (see the module docstring)."""
     fn = getattr(ins._implementation(), entry)
+    names = _OPERAND_NAMES.get(entry, ())
+    for i, a in enumerate(args):
+        _values.check_numeric(a, names[i] if i < len(names) else f"argument {i}")
+    for k, v in kwargs.items():
+        _values.check_numeric(v, k)
     eager = (
         ins.sparse is not None  # the structure of a concrete A / metadata is checked eagerly
         or kwargs.get("check") not in (None, False)

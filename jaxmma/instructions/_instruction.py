@@ -180,8 +180,9 @@ class Instruction:
         ``matrix`` holds the operand's elements in its element dtype (``jnp.bfloat16``,
         ``jnp.float8_e4m3fn``, ...; bit-cast, never value-converted) or as unsigned raw bits
         at least as wide as the element (``uint16`` or ``uint32`` for ``.bf16``; ``uint8``
-        for ``kind::f8f6f4`` containers; bits above the element are ignored). Any other
-        dtype is a ``TypeError`` (values are never converted).
+        for ``kind::f8f6f4`` containers). Concrete raw bits above the element's width are
+        a ``ValueError``; traced ones (under ``jit``) cannot be inspected and have those
+        bits dropped. Any other dtype is a ``TypeError`` (values are never converted).
         """
         return _fragments.fragment_matrix(self, operand, matrix)
 
@@ -225,7 +226,15 @@ def all_instructions(opcode: str | None = None, arch: str | None = None) -> tupl
     Expands each form of the table over its layouts, ``.satfinite``, rounding modifiers,
     b1 operations and ``.trans``. State spaces (``.shared``/``.global``) are not expanded.
     With ``arch``, only the forms that architecture runs are returned, emulated as it.
+
+    Raises:
+      ValueError: ``opcode`` is not None nor one of the spec's opcodes
+        (``"mma"``, ``"wmma.mma"``, ``"ldmatrix"``, ...).
     """
+    if opcode is not None and opcode not in _spec.OPCODES:
+        raise ValueError(
+            f"opcode: expected None or one of {', '.join(_spec.OPCODES)}, got {_ptx.shown(opcode)}"
+        )
     out = []
     want = None if arch is None else _ptx.parse_arch(arch)
     for f in _spec.forms(opcode):

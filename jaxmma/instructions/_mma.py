@@ -126,6 +126,13 @@ def matrix_mma(ins, A, B, C, *, model=None, **kwargs):
     scale_a, scale_b = kwargs.pop("scale_a", None), kwargs.pop("scale_b", None)
     if kwargs:
         raise TypeError(f"unexpected keyword argument(s) {sorted(kwargs)} for {ins.text}")
+    # arguments that do not apply are refused, as the register level refuses them
+    if not ins.sparse and (metadata is not None or check is not None):
+        given = [n for n, v in (("metadata", metadata), ("check", check)) if v is not None]
+        raise ValueError(f"{'/'.join(given)}: operands of mma.sp only, not of {ins.text}")
+    if not ins.stype and (scale_a is not None or scale_b is not None):
+        given = [n for n, v in (("scale_a", scale_a), ("scale_b", scale_b)) if v is not None]
+        raise ValueError(f"{'/'.join(given)}: operands of .block_scale forms, not of {ins.text}")
     # scales given as float8 values are read as exponent bits: no derivative, said clearly
     scale_a, scale_b = (
         _grad.no_derivative(s, _SCALE_NO_DERIVATIVE.format(name=name))

@@ -9,6 +9,7 @@ converts from and to element dtypes.
 from __future__ import annotations
 
 import functools
+import math
 
 import jax.numpy as jnp
 import numpy as np
@@ -91,7 +92,8 @@ def unfragment(ins, operand: str, regs):
     regs = _values.registers(regs, operand, lay.elem_bits if lay.elem_bits == 64 else 32)
     _check_regs(ins, operand, regs, lay)
     elems = unpack(regs, lay.elem_bits)  # [..., 32, nelem]
-    flat = elems.reshape(elems.shape[:-2] + (-1,))
+    # sizes written out: a zero-size batch leaves no -1 to infer
+    flat = elems.reshape(elems.shape[:-2] + (elems.shape[-2] * elems.shape[-1],))
     order = np.argsort(idx.reshape(-1), kind="stable")
     return flat[..., order].reshape(regs.shape[:-2] + shape)
 
@@ -106,8 +108,8 @@ def fragment(ins, operand: str, matrix):
             f"{ins.text}, got shape {tuple(matrix.shape)}"
         )
     batch = matrix.shape[: matrix.ndim - len(shape)]
-    flat = matrix.reshape(batch + (-1,))
-    elems = flat[..., idx.reshape(-1)].reshape(batch + (32, -1))
+    flat = matrix.reshape(batch + (math.prod(shape),))  # no -1: batches may be empty
+    elems = flat[..., idx.reshape(-1)].reshape(batch + (32, idx.size // 32))
     return pack(elems.astype(reg_dtype(lay)), lay.elem_bits)
 
 
@@ -122,8 +124,26 @@ def fragment_matrix(ins, operand: str, matrix):
     registers. Accepts the operand's element dtype (bit-cast) or unsigned raw bits as
     wide as the element in the register; anything else is a TypeError."""
     fmt = operand_format(ins, operand)
-    bits = _values.to_bits(fmt, matrix, operand, ins.kind, width=layout(ins, operand).elem_bits)
+    width = layout(ins, operand).elem_bits
+    _check_width(ins, operand, matrix, width)
+    bits = _values.to_bits(fmt, matrix, operand, ins.kind, width=width)
     return fragment(ins, operand, bits)
+
+
+def _check_width(ins, operand, matrix, width: int) -> None:
+    """ValueError for concrete unsigned raw bits above the element's ``width`` (they would
+    be dropped silently); traced values cannot be inspected: their high bits are dropped."""
+    dtype = getattr(matrix, "dtype", None)
+    if dtype is None or _errors.is_traced(matrix) or np.dtype(dtype).kind != "u":
+        return
+    if np.dtype(dtype).itemsize * 8 <= width or np.size(matrix) == 0:
+        return
+    hi = int(np.max(np.asarray(matrix)))
+    if hi >> width:
+        raise ValueError(
+            f"{operand}: raw bits of {ins.text} hold {width}-bit elements, from 0 to "
+            f"2**{width} - 1; got {hi:#x}"
+        )
 
 
 def _check_regs(ins, operand, regs, lay):

@@ -48,10 +48,18 @@ def to_bits(ins, fmt: str, x, name: str):
       TypeError: any other dtype (a signed integer of another width, bool, ...), naming
         ``name`` and the dtypes allowed.
     """
+    _values.check_numeric(x, name)
     x = jnp.asarray(x)
     want = element_dtype(fmt)
     out = jnp.uint64 if fmt == "f64" else jnp.uint32
     if x.dtype.type in UNSIGNED:
+        width = _values.container_bits(fmt, ins.kind)
+        if 8 * x.dtype.itemsize < width:  # as ins.mma: raw bits at least as wide as the element
+            least = f"uint{max(8, 1 << (width - 1).bit_length())}"
+            raise TypeError(
+                f"{name}: unsigned raw bits of the .{fmt} operand of {ins.text} need at least "
+                f"{width} bits ({least} or wider), got {x.dtype}"
+            )
         return x.astype(out)
     if want is not None and x.dtype == jnp.dtype(want) and fmt not in NARROW_DTYPES:
         return _values.to_bits(fmt, x, name)
@@ -72,6 +80,20 @@ def to_bits(ins, fmt: str, x, name: str):
     raise TypeError(
         f"{name}: expected {', '.join(allowed)} for the .{fmt} operand of {ins.text}, got {x.dtype}"
     )
+
+
+def float64_operand(ins, fmt: str, x, name: str):
+    """A GEMM operand of concrete doubles (NumPy float64, Python floats) with x64 off ->
+    the raw bits of one rounding of the doubles into ``fmt`` (:func:`to_bits`'s rule: to
+    nearest, saturating where :data:`SATURATE` says), before JAX would turn them into
+    float32 (a second rounding). Anything else, and every operand with x64 on (JAX then
+    keeps float64, which :func:`to_bits` rounds directly), is returned unchanged."""
+    if not _formats.concrete_float64(x) or _formats._x64() or fmt in ("b1", "s32", "f64"):
+        return x
+    f = _formats.FORMATS[fmt]
+    x32 = _formats.float64_to_float32(x, f, "rn", fmt in SATURATE, name)
+    bits = _formats.encode(fmt, x32, rounding="rn", saturate=fmt in SATURATE)
+    return _packing.to_container(bits, fmt) if ins.kind == "f8f6f4" else bits
 
 
 def values(ins, fmt: str, bits):

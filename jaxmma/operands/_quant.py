@@ -40,7 +40,7 @@ import numpy as np
 from jax import lax
 
 from ..arith import _numerics
-from ..bits import _formats
+from ..bits import _formats, _values
 from ..util import _grad
 
 U32 = jnp.uint32
@@ -120,17 +120,31 @@ def _check_choice(name: str, value, allowed) -> str:
     return value
 
 
-def _as_f32(x) -> jax.Array:
+def _flag(value, name: str) -> bool:
+    """A bool option: True or False (NumPy's too), never a string or a number."""
+    if not isinstance(value, bool | np.bool_):
+        raise TypeError(f"{name}: expected True or False, got {value!r}"[:300])
+    return bool(value)
+
+
+def _as_f32(x, name: str = "x") -> jax.Array:
     dtype = np.dtype(x.dtype if hasattr(x, "dtype") else np.asarray(x).dtype)
     if dtype == np.float64:  # NumPy arrays, Python floats: rounding them would be silent
-        raise TypeError(
-            "x: expected float32, float16 or bfloat16, got float64 (converting it would "
-            "round every value once more; pass x.astype(np.float32) if that is intended)"
-        )
+        d = None if isinstance(x, jax.Array) else np.asarray(x, np.float64)
+        with np.errstate(over="ignore"):
+            inexact = d is None or np.any((d.astype(np.float32) != d) & ~np.isnan(d))
+        if inexact:
+            raise TypeError(
+                f"{name}: expected float32, float16 or bfloat16, got float64 values that float32 "
+                "cannot hold (converting them would round every value once more; pass "
+                "x.astype(np.float32) if that is intended)"
+            )
+        x = d.astype(np.float32)  # every value exact: nothing is rounded (NaN stays NaN)
+    _values.check_numeric(x, name)
     x = jnp.asarray(x)
     if x.dtype not in (jnp.dtype(jnp.float32), jnp.dtype(jnp.float16), jnp.dtype(jnp.bfloat16)):
         raise TypeError(
-            f"x: expected float32, float16 or bfloat16 (converted exactly to float32), "
+            f"{name}: expected float32, float16 or bfloat16 (converted exactly to float32), "
             f"got {x.dtype}"
         )
     return x.astype(jnp.float32)
@@ -168,7 +182,7 @@ def _blocked(x, axis: int, block: int):
 
 
 def _unblocked(y, axis: int):
-    y = y.reshape(y.shape[:-2] + (-1,))
+    y = y.reshape(y.shape[:-2] + (y.shape[-2] * y.shape[-1],))  # no -1: may be empty
     return jnp.moveaxis(y, -1, axis)
 
 
@@ -386,7 +400,7 @@ def quantize_mx(
         block=int(block),
         scale_rounding=scale_rounding,
         rounding=rounding,
-        saturate=bool(saturate),
+        saturate=_flag(saturate, "saturate"),
     )
 
 
@@ -420,7 +434,8 @@ def nvfp4_global_scale(x):
 
 @jax.jit
 def _global_scale(x):
-    amax = _block_amax(jnp.where(_is_finite(x), x, 0.0).reshape(-1))
+    flat = jnp.where(_is_finite(x), x, 0.0).reshape(-1)
+    amax = _block_amax(flat) if flat.size else jnp.float32(0)  # empty: as all-zero
     fl = _f32_fields(amax)
     nz = fl.sig != 0
     d = _f32_fields(jnp.float32(NVFP4_GLOBAL_DIVISOR))
@@ -490,7 +505,7 @@ def quantize_nvfp4(
         block=int(block),
         scale_rounding=scale_rounding,
         rounding=rounding,
-        saturate=bool(saturate),
+        saturate=_flag(saturate, "saturate"),
     )
 
 

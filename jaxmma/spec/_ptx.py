@@ -48,10 +48,21 @@ class Operand(NamedTuple):
         return self.reg_bits // self.elem_bits
 
 
+#: the most characters of a user's text or value that a message echoes
+SHOWN = 200
+
+
+def shown(value) -> str:
+    """``repr(value)`` for a message, cut to :data:`SHOWN` characters: a long text (a
+    megabyte pasted by mistake) is never echoed whole."""
+    r = repr(value)
+    return r if len(r) <= SHOWN else f"{r[:SHOWN]}... ({len(r)} characters)"
+
+
 def _fail(qualifier: str, value, allowed, context: str = "") -> ValueError:
     allowed = ", ".join(sorted({str(a) for a in allowed})) or "(none)"
-    where = f" for {context}" if context else ""
-    return ValueError(f"invalid {qualifier} {value!r}{where}; allowed: {allowed}")
+    where = f" for {shown(context)[1:-1]}" if context else ""
+    return ValueError(f"invalid {qualifier} {shown(value)}{where}; allowed: {allowed}")
 
 
 # ------------------------------------------------------------------------------- arch
@@ -89,7 +100,7 @@ def _check_arch(form: Form, arch: Arch, text: str) -> None:
     need = f"sm_{form.target.min_sm} or newer"
     if form.target.family:
         need = " or ".join(f"sm_{n}a" for n in sorted(form.target.family))
-    raise ValueError(f"arch {arch.name!r} cannot run {text!r}; it requires {need}")
+    raise ValueError(f"arch {arch.name!r} cannot run {shown(text)}; it requires {need}")
 
 
 def default_arch(form: Form) -> Arch:
@@ -131,7 +142,10 @@ class _Tokens:
 
     def set_once(self, name, value):
         if getattr(self, name) not in (None, False):
-            raise ValueError(f"qualifier .{value} given twice (as {name}) in {self.text!r}")
+            qual = "." + (name if value is True else value)
+            raise ValueError(
+                f"qualifier {shown(qual)} given twice (as {name}) in {shown(self.text)}"
+            )
         setattr(self, name, value)
 
 
@@ -161,7 +175,7 @@ def _tokenize(text: str) -> _Tokens:
         head = f"wgmma.{rest.pop(0)}"
         if rest and rest[0] == "sp":
             raise ValueError(
-                f"{word!r}: wgmma.mma_async.sp (sparse A) is not emulated yet; "
+                f"{shown(word)}: wgmma.mma_async.sp (sparse A) is not emulated yet; "
                 "the dense wgmma.mma_async forms are"
             )
     elif head == "wmma":
@@ -216,15 +230,15 @@ def _tokenize(text: str) -> _Tokens:
             t.set_once("elem", f"b8x16.{rest[i + 1]}")
             i += 1
         else:
-            raise ValueError(f"unknown qualifier .{q} in {word!r}")
+            raise ValueError(f"unknown qualifier {shown('.' + q)} in {shown(word)}")
         i += 1
     if not (t.sync and t.aligned):
         missing = [q for q in ("sync", "aligned") if not getattr(t, q)]
         raise ValueError(
-            f"{word!r} lacks the mandatory qualifier(s) " + ", ".join("." + m for m in missing)
+            f"{shown(word)} lacks the mandatory qualifier(s) " + ", ".join("." + m for m in missing)
         )
     if t.shape is None:
-        raise ValueError(f"{word!r} has no shape qualifier (such as .m16n8k16)")
+        raise ValueError(f"{shown(word)} has no shape qualifier (such as .m16n8k16)")
     return t
 
 
@@ -259,8 +273,8 @@ def _match_mma(t: _Tokens) -> tuple[Form, dict]:
     )
     if len(t.types) != ntypes:
         raise ValueError(
-            f"{t.text!r}: expected the element types .dtype.atype.btype.ctype, "
-            f"got {len(t.types)} type qualifier(s) {t.types}"
+            f"{shown(t.text)}: expected the element types .dtype.atype.btype.ctype, "
+            f"got {len(t.types)} type qualifier(s) {shown(t.types)}"
         )
     if ntypes == 2:
         d, c = t.types
@@ -281,7 +295,7 @@ def _match_mma(t: _Tokens) -> tuple[Form, dict]:
     scaled = any(f.stype for f in cands)
     if t.block_scale != scaled:
         what = "requires" if scaled else "does not take"
-        raise ValueError(f"{t.text!r}: .kind::{t.kind} {what} the .block_scale qualifier")
+        raise ValueError(f"{shown(t.text)}: .kind::{t.kind} {what} the .block_scale qualifier")
     scale_vec = None
     if scaled:
         if t.stype is None:
@@ -290,7 +304,7 @@ def _match_mma(t: _Tokens) -> tuple[Form, dict]:
             dflt = [f for f in cands if f.scale_vec_default]
             if not dflt:
                 raise ValueError(
-                    f"{t.text!r}: .kind::{t.kind} requires an explicit "
+                    f"{shown(t.text)}: .kind::{t.kind} requires an explicit "
                     ".scale_vec_size; allowed: "
                     + ", ".join(sorted(f".scale_vec::{f.scale_vec}" for f in cands))
                 )
@@ -314,12 +328,12 @@ def _match_mma(t: _Tokens) -> tuple[Form, dict]:
         )
         scale_vec = cands[0].scale_vec
     elif t.stype or t.scale_vec:
-        raise ValueError(f"{t.text!r}: .stype/.scale_vec_size need .block_scale")
+        raise ValueError(f"{shown(t.text)}: .stype/.scale_vec_size need .block_scale")
     if t.bitop or t.popc or any(f.bitops for f in cands):
         if not any(f.bitops for f in cands):
-            raise ValueError(f"{t.text!r}: .{t.bitop or 'popc'} applies to .b1 only")
+            raise ValueError(f"{shown(t.text)}: .{t.bitop or 'popc'} applies to .b1 only")
         if not t.popc:
-            raise ValueError(f"{t.text!r}: single-bit mma needs .popc after .{t.bitop}")
+            raise ValueError(f"{shown(t.text)}: single-bit mma needs .popc after .{t.bitop}")
         cands = _narrow(
             cands, lambda f: t.bitop in f.bitops, "bitOp", t.bitop, lambda f: f.bitops[0], ctx
         )
@@ -327,12 +341,12 @@ def _match_mma(t: _Tokens) -> tuple[Form, dict]:
     assert len(cands) == 1, cands
     quals = _layouts_quals(t, form, 2, ctx)
     if t.satfinite and not form.satfinite:
-        raise ValueError(f"{t.text!r}: .satfinite applies to integer forms only")
+        raise ValueError(f"{shown(t.text)}: .satfinite applies to integer forms only")
     if t.rounding and not form.rounding:
-        raise ValueError(f"{t.text!r}: rounding modifier .{t.rounding} applies to .f64 only")
+        raise ValueError(f"{shown(t.text)}: rounding modifier .{t.rounding} applies to .f64 only")
     for bad in ("num", "trans", "ss", "elem", "frag"):
         if getattr(t, bad):
-            raise ValueError(f"{t.text!r}: qualifier {bad} does not apply to {t.opcode}")
+            raise ValueError(f"{shown(t.text)}: qualifier {bad} does not apply to {t.opcode}")
     quals.update(
         satfinite=t.satfinite,
         rounding=(t.rounding or "rn") if form.rounding else None,
@@ -347,14 +361,14 @@ def _match_wgmma(t: _Tokens) -> tuple[Form, dict]:
     op = t.opcode
     if t.layouts:
         raise ValueError(
-            f"{t.text!r}: wgmma.mma_async takes no layout qualifiers (.row/.col); A is "
+            f"{shown(t.text)}: wgmma.mma_async takes no layout qualifiers (.row/.col); A is "
             "row-major and B column-major, and the .f16/.bf16 transposes are the "
             "imm-trans-a/imm-trans-b operands (they do not change the product)"
         )
     if len(t.types) != 3:
         raise ValueError(
-            f"{t.text!r}: expected the element types .dtype.atype.btype, "
-            f"got {len(t.types)} type qualifier(s) {t.types}"
+            f"{shown(t.text)}: expected the element types .dtype.atype.btype, "
+            f"got {len(t.types)} type qualifier(s) {shown(t.types)}"
         )
     d, a, b = t.types
     cands = list(_spec.forms(op))
@@ -368,18 +382,18 @@ def _match_wgmma(t: _Tokens) -> tuple[Form, dict]:
     (form,) = cands
     if t.bitop or t.popc or form.bitops:
         if not form.bitops:
-            raise ValueError(f"{t.text!r}: .{t.bitop or 'popc'} applies to .b1 only")
+            raise ValueError(f"{shown(t.text)}: .{t.bitop or 'popc'} applies to .b1 only")
         if not (t.bitop and t.popc):
-            raise ValueError(f"{t.text!r}: single-bit wgmma.mma_async needs .and.popc")
+            raise ValueError(f"{shown(t.text)}: single-bit wgmma.mma_async needs .and.popc")
         if t.bitop not in form.bitops:
             raise _fail("bitOp", t.bitop, form.bitops, ctx)
     if t.satfinite and not form.satfinite:
-        raise ValueError(f"{t.text!r}: .satfinite applies to the .s8/.u8 forms only")
+        raise ValueError(f"{shown(t.text)}: .satfinite applies to the .s8/.u8 forms only")
     for bad in ("rounding", "kind", "block_scale", "stype", "scale_vec", "num", "trans", "ss"):
         if getattr(t, bad):
-            raise ValueError(f"{t.text!r}: qualifier {bad} does not apply to {op}")
+            raise ValueError(f"{shown(t.text)}: qualifier {bad} does not apply to {op}")
     if t.elem or t.frag:
-        raise ValueError(f"{t.text!r}: unexpected qualifier for {op}")
+        raise ValueError(f"{shown(t.text)}: unexpected qualifier for {op}")
     return form, {"satfinite": t.satfinite, "bitop": t.bitop}
 
 
@@ -395,13 +409,14 @@ def _suggest_variant(t: _Tokens) -> None:
         except ValueError:
             continue
         want = "mma" + (f".{other}" if other else "")
-        raise ValueError(f"{t.text!r}: this form exists only as {want}")
+        raise ValueError(f"{shown(t.text)}: this form exists only as {want}")
 
 
 def _layouts_quals(t: _Tokens, form: Form, count: int, ctx: str) -> dict:
     if len(t.layouts) != count:
         raise ValueError(
-            f"{t.text!r}: expected {count} layout qualifier(s) (.row/.col), got {len(t.layouts)}"
+            f"{shown(t.text)}: expected {count} layout qualifier(s) (.row/.col), "
+            f"got {len(t.layouts)}"
         )
     pair = tuple(t.layouts) if count == 2 else (t.layouts[0], t.layouts[0])
     if pair not in form.layouts:
@@ -415,7 +430,7 @@ def _match_wmma_mem(t: _Tokens) -> tuple[Form, dict]:
     ctx = f"{t.opcode}.{t.frag}"
     cands = _narrow(cands, lambda f: f.shape == t.shape, "shape", t.shape, lambda f: f.shape, ctx)
     if len(t.types) != 1:
-        raise ValueError(f"{t.text!r}: expected one element type, got {t.types}")
+        raise ValueError(f"{shown(t.text)}: expected one element type, got {shown(t.types)}")
     (typ,) = t.types
     field = {"a": "atype", "b": "btype", "c": "ctype", "d": "dtype"}[t.frag]
     cands = _narrow(
@@ -430,7 +445,7 @@ def _match_wmma_mem(t: _Tokens) -> tuple[Form, dict]:
     quals = _layouts_quals(t, form, 1, f"{ctx}.{t.shape}.{typ}")
     for bad in ("satfinite", "rounding", "bitop", "kind", "num", "trans", "elem"):
         if getattr(t, bad):
-            raise ValueError(f"{t.text!r}: qualifier {bad} does not apply to {t.opcode}")
+            raise ValueError(f"{shown(t.text)}: qualifier {bad} does not apply to {t.opcode}")
     quals["layout"] = quals.pop("alayout")
     quals.pop("blayout")
     quals["ss"] = t.ss
@@ -446,18 +461,18 @@ def _match_movement(t: _Tokens) -> tuple[Form, dict]:
     if t.opcode != "movmatrix":
         cands = _narrow(cands, lambda f: f.num == t.num, ".num", t.num, lambda f: f.num, ctx)
     elif t.num:
-        raise ValueError(f"{t.text!r}: movmatrix takes no .num qualifier")
+        raise ValueError(f"{shown(t.text)}: movmatrix takes no .num qualifier")
     cands = _narrow(cands, lambda f: f.elem == t.elem, ".type", t.elem, lambda f: f.elem, ctx)
     form = cands[0]
     if t.trans not in form.trans:
-        raise ValueError(f"{t.text!r}: .trans is mandatory for {ctx}.{form.elem}")
+        raise ValueError(f"{shown(t.text)}: .trans is mandatory for {ctx}.{form.elem}")
     if t.opcode == "movmatrix" and t.ss:
-        raise ValueError(f"{t.text!r}: movmatrix takes no state space")
+        raise ValueError(f"{shown(t.text)}: movmatrix takes no state space")
     if t.ss == "global":
         raise _fail("state space", t.ss, ("shared", "shared::cta"), t.opcode)
     for bad in ("layouts", "types", "satfinite", "rounding", "bitop", "kind", "stype"):
         if getattr(t, bad):
-            raise ValueError(f"{t.text!r}: qualifier {bad} does not apply to {t.opcode}")
+            raise ValueError(f"{shown(t.text)}: qualifier {bad} does not apply to {t.opcode}")
     return form, {"trans": t.trans, "ss": t.ss}
 
 
@@ -560,9 +575,23 @@ def operands(form: Form) -> tuple[Operand, ...]:
 
 
 # ------------------------------------------------------------------------------- parse
-@functools.lru_cache(maxsize=4096)
 def parse(text: str, arch: str | None = None) -> tuple[Form, dict, Arch]:
-    """Parse and validate; returns the form, its qualifier values and the architecture."""
+    """Parse and validate; returns the form, its qualifier values and the architecture.
+
+    Raises:
+      TypeError: ``text`` is not a str, or ``arch`` neither None nor a str (checked before
+        the cache, which would otherwise refuse a list as "unhashable").
+      ValueError: see :func:`jaxmma.instruction`.
+    """
+    if not isinstance(text, str):
+        raise TypeError(f"text: expected a str (PTX instruction text), got {type(text).__name__}")
+    if arch is not None and not isinstance(arch, str):
+        raise TypeError(f"arch: expected None or a str such as 'sm_90', got {type(arch).__name__}")
+    return _parse(text, arch)
+
+
+@functools.lru_cache(maxsize=4096)
+def _parse(text: str, arch: str | None) -> tuple[Form, dict, Arch]:
     t = _tokenize(text)
     if t.opcode in ("mma", "wmma.mma"):
         try:
