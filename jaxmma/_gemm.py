@@ -166,8 +166,9 @@ def xla_gemm_bits(cfg: Config, A, B, C, *, scales=None):
         SA, SB = (jnp.broadcast_to(s, lead + s.shape[-2:]) for s in scales)
         xs["sa"] = _steps(_pad_axis(SA, -1, S * nblk, one), -1, S)
         xs["sb"] = _steps(_pad_axis(SB, -2, S * nblk, one), -2, S)
+    bad = None
     if ins.sparse:
-        xs["a"], xs["idx"] = _compress_steps(ins, xs["a"])
+        xs["a"], xs["idx"], bad = _compress_steps(ins, xs["a"])
 
     def step(acc, x):
         sc = (x["sa"], x["sb"]) if "sa" in x else None
@@ -189,7 +190,7 @@ def xla_gemm_bits(cfg: Config, A, B, C, *, scales=None):
 
     P = cfg.promote_every
     if P is None:
-        return chain(C, xs)
+        return _poison(ins, chain(C, xs), bad)
 
     # promotion: groups of P k-steps from +0, each added into the f32 total; a short last
     # group runs in the same (once-compiled) loop, its missing steps masked out
@@ -211,21 +212,33 @@ def xla_gemm_bits(cfg: Config, A, B, C, *, scales=None):
 
     total = C if ins.ctype == "f32" else _numerics.convert(C, ins.ctype, "f32")
     total, _ = jax.lax.scan(group, total, (xs, jnp.asarray(real)))
-    return total
+    return _poison(ins, total, bad)
+
+
+def _poison(ins, D, bad):
+    """Rows of D whose A lacks the sparse structure (traced A, unchecked) -> poison bits
+    (:func:`jaxmma._sparse.poison_rows`); a valid A leaves every bit as it is."""
+    if bad is None:
+        return D
+    from . import _sparse
+
+    return _sparse.poison_rows(ins, D, bad)
 
 
 def _compress_steps(ins, a):
     """Dense structured A steps ``[S, ..., M, k]`` -> compressed values and their dense
-    columns, ``[S, ..., M, k/2]`` each (M padded to a multiple of m with zero rows)."""
+    columns, ``[S, ..., M, k/2]`` each (M padded to a multiple of m with zero rows), and
+    bool ``[..., M]``: the rows with a chunk of too many non-zeros in any step."""
     from . import _sparse
 
     M = a.shape[-2]
     Mp = -(-M // ins.m) * ins.m
     a = _pad_axis(a, -2, Mp)
     tiles = a.reshape(a.shape[:-2] + (Mp // ins.m, ins.m, ins.k))
-    vals, idx = _sparse.matrix_operands(ins, tiles, None)
+    vals, idx, bad = _sparse.matrix_operands(ins, tiles, None, rows=True)
     back = lambda x: x.reshape(a.shape[:-2] + (Mp, ins.k // 2))[..., :M, :]  # noqa: E731
-    return back(vals), back(idx)
+    bad = jnp.any(bad.reshape(a.shape[:-2] + (Mp,)), axis=0)[..., :M]
+    return back(vals), back(idx), bad
 
 
 # ---------------------------------------------------------------------------------------
@@ -378,6 +391,7 @@ def matmul(
     promote_every=None,
     quantize=None,
     grad_instruction=None,
+    check=None,
 ):
     """``D = A @ B + C`` computed as a GEMM kernel built on one PTX instruction computes it.
 
@@ -393,7 +407,8 @@ def matmul(
         and integers: ``cvt.rn.satfinite``); unsigned integers are raw bits. C is in the
         accumulator type (f32 inputs are rounded to an f16 accumulator).
         Sparse (``mma.sp``) forms: A is the dense matrix with the form's structure (2 of
-        every 4, 1 of 2 for ``.tf32``), checked (ValueError for concrete A).
+        every 4, 1 of 2 for ``.tf32``), checked (ValueError for concrete A; a traced A
+        see ``check``).
         Block-scaled forms: A and B are :class:`jaxmma.quant.Quantized` (quantized along
         K with the form's block: ``quantize_mx(X, fmt, block=...)``, ``quantize_nvfp4``),
         or float arrays quantized here with ``quantize`` (default: NVFP4 for ``ue4m3``
@@ -411,6 +426,12 @@ def matmul(
       grad_instruction: compute the two gradient GEMMs of the backward pass through this
         dense instruction (e.g. an ``.e5m2`` form, as fp8 training recipes do) instead of
         exactly; reverse mode only.
+      check: sparse forms only. A concrete A is always checked. A traced A (under
+        ``jit``/``vmap``): ``True`` checks it when the compiled program runs (a
+        ``jax.errors.JaxRuntimeError`` whose text ends with our ``ValueError`` message,
+        naming the tile, row and chunk); ``None``/``False``: not checked, and every row of
+        D whose row of A lacks the structure is poison: NaN (``0x7FFFFFFF`` /
+        ``0x7FFF``) for float accumulators, ``-2**31`` for ``.s32`` (docs/gemm.md).
 
     Returns:
       D ``[..., M, N]`` in the accumulator type (float32, float16, int32, float64).
@@ -420,8 +441,9 @@ def matmul(
 
     Raises:
       ValueError: bad shapes, an instruction without a matrix product, a bad
-        ``promote_every``, an ``arch`` that cannot run the form, a non-structured sparse A.
-      TypeError: an operand dtype the instruction cannot take.
+        ``promote_every``, an ``arch`` that cannot run the form, a non-structured sparse A,
+        ``check`` on a dense form.
+      TypeError: an operand dtype the instruction cannot take; ``check`` not a bool.
 
     Example:
       >>> import jax.numpy as jnp, jaxmma
@@ -433,6 +455,7 @@ def matmul(
     """
     cfg = config(instruction, arch, promote_every, grad_instruction)
     ins = cfg.ins
+    _check_flag(ins, check)
     q = None
     if ins.stype:
         A, B, q = _quantize_operands(ins, A, B, quantize)
@@ -442,14 +465,25 @@ def matmul(
             raise ValueError(f"quantize: only block-scaled forms quantize; {ins.text} does not")
         A, B = jnp.asarray(A), jnp.asarray(B)
         _check_shapes(ins, A, B, None if C is None else jnp.asarray(C))
-        if ins.sparse and not _errors.is_traced(A):
+        if ins.sparse and (check or not _errors.is_traced(A)):
             _check_structure(ins, A)
     return _gemm_values(cfg, A, B, C, q)
 
 
+def _check_flag(ins, check) -> None:
+    if check is not None and not isinstance(check, (bool, np.bool_)):
+        raise TypeError(f"check: expected None, True or False, got {check!r}")
+    if check is not None and not ins.sparse:
+        raise ValueError(
+            f"check: only sparse (mma.sp) forms have values to check; {ins.text} has none "
+            "(allowed: None)"
+        )
+
+
 def _check_structure(ins, A):
-    """ValueError when a concrete sparse A lacks the form's structure (inside the jitted
-    GEMM A is traced and no longer checked)."""
+    """ValueError when a sparse A lacks the form's structure: at once for a concrete A, when
+    the program runs for a traced one (``check=True``; inside the jitted GEMM A is traced
+    and its invalid rows are poisoned instead)."""
     from . import _sparse
 
     bits = _operands.to_bits(ins, ins.atype, A, "A")
@@ -482,7 +516,7 @@ def dot_general(
     ignored (the instruction fixes the arithmetic). A drop-in for the ``dot_general=``
     argument of flax layers:
     ``functools.partial(jaxmma.dot_general, instruction=...)``. Further keyword arguments
-    (``quantize``, ``grad_instruction``) go to :func:`matmul`.
+    (``quantize``, ``grad_instruction``, ``check``) go to :func:`matmul`.
 
     Example:
       >>> import functools, jax, jax.numpy as jnp, jaxmma

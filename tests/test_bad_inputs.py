@@ -705,17 +705,6 @@ case(
     jit="only",
 )
 case("checked-enabled-str", TypeError, "enabled", S.checked, "yes", jit=False)
-case(
-    "checked-jit-without-checkify",
-    ValueError,
-    "checkify.checkify",
-    S.metadata_indices,
-    SP,
-    E_OK,
-    0,
-    check=True,
-    jit="only",
-)
 
 # ---------------------------------------------------------------- quant
 case(
@@ -857,3 +846,166 @@ def test_quantized_operand_mismatch():
     qb = Q.quantize_mx(jnp.ones((32, 8), jnp.float32), "e4m3", axis=-2, block=32)
     with pytest.raises(ValueError, match="scale_a: the quantized operand does not fit.*e4m3"):
         Q.as_operands(MX, q, qb)
+
+
+# --- issue 20: jit-time checks and Quantized validation ---
+# Traced values cannot be checked when the program is built. Without a check, a sparse A
+# that lacks the structure (or metadata that no nibble expresses) poisons its rows of D:
+# the canonical NaN of the output format, -2**31 for .s32; every other row keeps its
+# bits. With check=True the compiled program raises our message when it runs (JAX
+# reports it as a JaxRuntimeError whose text ends with "ValueError: <message>").
+SP_F32 = "mma.sp.sync.aligned.m16n8k32.row.col.f32.f16.f16.f32"
+SP_F16 = "mma.sp.sync.aligned.m16n8k32.row.col.f16.f16.f16.f16"
+SP_S32 = "mma.sp.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32"
+RUNTIME = jax.errors.JaxRuntimeError
+
+
+def _structured(rng, M, K, dtype):
+    """A dense [M, K] of small integers with 2 non-zeros (columns 4c and 4c + 2) per 4."""
+    A = np.zeros((M, K))
+    A[:, 0::4] = rng.integers(-3, 4, (M, K // 4))
+    A[:, 2::4] = rng.integers(-3, 4, (M, K // 4))
+    return A.astype(dtype)
+
+
+def _small(rng, shape, dtype):
+    return rng.integers(-3, 4, shape).astype(dtype)
+
+
+def _f32_bits(x):
+    return np.asarray(x, np.float32).view(np.uint32)
+
+
+def test_issue20_matmul_sparse_traced_unstructured_rows_are_nan():
+    rng = np.random.default_rng(20)
+    A = _structured(rng, 20, 64, np.float16)  # ragged M, two k-steps
+    B = _small(rng, (64, 8), np.float16)
+    A[3, 36:40] = 1  # row 3: four non-zeros in chunk 9 (second k-step)
+    ref = A.astype(np.float64) @ B.astype(np.float64)
+    with pytest.raises(ValueError, match=r"A\[0, 1\]: row 3, chunk 1 .* 4 non-zero"):
+        jaxmma.matmul(A, B, instruction=SP_F32)  # concrete: refused at once
+    got = np.asarray(jax.jit(lambda a: jaxmma.matmul(a, B, instruction=SP_F32))(A))
+    assert (_f32_bits(got[3]) == 0x7FFFFFFF).all()
+    keep = np.arange(20) != 3
+    np.testing.assert_array_equal(got[keep], ref[keep].astype(np.float32))
+    # promotion and a C: the poisoned row stays NaN, the others exact
+    C = _small(rng, (20, 8), np.float32)
+    f = jax.jit(lambda a: jaxmma.matmul(a, B, C, instruction=SP_F32, promote_every=1))
+    got = np.asarray(f(A))
+    assert (_f32_bits(got[3]) == 0x7FFFFFFF).all()
+    np.testing.assert_array_equal(got[keep], (ref + C)[keep].astype(np.float32))
+
+
+def test_issue20_matmul_sparse_poison_for_f16_and_s32_outputs():
+    rng = np.random.default_rng(21)
+    A = _structured(rng, 16, 32, np.float16)
+    A[7, :4] = 2
+    B = _small(rng, (32, 8), np.float16)
+    got = np.asarray(jax.jit(lambda a: jaxmma.matmul(a, B, instruction=SP_F16))(A))
+    assert got.dtype == np.float16
+    assert (got[7].view(np.uint16) == 0x7FFF).all()
+    ref = (A.astype(np.float64) @ B.astype(np.float64)).astype(np.float16)
+    np.testing.assert_array_equal(np.delete(got, 7, 0), np.delete(ref, 7, 0))
+    Ai = _structured(rng, 16, 32, np.int8)
+    Ai[0, 8:12] = [1, -1, 1, -1]
+    Bi = _small(rng, (32, 8), np.int8)
+    got = np.asarray(jax.jit(lambda a: jaxmma.matmul(a, Bi, instruction=SP_S32))(Ai))
+    assert got.dtype == np.int32
+    assert (got[0] == -(2**31)).all()
+    ref = Ai.astype(np.int64) @ Bi.astype(np.int64)
+    np.testing.assert_array_equal(got[1:], ref[1:])
+
+
+def test_issue20_matmul_sparse_under_vmap_poisons_only_the_bad_element():
+    rng = np.random.default_rng(22)
+    A = np.stack([_structured(rng, 16, 32, np.float16) for _ in range(3)])
+    A[1, 9, 28:32] = 1
+    B = _small(rng, (32, 8), np.float16)
+    got = np.array(jax.jit(jax.vmap(lambda a: jaxmma.matmul(a, B, instruction=SP_F32)))(A))
+    ref = (A.astype(np.float64) @ B.astype(np.float64)).astype(np.float32)
+    assert (_f32_bits(got[1, 9]) == 0x7FFFFFFF).all()
+    got[1, 9] = ref[1, 9]
+    np.testing.assert_array_equal(got, ref)
+
+
+def test_issue20_matmul_check_true_raises_under_jit():
+    rng = np.random.default_rng(23)
+    A = _structured(rng, 16, 32, np.float16)
+    B = _small(rng, (32, 8), np.float16)
+    f = jax.jit(lambda a: jaxmma.matmul(a, B, instruction=SP_F32, check=True))
+    ref = (A.astype(np.float64) @ B.astype(np.float64)).astype(np.float32)
+    np.testing.assert_array_equal(np.asarray(f(A)), ref)  # valid: runs, exact
+    A[0, :4] = 1
+    with pytest.raises(RUNTIME, match=r"ValueError: A\[0, 0\]: row 0, chunk 0 .* 4 non-zero"):
+        f(A)
+    with pytest.raises(ValueError, match=r"A\[0, 0\]: row 0, chunk 0"):
+        jaxmma.matmul(A, B, instruction=SP_F32, check=True)  # eager: at once
+    dg = jax.jit(
+        lambda a: jaxmma.dot_general(a, B, (((1,), (0,)), ((), ())), instruction=SP_F32, check=True)
+    )
+    with pytest.raises(RUNTIME, match=r"ValueError: A\[0, 0\]: row 0, chunk 0"):
+        dg(A)
+
+
+@pytest.mark.parametrize("mode", ["eager", "jit"])
+def test_issue20_matmul_check_argument_is_validated(mode):
+    A, B = jnp.zeros((16, 32), jnp.float16), jnp.zeros((32, 8), jnp.float16)
+    wrap = jax.jit if mode == "jit" else (lambda f: f)
+    with pytest.raises(TypeError, match="check: expected None, True or False, got 'yes'"):
+        wrap(lambda a: jaxmma.matmul(a, B, instruction=SP_F32, check="yes"))(A)
+    dense = "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32"
+    with pytest.raises(ValueError, match="check: only sparse"):
+        wrap(lambda a: jaxmma.matmul(a, B, instruction=dense, check=True))(A)
+
+
+@pytest.mark.parametrize("value", [99, -5, 2])
+def test_issue20_ins_mma_metadata_out_of_range_traced(value):
+    """idx = 99 / -5 give NaN / a plausible number before; 2 is a column of chunk 0 given
+    for chunk 1 (also invalid). Now: NaN in that row, the others exact."""
+    ins = jaxmma.instruction(SP_F32)
+    rng = np.random.default_rng(24)
+    Ac = _small(rng, (16, 16), np.float16)
+    B = _small(rng, (32, 8), np.float16)
+    C = _small(rng, (16, 8), np.float32)
+    idx = np.tile(np.array([[4 * c, 4 * c + 2] for c in range(8)]).reshape(-1), (16, 1))
+    ref = np.einsum("mj,mjn->mn", Ac.astype(np.float64), B.astype(np.float64)[idx]) + C
+    bad = idx.copy()
+    bad[5, 2:4] = value
+    with pytest.raises(ValueError, match="metadata: row 5, chunk 1"):
+        ins.mma(Ac, B, C, metadata=jnp.asarray(bad, jnp.int32))
+    f = jax.jit(lambda i: ins.mma(Ac, B, C, metadata=i))
+    got = np.asarray(f(jnp.asarray(bad, jnp.int32)))
+    assert (_f32_bits(got[5]) == 0x7FFFFFFF).all()
+    keep = np.arange(16) != 5
+    np.testing.assert_array_equal(got[keep], ref[keep].astype(np.float32))
+    g = jax.jit(lambda i: ins.mma(Ac, B, C, metadata=i, check=True))
+    np.testing.assert_array_equal(np.asarray(g(jnp.asarray(idx, jnp.int32))), ref)
+    with pytest.raises(RUNTIME, match=r"ValueError: metadata: row 5, chunk 1 has dense columns"):
+        g(jnp.asarray(bad, jnp.int32))
+
+
+def test_issue20_ins_mma_dense_sparse_a_traced():
+    ins = jaxmma.instruction(SP_F32)
+    rng = np.random.default_rng(25)
+    A = _structured(rng, 16, 32, np.float16)
+    A[11, 16:20] = 3
+    B = _small(rng, (32, 8), np.float16)
+    C = np.zeros((16, 8), np.float32)
+    got = np.asarray(jax.jit(lambda a: ins.mma(a, B, C))(A))
+    assert (_f32_bits(got[11]) == 0x7FFFFFFF).all()
+    ref = (A.astype(np.float64) @ B.astype(np.float64)).astype(np.float32)
+    np.testing.assert_array_equal(np.delete(got, 11, 0), np.delete(ref, 11, 0))
+    with pytest.raises(RUNTIME, match=r"ValueError: A: row 11, chunk 4 .* 4 non-zero"):
+        jax.jit(lambda a: ins.mma(a, B, C, check=True))(A)
+
+
+def test_issue20_register_level_check_under_plain_jit():
+    E_BAD = jnp.full((32,), 0x44444441, U32)  # nibble 0b0001: descending, undefined
+    f = jax.jit(lambda e: SP(SPA, SPB, C4, e, selector=0, check=True))
+    np.testing.assert_array_equal(
+        np.asarray(f(E_OK)), np.asarray(SP(SPA, SPB, C4, E_OK, selector=0))
+    )
+    with pytest.raises(RUNTIME, match=r"ValueError: invalid sparse metadata .*e: lane 0, nibble 0"):
+        f(E_BAD)
+    with pytest.raises(RUNTIME, match="addrs: an address lies outside"):
+        jax.jit(lambda a: LD(SMEM, a, check=True))(jnp.full((32,), 4096, U32))
