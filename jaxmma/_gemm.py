@@ -344,7 +344,7 @@ def _quantize_operands(ins, A, B, quantize):
     out = []
     for name, x, axis in (("A", A, -1), ("B", B, -2)):
         if isinstance(x, _quant.Quantized):
-            out.append((None, x))
+            out.append((None, _quant.check_quantized(x, name, matrix=True)))
             continue
         x = jnp.asarray(x)
         if not jnp.issubdtype(x.dtype, jnp.floating):
@@ -362,7 +362,7 @@ def _quantize_operands(ins, A, B, quantize):
             qx = _quant.quantize_nvfp4(x_q, axis=axis, block=_scaling.block_size(ins))
         else:
             qx = _quant.quantize_mx(x_q, fmt, axis=axis, block=_scaling.block_size(ins))
-        out.append((x, qx))
+        out.append((x, _quant.check_quantized(qx, name, matrix=True)))
     (A, qa), (B, qb) = out
     return A, B, (qa, qb)
 

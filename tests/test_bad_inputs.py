@@ -844,7 +844,7 @@ def test_deprecated_argument_orders_still_work():
 def test_quantized_operand_mismatch():
     q = Q.quantize_mx(jnp.ones((16, 32), jnp.float32), "e5m2", block=32)
     qb = Q.quantize_mx(jnp.ones((32, 8), jnp.float32), "e4m3", axis=-2, block=32)
-    with pytest.raises(ValueError, match="scale_a: the quantized operand does not fit.*e4m3"):
+    with pytest.raises(ValueError, match="qa: the quantized operand does not fit.*e4m3"):
         Q.as_operands(MX, q, qb)
 
 
@@ -1009,3 +1009,136 @@ def test_issue20_register_level_check_under_plain_jit():
         f(E_BAD)
     with pytest.raises(RUNTIME, match="addrs: an address lies outside"):
         jax.jit(lambda a: LD(SMEM, a, check=True))(jnp.full((32,), 4096, U32))
+
+
+# Quantized containers are validated wherever they enter: an edited one is refused.
+def _nv_pair():
+    qa = Q.quantize_nvfp4(jnp.ones((16, 64), jnp.float32))
+    qb = Q.quantize_nvfp4(jnp.ones((64, 8), jnp.float32), axis=-2)
+    return qa, qb
+
+
+def _edits():
+    import dataclasses
+
+    qa, _ = _nv_pair()
+    f8 = jax.lax.bitcast_convert_type(qa.scales, jnp.float8_e4m3fn)
+    r = dataclasses.replace
+    return [
+        (
+            "scales-fewer",
+            r(qa, scales=qa.scales[:, :2]),
+            ValueError,
+            r"Quantized\.scales has shape \(16, 2\)",
+        ),
+        (
+            "scales-more",
+            r(qa, scales=jnp.tile(qa.scales, (1, 2))),
+            ValueError,
+            r"scales has shape \(16, 8\)",
+        ),
+        ("scales-rows", r(qa, scales=qa.scales[:3]), ValueError, r"scales has shape \(3, 4\)"),
+        (
+            "scales-float8",
+            r(qa, scales=f8),
+            TypeError,
+            "Quantized.scales must be uint8.*float8_e4m3fn",
+        ),
+        ("scales-uint32", r(qa, scales=qa.scales.astype(U32)), TypeError, "scales must be uint8"),
+        (
+            "elements-int8",
+            r(qa, elements=qa.elements.astype(jnp.int8)),
+            TypeError,
+            "elements must be uint8",
+        ),
+        (
+            "global-vector",
+            r(qa, global_scale=jnp.ones(3)),
+            ValueError,
+            r"global_scale has shape \(3,\)",
+        ),
+        (
+            "global-rows",
+            r(qa, global_scale=jnp.ones(16)),
+            ValueError,
+            r"global_scale has shape \(16,\)",
+        ),
+        (
+            "global-f16",
+            r(qa, global_scale=jnp.float16(1)),
+            TypeError,
+            "global_scale must be None or a float32",
+        ),
+        (
+            "global-python",
+            r(qa, global_scale=1.0),
+            TypeError,
+            "global_scale must be None or a float32",
+        ),
+        ("block-edited", r(qa, block=3), ValueError, "not a multiple of block=3"),
+        ("axis-positive", r(qa, axis=1), ValueError, r"Quantized\.axis=1"),
+        ("fmt-edited", r(qa, fmt="e9m9"), ValueError, r"Quantized\.fmt='e9m9'"),
+    ]
+
+
+EDITS = _edits()
+NV_TEXT = NV.text
+
+
+@pytest.mark.parametrize("mode", ["eager", "jit"])
+@pytest.mark.parametrize(("edit", "bad", "exc", "pattern"), EDITS, ids=[e[0] for e in EDITS])
+def test_issue20_edited_quantized_is_refused(edit, bad, exc, pattern, mode):
+    _, qb = _nv_pair()
+    wrap = jax.jit if mode == "jit" and edit != "global-python" else (lambda f: f)
+    entries = [
+        ("A", lambda q: jaxmma.matmul(q, qb, instruction=NV_TEXT)),
+        ("lhs|A", lambda q: jaxmma.dot_general(q, qb, (((1,), (0,)), ((), ())), instruction=NV)),
+        ("A", lambda q: NV.mma(q, qb, jnp.zeros((16, 8), jnp.float32))),
+        ("qa", lambda q: Q.as_operands(NV, q, qb)),
+        ("q", Q.dequantize),
+        ("q", Q.raw_bits),
+    ]
+    fit = {  # edits of the static fields: the instruction's entries name the mismatch first
+        "block-edited": "block 16, got 3",
+        "axis-positive": "axis -1, got 1",
+        "fmt-edited": "element format 'e2m1', got 'e9m9'",
+    }
+    for name, fn in entries:
+        if name.startswith("lhs"):
+            continue  # dot_general takes arrays: a Quantized goes through matmul
+        if edit == "global-rows" and name == "q":
+            wrap(fn)(bad)  # one global scale per row (vmap over rows): a valid container
+            continue
+        want = (
+            fit[edit]
+            if edit in fit and name in ("A", "qa") and fn is not entries[0][1]
+            else pattern
+        )
+        with pytest.raises(exc, match=f"^{name}: .*{want}"):
+            wrap(fn)(bad)
+
+
+@pytest.mark.parametrize("g", [-1.0, 0.0, -0.0, float("nan"), float("inf"), float("-inf")])
+def test_issue20_quantize_nvfp4_global_scale_values(g):
+    x = jnp.asarray(np.linspace(-3, 3, 64).reshape(2, 32), jnp.float32)
+    with pytest.raises(ValueError, match=r"global_scale: expected a positive finite .*got"):
+        Q.quantize_nvfp4(x, global_scale=g)
+    with pytest.raises(ValueError, match="global_scale: expected a positive finite"):
+        Q.quantize_nvfp4(x, global_scale=np.float32(g))
+    # traced: cannot be checked; every scale is NaN (0x7F), every element +0 -> all NaN
+    q = jax.jit(lambda s: Q.quantize_nvfp4(x, global_scale=s))(jnp.float32(g))
+    assert (np.asarray(q.scales) == 0x7F).all()
+    assert (np.asarray(q.elements) == 0).all()
+    assert np.isnan(np.asarray(Q.dequantize(q))).all()
+    # a valid traced scale keeps the recipe's bits: 1.0 gives e2m1 grid values directly
+    ok = jax.jit(lambda s: Q.quantize_nvfp4(x, global_scale=s))(jnp.float32(1.0))
+    assert (np.asarray(ok.scales) != 0x7F).all()
+
+
+def test_issue20_vmapped_quantized_is_still_accepted():
+    X = jnp.asarray(np.arange(3 * 16 * 64).reshape(3, 16, 64) % 7 - 3, jnp.float32)
+    q = jax.vmap(Q.quantize_nvfp4)(X)
+    assert q.global_scale.shape == (3,)
+    got = np.asarray(Q.dequantize(q))
+    for i in range(3):
+        np.testing.assert_array_equal(got[i], np.asarray(Q.dequantize(Q.quantize_nvfp4(X[i]))))
