@@ -1142,3 +1142,143 @@ def test_issue20_vmapped_quantized_is_still_accepted():
     got = np.asarray(Q.dequantize(q))
     for i in range(3):
         np.testing.assert_array_equal(got[i], np.asarray(Q.dequantize(Q.quantize_nvfp4(X[i]))))
+
+
+# Randomized: generated shapes and dtypes give a result equal to an independent NumPy
+# reference, or a ValueError/TypeError; never another exception, never another result.
+# Values are small integers (or, for quantization, values every format holds exactly), so
+# the references are exact.
+_RANDOM_FORMS = {
+    "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32": ("float", np.float32),
+    "mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32": ("int", np.int32),
+}
+_DTYPES = [
+    "float32",
+    "float16",
+    "bfloat16",
+    "float64",
+    "int8",
+    "int32",
+    "uint8",
+    "bool",
+    "complex64",
+]
+_ML = {
+    "e4m3": "float8_e4m3fn",
+    "e5m2": "float8_e5m2",
+    "e3m2": "float6_e3m2fn",
+    "e2m3": "float6_e2m3fn",
+    "e2m1": "float4_e2m1fn",
+    "ue8m0": "float8_e8m0fnu",
+    "ue4m3": "float8_e4m3fn",
+}
+
+
+def _operand(rng, shape, dtype):
+    """Small integers in ``dtype`` (0..3 for unsigned and bool, -3..3 otherwise) and the
+    same values as int64."""
+    unsigned = np.dtype(jnp.dtype(dtype)).kind in "ub"
+    v = rng.integers(0 if unsigned else -3, 2 if dtype == "bool" else 4, shape)
+    return np.asarray(v).astype(jnp.dtype(dtype)), v.astype(np.int64)
+
+
+def _allowed(fn):
+    """fn() or None when it raises ValueError/TypeError (any other exception fails)."""
+    try:
+        return fn()
+    except (ValueError, TypeError):
+        return None
+
+
+def _np_dequantize(q):
+    """element * scale * global_scale in float64, decoded by ml_dtypes (not by jaxmma)."""
+    import ml_dtypes
+
+    def values(bits, fmt):
+        return np.asarray(bits, np.uint8).view(getattr(ml_dtypes, _ML[fmt])).astype(np.float64)
+
+    e = values(q.elements, q.fmt)
+    s = np.repeat(values(q.scales, q.scale_fmt), q.block, axis=q.axis)
+    g = 1.0 if q.global_scale is None else float(np.asarray(q.global_scale))
+    return e * s * g
+
+
+def _random_settings(n):
+    from hypothesis import HealthCheck, settings
+
+    return settings(
+        max_examples=n,
+        deadline=None,
+        derandomize=True,
+        suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+    )
+
+
+def _strategies():
+    from hypothesis import given
+    from hypothesis import strategies as st
+
+    return given, st
+
+
+_given, _st = _strategies()
+
+
+@_random_settings(8)
+@_given(
+    form=_st.sampled_from(sorted(_RANDOM_FORMS)),
+    dims=_st.tuples(_st.integers(1, 20), _st.integers(1, 12), _st.integers(1, 40)),
+    batch=_st.sampled_from([(), (2,)]),
+    dtypes=_st.tuples(*[_st.sampled_from(_DTYPES)] * 2),
+    api=_st.sampled_from(["matmul", "dot_general"]),
+    seed=_st.integers(0, 2**16),
+)
+def test_issue20_random_gemm_is_exact_or_refused(form, dims, batch, dtypes, api, seed):
+    kind, out = _RANDOM_FORMS[form]
+    if kind == "float" and "uint8" in dtypes:
+        dtypes = tuple("float32" if d == "uint8" else d for d in dtypes)  # raw bits: no values
+    rng = np.random.default_rng(seed)
+    M, N, K = dims
+    A, va = _operand(rng, batch + (M, K), dtypes[0])
+    B, vb = _operand(rng, (K, N), dtypes[1])
+    if api == "matmul":
+        got = _allowed(lambda: jaxmma.matmul(A, B, instruction=form))
+    else:  # A transposed: contract lhs axis -2 with rhs axis 0
+        At = np.swapaxes(A, -1, -2)
+        dn = (((At.ndim - 2,), (0,)), ((), ()))
+        got = _allowed(lambda: jaxmma.dot_general(At, B, dn, instruction=form))
+    if got is None:
+        return
+    ref = np.matmul(va, vb).astype(out)
+    assert got.shape == ref.shape and got.dtype == ref.dtype
+    np.testing.assert_array_equal(np.asarray(got), ref)
+
+
+@_random_settings(8)
+@_given(
+    nvfp4=_st.booleans(),
+    fmt=_st.sampled_from(["e4m3", "e5m2", "e3m2", "e2m3", "e2m1"]),
+    shape=_st.lists(_st.integers(1, 3), min_size=1, max_size=3).map(tuple),
+    axis=_st.integers(-4, 3),
+    block=_st.sampled_from([1, 2, 3, 4, 16, 32]),
+    fit=_st.booleans(),
+    dtype=_st.sampled_from(["float32", "float16", "bfloat16", "float64", "int32"]),
+    seed=_st.integers(0, 2**16),
+)
+def test_issue20_random_quantize_is_exact_or_refused(
+    nvfp4, fmt, shape, axis, block, fit, dtype, seed
+):
+    if fit and -len(shape) <= axis < len(shape):  # mostly blocks that fit the axis
+        shape = tuple(n * block if i == axis % len(shape) else n for i, n in enumerate(shape))
+    rng = np.random.default_rng(seed)
+    sign = rng.choice([-1.0, 1.0], shape)
+    if nvfp4:  # global scale 1: blocks of {0, 1.5, 3, 6} * 2**j have exact ue4m3 scales
+        x = rng.choice([0.0, 1.5, 3.0, 6.0], shape) * sign * 2.0 ** rng.integers(-2, 3)
+        call = lambda: Q.quantize_nvfp4(x.astype(dtype), axis=axis, block=block, global_scale=1.0)  # noqa: E731
+    else:  # {0, 1, 2, 4} * 2**j: after a power-of-two scale every format holds these
+        x = rng.choice([0.0, 1.0, 2.0, 4.0], shape) * sign * 2.0 ** rng.integers(-3, 4)
+        call = lambda: Q.quantize_mx(x.astype(dtype), fmt, axis=axis, block=block)  # noqa: E731
+    q = _allowed(call)
+    if q is None:
+        return
+    np.testing.assert_array_equal(_np_dequantize(q), x)
