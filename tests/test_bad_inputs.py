@@ -1282,3 +1282,20 @@ def test_issue20_random_quantize_is_exact_or_refused(
     if q is None:
         return
     np.testing.assert_array_equal(_np_dequantize(q), x)
+
+
+def test_issue20_check_true_under_grad():
+    ins = jaxmma.instruction(SP_F32)
+    A = np.zeros((16, 32), np.float32)
+    A[:, 0::4], A[:, 2::4] = 1.0, 2.0
+    B = jnp.ones((32, 8), jnp.float16)
+    C = jnp.zeros((16, 8), jnp.float32)
+
+    def loss(a):
+        return jnp.sum(ins.mma(a.astype(jnp.float16), B, C, check=True))
+
+    grad = jax.jit(jax.grad(loss))
+    np.testing.assert_array_equal(np.asarray(grad(A)), np.full((16, 32), 8.0, np.float32))
+    A[2, 4:8] = 1.0
+    with pytest.raises(RUNTIME, match=r"ValueError: A: row 2, chunk 1 .* 4 non-zero"):
+        grad(A)
