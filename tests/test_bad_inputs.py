@@ -705,17 +705,6 @@ case(
     jit="only",
 )
 case("checked-enabled-str", TypeError, "enabled", S.checked, "yes", jit=False)
-case(
-    "checked-jit-without-checkify",
-    ValueError,
-    "checkify.checkify",
-    S.metadata_indices,
-    SP,
-    E_OK,
-    0,
-    check=True,
-    jit="only",
-)
 
 # ---------------------------------------------------------------- quant
 case(
@@ -855,7 +844,7 @@ def test_deprecated_argument_orders_still_work():
 def test_quantized_operand_mismatch():
     q = Q.quantize_mx(jnp.ones((16, 32), jnp.float32), "e5m2", block=32)
     qb = Q.quantize_mx(jnp.ones((32, 8), jnp.float32), "e4m3", axis=-2, block=32)
-    with pytest.raises(ValueError, match="scale_a: the quantized operand does not fit.*e4m3"):
+    with pytest.raises(ValueError, match="qa: the quantized operand does not fit.*e4m3"):
         Q.as_operands(MX, q, qb)
 
 
@@ -1302,3 +1291,456 @@ def test_issue20_a_long_text_is_not_echoed_whole():
         with pytest.raises(ValueError) as info:
             jaxmma.instruction(text)
         assert len(str(info.value)) < 1000 and "characters)" in str(info.value)
+
+
+# --- issue 20: jit-time checks and Quantized validation ---
+# Traced values cannot be checked when the program is built. Without a check, a sparse A
+# that lacks the structure (or metadata that no nibble expresses) poisons its rows of D:
+# the canonical NaN of the output format, -2**31 for .s32; every other row keeps its
+# bits. With check=True the compiled program raises our message when it runs (JAX
+# reports it as a JaxRuntimeError whose text ends with "ValueError: <message>").
+SP_F32 = "mma.sp.sync.aligned.m16n8k32.row.col.f32.f16.f16.f32"
+SP_F16 = "mma.sp.sync.aligned.m16n8k32.row.col.f16.f16.f16.f16"
+SP_S32 = "mma.sp.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32"
+RUNTIME = jax.errors.JaxRuntimeError
+
+
+def _structured(rng, M, K, dtype):
+    """A dense [M, K] of small integers with 2 non-zeros (columns 4c and 4c + 2) per 4."""
+    A = np.zeros((M, K))
+    A[:, 0::4] = rng.integers(-3, 4, (M, K // 4))
+    A[:, 2::4] = rng.integers(-3, 4, (M, K // 4))
+    return A.astype(dtype)
+
+
+def _small(rng, shape, dtype):
+    return rng.integers(-3, 4, shape).astype(dtype)
+
+
+def _f32_bits(x):
+    return np.asarray(x, np.float32).view(np.uint32)
+
+
+def test_issue20_matmul_sparse_traced_unstructured_rows_are_nan():
+    rng = np.random.default_rng(20)
+    A = _structured(rng, 20, 64, np.float16)  # ragged M, two k-steps
+    B = _small(rng, (64, 8), np.float16)
+    A[3, 36:40] = 1  # row 3: four non-zeros in chunk 9 (second k-step)
+    ref = A.astype(np.float64) @ B.astype(np.float64)
+    with pytest.raises(ValueError, match=r"A\[0, 1\]: row 3, chunk 1 .* 4 non-zero"):
+        jaxmma.matmul(A, B, instruction=SP_F32)  # concrete: refused at once
+    got = np.asarray(jax.jit(lambda a: jaxmma.matmul(a, B, instruction=SP_F32))(A))
+    assert (_f32_bits(got[3]) == 0x7FFFFFFF).all()
+    keep = np.arange(20) != 3
+    np.testing.assert_array_equal(got[keep], ref[keep].astype(np.float32))
+    # promotion and a C: the poisoned row stays NaN, the others exact
+    C = _small(rng, (20, 8), np.float32)
+    f = jax.jit(lambda a: jaxmma.matmul(a, B, C, instruction=SP_F32, promote_every=1))
+    got = np.asarray(f(A))
+    assert (_f32_bits(got[3]) == 0x7FFFFFFF).all()
+    np.testing.assert_array_equal(got[keep], (ref + C)[keep].astype(np.float32))
+
+
+def test_issue20_matmul_sparse_poison_for_f16_and_s32_outputs():
+    rng = np.random.default_rng(21)
+    A = _structured(rng, 16, 32, np.float16)
+    A[7, :4] = 2
+    B = _small(rng, (32, 8), np.float16)
+    got = np.asarray(jax.jit(lambda a: jaxmma.matmul(a, B, instruction=SP_F16))(A))
+    assert got.dtype == np.float16
+    assert (got[7].view(np.uint16) == 0x7FFF).all()
+    ref = (A.astype(np.float64) @ B.astype(np.float64)).astype(np.float16)
+    np.testing.assert_array_equal(np.delete(got, 7, 0), np.delete(ref, 7, 0))
+    Ai = _structured(rng, 16, 32, np.int8)
+    Ai[0, 8:12] = [1, -1, 1, -1]
+    Bi = _small(rng, (32, 8), np.int8)
+    got = np.asarray(jax.jit(lambda a: jaxmma.matmul(a, Bi, instruction=SP_S32))(Ai))
+    assert got.dtype == np.int32
+    assert (got[0] == -(2**31)).all()
+    ref = Ai.astype(np.int64) @ Bi.astype(np.int64)
+    np.testing.assert_array_equal(got[1:], ref[1:])
+
+
+def test_issue20_matmul_sparse_under_vmap_poisons_only_the_bad_element():
+    rng = np.random.default_rng(22)
+    A = np.stack([_structured(rng, 16, 32, np.float16) for _ in range(3)])
+    A[1, 9, 28:32] = 1
+    B = _small(rng, (32, 8), np.float16)
+    got = np.array(jax.jit(jax.vmap(lambda a: jaxmma.matmul(a, B, instruction=SP_F32)))(A))
+    ref = (A.astype(np.float64) @ B.astype(np.float64)).astype(np.float32)
+    assert (_f32_bits(got[1, 9]) == 0x7FFFFFFF).all()
+    got[1, 9] = ref[1, 9]
+    np.testing.assert_array_equal(got, ref)
+
+
+def test_issue20_matmul_check_true_raises_under_jit():
+    rng = np.random.default_rng(23)
+    A = _structured(rng, 16, 32, np.float16)
+    B = _small(rng, (32, 8), np.float16)
+    f = jax.jit(lambda a: jaxmma.matmul(a, B, instruction=SP_F32, check=True))
+    ref = (A.astype(np.float64) @ B.astype(np.float64)).astype(np.float32)
+    np.testing.assert_array_equal(np.asarray(f(A)), ref)  # valid: runs, exact
+    A[0, :4] = 1
+    with pytest.raises(RUNTIME, match=r"ValueError: A\[0, 0\]: row 0, chunk 0 .* 4 non-zero"):
+        f(A)
+    with pytest.raises(ValueError, match=r"A\[0, 0\]: row 0, chunk 0"):
+        jaxmma.matmul(A, B, instruction=SP_F32, check=True)  # eager: at once
+    dg = jax.jit(
+        lambda a: jaxmma.dot_general(a, B, (((1,), (0,)), ((), ())), instruction=SP_F32, check=True)
+    )
+    with pytest.raises(RUNTIME, match=r"ValueError: A\[0, 0\]: row 0, chunk 0"):
+        dg(A)
+
+
+@pytest.mark.parametrize("mode", ["eager", "jit"])
+def test_issue20_matmul_check_argument_is_validated(mode):
+    A, B = jnp.zeros((16, 32), jnp.float16), jnp.zeros((32, 8), jnp.float16)
+    wrap = jax.jit if mode == "jit" else (lambda f: f)
+    with pytest.raises(TypeError, match="check: expected None, True or False, got 'yes'"):
+        wrap(lambda a: jaxmma.matmul(a, B, instruction=SP_F32, check="yes"))(A)
+    dense = "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32"
+    with pytest.raises(ValueError, match="check: only sparse"):
+        wrap(lambda a: jaxmma.matmul(a, B, instruction=dense, check=True))(A)
+
+
+@pytest.mark.parametrize("value", [99, -5, 2])
+def test_issue20_ins_mma_metadata_out_of_range_traced(value):
+    """idx = 99 / -5 give NaN / a plausible number before; 2 is a column of chunk 0 given
+    for chunk 1 (also invalid). Now: NaN in that row, the others exact."""
+    ins = jaxmma.instruction(SP_F32)
+    rng = np.random.default_rng(24)
+    Ac = _small(rng, (16, 16), np.float16)
+    B = _small(rng, (32, 8), np.float16)
+    C = _small(rng, (16, 8), np.float32)
+    idx = np.tile(np.array([[4 * c, 4 * c + 2] for c in range(8)]).reshape(-1), (16, 1))
+    ref = np.einsum("mj,mjn->mn", Ac.astype(np.float64), B.astype(np.float64)[idx]) + C
+    bad = idx.copy()
+    bad[5, 2:4] = value
+    with pytest.raises(ValueError, match="metadata: row 5, chunk 1"):
+        ins.mma(Ac, B, C, metadata=jnp.asarray(bad, jnp.int32))
+    f = jax.jit(lambda i: ins.mma(Ac, B, C, metadata=i))
+    got = np.asarray(f(jnp.asarray(bad, jnp.int32)))
+    assert (_f32_bits(got[5]) == 0x7FFFFFFF).all()
+    keep = np.arange(16) != 5
+    np.testing.assert_array_equal(got[keep], ref[keep].astype(np.float32))
+    g = jax.jit(lambda i: ins.mma(Ac, B, C, metadata=i, check=True))
+    np.testing.assert_array_equal(np.asarray(g(jnp.asarray(idx, jnp.int32))), ref)
+    with pytest.raises(RUNTIME, match=r"ValueError: metadata: row 5, chunk 1 has dense columns"):
+        g(jnp.asarray(bad, jnp.int32))
+
+
+def test_issue20_ins_mma_dense_sparse_a_traced():
+    ins = jaxmma.instruction(SP_F32)
+    rng = np.random.default_rng(25)
+    A = _structured(rng, 16, 32, np.float16)
+    A[11, 16:20] = 3
+    B = _small(rng, (32, 8), np.float16)
+    C = np.zeros((16, 8), np.float32)
+    got = np.asarray(jax.jit(lambda a: ins.mma(a, B, C))(A))
+    assert (_f32_bits(got[11]) == 0x7FFFFFFF).all()
+    ref = (A.astype(np.float64) @ B.astype(np.float64)).astype(np.float32)
+    np.testing.assert_array_equal(np.delete(got, 11, 0), np.delete(ref, 11, 0))
+    with pytest.raises(RUNTIME, match=r"ValueError: A: row 11, chunk 4 .* 4 non-zero"):
+        jax.jit(lambda a: ins.mma(a, B, C, check=True))(A)
+
+
+def test_issue20_register_level_check_under_plain_jit():
+    E_BAD = jnp.full((32,), 0x44444441, U32)  # nibble 0b0001: descending, undefined
+    f = jax.jit(lambda e: SP(SPA, SPB, C4, e, selector=0, check=True))
+    np.testing.assert_array_equal(
+        np.asarray(f(E_OK)), np.asarray(SP(SPA, SPB, C4, E_OK, selector=0))
+    )
+    with pytest.raises(RUNTIME, match=r"ValueError: invalid sparse metadata .*e: lane 0, nibble 0"):
+        f(E_BAD)
+    with pytest.raises(RUNTIME, match="addrs: an address lies outside"):
+        jax.jit(lambda a: LD(SMEM, a, check=True))(jnp.full((32,), 4096, U32))
+
+
+# Quantized containers are validated wherever they enter: an edited one is refused.
+def _nv_pair():
+    qa = Q.quantize_nvfp4(jnp.ones((16, 64), jnp.float32))
+    qb = Q.quantize_nvfp4(jnp.ones((64, 8), jnp.float32), axis=-2)
+    return qa, qb
+
+
+def _edits():
+    import dataclasses
+
+    qa, _ = _nv_pair()
+    f8 = jax.lax.bitcast_convert_type(qa.scales, jnp.float8_e4m3fn)
+    r = dataclasses.replace
+    return [
+        (
+            "scales-fewer",
+            r(qa, scales=qa.scales[:, :2]),
+            ValueError,
+            r"Quantized\.scales has shape \(16, 2\)",
+        ),
+        (
+            "scales-more",
+            r(qa, scales=jnp.tile(qa.scales, (1, 2))),
+            ValueError,
+            r"scales has shape \(16, 8\)",
+        ),
+        ("scales-rows", r(qa, scales=qa.scales[:3]), ValueError, r"scales has shape \(3, 4\)"),
+        (
+            "scales-float8",
+            r(qa, scales=f8),
+            TypeError,
+            "Quantized.scales must be uint8.*float8_e4m3fn",
+        ),
+        ("scales-uint32", r(qa, scales=qa.scales.astype(U32)), TypeError, "scales must be uint8"),
+        (
+            "elements-int8",
+            r(qa, elements=qa.elements.astype(jnp.int8)),
+            TypeError,
+            "elements must be uint8",
+        ),
+        (
+            "global-vector",
+            r(qa, global_scale=jnp.ones(3)),
+            ValueError,
+            r"global_scale has shape \(3,\)",
+        ),
+        (
+            "global-rows",
+            r(qa, global_scale=jnp.ones(16)),
+            ValueError,
+            r"global_scale has shape \(16,\)",
+        ),
+        (
+            "global-f16",
+            r(qa, global_scale=jnp.float16(1)),
+            TypeError,
+            "global_scale must be None or a float32",
+        ),
+        (
+            "global-python",
+            r(qa, global_scale=1.0),
+            TypeError,
+            "global_scale must be None or a float32",
+        ),
+        ("block-edited", r(qa, block=3), ValueError, "not a multiple of block=3"),
+        ("axis-positive", r(qa, axis=1), ValueError, r"Quantized\.axis=1"),
+        ("fmt-edited", r(qa, fmt="e9m9"), ValueError, r"Quantized\.fmt='e9m9'"),
+    ]
+
+
+EDITS = _edits()
+NV_TEXT = NV.text
+
+
+@pytest.mark.parametrize("mode", ["eager", "jit"])
+@pytest.mark.parametrize(("edit", "bad", "exc", "pattern"), EDITS, ids=[e[0] for e in EDITS])
+def test_issue20_edited_quantized_is_refused(edit, bad, exc, pattern, mode):
+    _, qb = _nv_pair()
+    wrap = jax.jit if mode == "jit" and edit != "global-python" else (lambda f: f)
+    entries = [
+        ("A", lambda q: jaxmma.matmul(q, qb, instruction=NV_TEXT)),
+        ("lhs|A", lambda q: jaxmma.dot_general(q, qb, (((1,), (0,)), ((), ())), instruction=NV)),
+        ("A", lambda q: NV.mma(q, qb, jnp.zeros((16, 8), jnp.float32))),
+        ("qa", lambda q: Q.as_operands(NV, q, qb)),
+        ("q", Q.dequantize),
+        ("q", Q.raw_bits),
+    ]
+    fit = {  # edits of the static fields: the instruction's entries name the mismatch first
+        "block-edited": "block 16, got 3",
+        "axis-positive": "axis -1, got 1",
+        "fmt-edited": "element format 'e2m1', got 'e9m9'",
+    }
+    for name, fn in entries:
+        if name.startswith("lhs"):
+            continue  # dot_general takes arrays: a Quantized goes through matmul
+        if edit == "global-rows" and name == "q":
+            wrap(fn)(bad)  # one global scale per row (vmap over rows): a valid container
+            continue
+        want = (
+            fit[edit]
+            if edit in fit and name in ("A", "qa") and fn is not entries[0][1]
+            else pattern
+        )
+        with pytest.raises(exc, match=f"^{name}: .*{want}"):
+            wrap(fn)(bad)
+
+
+@pytest.mark.parametrize("g", [-1.0, 0.0, -0.0, float("nan"), float("inf"), float("-inf")])
+def test_issue20_quantize_nvfp4_global_scale_values(g):
+    x = jnp.asarray(np.linspace(-3, 3, 64).reshape(2, 32), jnp.float32)
+    with pytest.raises(ValueError, match=r"global_scale: expected a positive finite .*got"):
+        Q.quantize_nvfp4(x, global_scale=g)
+    with pytest.raises(ValueError, match="global_scale: expected a positive finite"):
+        Q.quantize_nvfp4(x, global_scale=np.float32(g))
+    # traced: cannot be checked; every scale is NaN (0x7F), every element +0 -> all NaN
+    q = jax.jit(lambda s: Q.quantize_nvfp4(x, global_scale=s))(jnp.float32(g))
+    assert (np.asarray(q.scales) == 0x7F).all()
+    assert (np.asarray(q.elements) == 0).all()
+    assert np.isnan(np.asarray(Q.dequantize(q))).all()
+    # a valid traced scale keeps the recipe's bits: 1.0 gives e2m1 grid values directly
+    ok = jax.jit(lambda s: Q.quantize_nvfp4(x, global_scale=s))(jnp.float32(1.0))
+    assert (np.asarray(ok.scales) != 0x7F).all()
+
+
+def test_issue20_vmapped_quantized_is_still_accepted():
+    X = jnp.asarray(np.arange(3 * 16 * 64).reshape(3, 16, 64) % 7 - 3, jnp.float32)
+    q = jax.vmap(Q.quantize_nvfp4)(X)
+    assert q.global_scale.shape == (3,)
+    got = np.asarray(Q.dequantize(q))
+    for i in range(3):
+        np.testing.assert_array_equal(got[i], np.asarray(Q.dequantize(Q.quantize_nvfp4(X[i]))))
+
+
+# Randomized: generated shapes and dtypes give a result equal to an independent NumPy
+# reference, or a ValueError/TypeError; never another exception, never another result.
+# Values are small integers (or, for quantization, values every format holds exactly), so
+# the references are exact.
+_RANDOM_FORMS = {
+    "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32": ("float", np.float32),
+    "mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32": ("int", np.int32),
+}
+_DTYPES = [
+    "float32",
+    "float16",
+    "bfloat16",
+    "float64",
+    "int8",
+    "int32",
+    "uint8",
+    "bool",
+    "complex64",
+]
+_ML = {
+    "e4m3": "float8_e4m3fn",
+    "e5m2": "float8_e5m2",
+    "e3m2": "float6_e3m2fn",
+    "e2m3": "float6_e2m3fn",
+    "e2m1": "float4_e2m1fn",
+    "ue8m0": "float8_e8m0fnu",
+    "ue4m3": "float8_e4m3fn",
+}
+
+
+def _operand(rng, shape, dtype):
+    """Small integers in ``dtype`` (0..3 for unsigned and bool, -3..3 otherwise) and the
+    same values as int64."""
+    unsigned = np.dtype(jnp.dtype(dtype)).kind in "ub"
+    v = rng.integers(0 if unsigned else -3, 2 if dtype == "bool" else 4, shape)
+    return np.asarray(v).astype(jnp.dtype(dtype)), v.astype(np.int64)
+
+
+def _allowed(fn):
+    """fn() or None when it raises ValueError/TypeError (any other exception fails)."""
+    try:
+        return fn()
+    except (ValueError, TypeError):
+        return None
+
+
+def _np_dequantize(q):
+    """element * scale * global_scale in float64, decoded by ml_dtypes (not by jaxmma)."""
+    import ml_dtypes
+
+    def values(bits, fmt):
+        return np.asarray(bits, np.uint8).view(getattr(ml_dtypes, _ML[fmt])).astype(np.float64)
+
+    e = values(q.elements, q.fmt)
+    s = np.repeat(values(q.scales, q.scale_fmt), q.block, axis=q.axis)
+    g = 1.0 if q.global_scale is None else float(np.asarray(q.global_scale))
+    return e * s * g
+
+
+def _random_settings(n):
+    from hypothesis import HealthCheck, settings
+
+    return settings(
+        max_examples=n,
+        deadline=None,
+        derandomize=True,
+        suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+    )
+
+
+def _strategies():
+    from hypothesis import given
+    from hypothesis import strategies as st
+
+    return given, st
+
+
+_given, _st = _strategies()
+
+
+@_random_settings(8)
+@_given(
+    form=_st.sampled_from(sorted(_RANDOM_FORMS)),
+    dims=_st.tuples(_st.integers(1, 20), _st.integers(1, 12), _st.integers(1, 40)),
+    batch=_st.sampled_from([(), (2,)]),
+    dtypes=_st.tuples(*[_st.sampled_from(_DTYPES)] * 2),
+    api=_st.sampled_from(["matmul", "dot_general"]),
+    seed=_st.integers(0, 2**16),
+)
+def test_issue20_random_gemm_is_exact_or_refused(form, dims, batch, dtypes, api, seed):
+    kind, out = _RANDOM_FORMS[form]
+    if kind == "float" and "uint8" in dtypes:
+        dtypes = tuple("float32" if d == "uint8" else d for d in dtypes)  # raw bits: no values
+    rng = np.random.default_rng(seed)
+    M, N, K = dims
+    A, va = _operand(rng, batch + (M, K), dtypes[0])
+    B, vb = _operand(rng, (K, N), dtypes[1])
+    if api == "matmul":
+        got = _allowed(lambda: jaxmma.matmul(A, B, instruction=form))
+    else:  # A transposed: contract lhs axis -2 with rhs axis 0
+        At = np.swapaxes(A, -1, -2)
+        dn = (((At.ndim - 2,), (0,)), ((), ()))
+        got = _allowed(lambda: jaxmma.dot_general(At, B, dn, instruction=form))
+    if got is None:
+        return
+    ref = np.matmul(va, vb).astype(out)
+    assert got.shape == ref.shape and got.dtype == ref.dtype
+    np.testing.assert_array_equal(np.asarray(got), ref)
+
+
+@_random_settings(8)
+@_given(
+    nvfp4=_st.booleans(),
+    fmt=_st.sampled_from(["e4m3", "e5m2", "e3m2", "e2m3", "e2m1"]),
+    shape=_st.lists(_st.integers(1, 3), min_size=1, max_size=3).map(tuple),
+    axis=_st.integers(-4, 3),
+    block=_st.sampled_from([1, 2, 3, 4, 16, 32]),
+    fit=_st.booleans(),
+    dtype=_st.sampled_from(["float32", "float16", "bfloat16", "float64", "int32"]),
+    seed=_st.integers(0, 2**16),
+)
+def test_issue20_random_quantize_is_exact_or_refused(
+    nvfp4, fmt, shape, axis, block, fit, dtype, seed
+):
+    if fit and -len(shape) <= axis < len(shape):  # mostly blocks that fit the axis
+        shape = tuple(n * block if i == axis % len(shape) else n for i, n in enumerate(shape))
+    rng = np.random.default_rng(seed)
+    sign = rng.choice([-1.0, 1.0], shape)
+    if nvfp4:  # global scale 1: blocks of {0, 1.5, 3, 6} * 2**j have exact ue4m3 scales
+        x = rng.choice([0.0, 1.5, 3.0, 6.0], shape) * sign * 2.0 ** rng.integers(-2, 3)
+        call = lambda: Q.quantize_nvfp4(x.astype(dtype), axis=axis, block=block, global_scale=1.0)  # noqa: E731
+    else:  # {0, 1, 2, 4} * 2**j: after a power-of-two scale every format holds these
+        x = rng.choice([0.0, 1.0, 2.0, 4.0], shape) * sign * 2.0 ** rng.integers(-3, 4)
+        call = lambda: Q.quantize_mx(x.astype(dtype), fmt, axis=axis, block=block)  # noqa: E731
+    q = _allowed(call)
+    if q is None:
+        return
+    np.testing.assert_array_equal(_np_dequantize(q), x)
+
+
+def test_issue20_check_true_under_grad():
+    ins = jaxmma.instruction(SP_F32)
+    A = np.zeros((16, 32), np.float32)
+    A[:, 0::4], A[:, 2::4] = 1.0, 2.0
+    B = jnp.ones((32, 8), jnp.float16)
+    C = jnp.zeros((16, 8), jnp.float32)
+
+    def loss(a):
+        return jnp.sum(ins.mma(a.astype(jnp.float16), B, C, check=True))
+
+    grad = jax.jit(jax.grad(loss))
+    np.testing.assert_array_equal(np.asarray(grad(A)), np.full((16, 32), 8.0, np.float32))
+    A[2, 4:8] = 1.0
+    with pytest.raises(RUNTIME, match=r"ValueError: A: row 2, chunk 1 .* 4 non-zero"):
+        grad(A)

@@ -512,7 +512,7 @@ def test_as_operands_checks_the_configuration():
     good_a, good_b = Q.quantize_nvfp4(X), Q.quantize_nvfp4(Y, axis=0)
     with pytest.raises(ValueError, match="scale format 'ue4m3', got 'ue8m0'"):
         _scaling.as_operands(ins, Q.quantize_mx(X, "e2m1", block=16), good_b)
-    with pytest.raises(ValueError, match=r"scale_b: .*axis -2, got -1"):
+    with pytest.raises(ValueError, match=r"qb: .*axis -2, got -1"):
         _scaling.as_operands(ins, good_a, dataclasses.replace(good_b, axis=-1))
     with pytest.raises(ValueError, match="block 16, got 32"):
         _scaling.as_operands(ins, dataclasses.replace(good_a, block=32), good_b)

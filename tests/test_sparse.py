@@ -18,7 +18,6 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from jax.experimental import checkify
 
 import jaxmma
 from jaxmma.operands import _sparse as S
@@ -515,7 +514,7 @@ def test_checked_mode_names_lane_nibble_row_chunk():
             S.metadata_indices(ins, e, 0, check=True)
 
 
-def test_checked_mode_under_jit_and_vmap_uses_checkify():
+def test_checked_mode_under_jit_and_vmap_raises_at_run_time():
     ins = _INS[K32_ORDERED]
     rng = np.random.default_rng(5)
     E = np.stack([_valid_e(ins, 1, rng) for _ in range(3)])
@@ -525,17 +524,14 @@ def test_checked_mode_under_jit_and_vmap_uses_checkify():
     def f(e):
         return S.metadata_indices(ins, e, 1, check=True)
 
-    err, out = jax.jit(checkify.checkify(f))(E[0])
-    err.throw()  # valid: nothing raised
-    pattern = rf"lane {lane}, nibble {n} = 10 \(decimal\) describes row 12, chunk 6 "
-    err, out = jax.jit(checkify.checkify(jax.vmap(f)))(E)
-    with pytest.raises(ValueError, match=r"ordered_metadata.*: " + pattern):
-        err.throw()
-    np.testing.assert_array_equal(np.asarray(out), np.asarray(S.metadata_indices(ins, E, 1)))
-    err, out = jax.jit(checkify.checkify(f))(E)  # batched inside the traced function
-    with pytest.raises(ValueError, match=r"batch element 2, " + pattern):
-        err.throw()
-    with pytest.raises(ValueError, match=r"e\[2\]: lane"):  # concrete batch: eager error
+    valid = jax.jit(f)(E[0])  # valid: nothing raised, the plain decode
+    np.testing.assert_array_equal(np.asarray(valid), np.asarray(S.metadata_indices(ins, E[0], 1)))
+    pattern = rf"lane {lane}, nibble {n} \(bits {4 * n + 3}:{4 * n}\) = 0b1010 describes row 12"
+    with pytest.raises(jax.errors.JaxRuntimeError, match=r"ValueError: invalid.*: e: " + pattern):
+        jax.jit(jax.vmap(f))(E)  # run once per mapped element: no batch index
+    with pytest.raises(jax.errors.JaxRuntimeError, match=r"e\[2\]: " + pattern):
+        jax.jit(f)(E)  # batched inside the traced function
+    with pytest.raises(ValueError, match=r"e\[2\]: " + pattern):  # concrete batch: eager error
         f(E)
 
 
@@ -575,10 +571,9 @@ def test_too_many_nonzeros():
     P[15, 56:64] = [0, 1, 1, 0, 0, 0, 1, 1]
     with pytest.raises(ValueError, match=r"A: row 15, chunk 7 .* 3 non-zero pairs"):
         S.validate(s4, P)
-    # traced: validate goes through checkify
-    err, _ = jax.jit(checkify.checkify(lambda a: S.validate(s4, a)))(P)
-    with pytest.raises(ValueError, match=r"row 15, chunk 7 has 3 non-zero pairs"):
-        err.throw()
+    # traced: validate raises when the program runs
+    with pytest.raises(jax.errors.JaxRuntimeError, match=r"row 15, chunk 7 .* 3 non-zero pairs"):
+        jax.jit(lambda a: S.validate(s4, a))(P)
     # traced, unchecked: the lowest-index non-zero slots are kept
     vals, _ = jax.jit(lambda a: S.compress(s4, a, 0, registers=False))(P)
     assert np.asarray(vals)[15, 28:32].tolist() == [0, 1, 1, 0]
@@ -613,15 +608,16 @@ def test_matrix_level_metadata_checks():
     bad[0, 1] = bad[0, 0] + 2
     with pytest.raises(ValueError, match=r"row 0, chunk 0 .*pairs"):
         S.matrix_operands(s4, vals, bad)
-    # traced: only in checked mode, through checkify
+    # traced: raised in checked mode when the program runs; otherwise the row is marked
     bad = idx.copy()
     bad[0, :] = 0
-    f = jax.jit(lambda v, i: S.matrix_operands(s4, v, i)[1])
-    np.testing.assert_array_equal(np.asarray(f(vals, bad)), bad)
-    g = checkify.checkify(jax.jit(lambda v, i: S.matrix_operands(s4, v, i, check=True)[1]))
-    err, _ = g(vals, bad)
-    with pytest.raises(ValueError, match=r"metadata: row 0, chunk 0 is not valid"):
-        err.throw()
+    f = jax.jit(lambda v, i: S.matrix_operands(s4, v, i, rows=True)[1:])
+    got, rows = f(vals, bad)
+    np.testing.assert_array_equal(np.asarray(got), bad)
+    np.testing.assert_array_equal(np.asarray(rows), np.arange(16) == 0)
+    g = jax.jit(lambda v, i: S.matrix_operands(s4, v, i, check=True)[1])
+    with pytest.raises(jax.errors.JaxRuntimeError, match=r"metadata: row 0, chunk 0 has dense"):
+        g(vals, bad)
 
 
 # ---------------------------------------------------------------------------------------
@@ -748,12 +744,10 @@ def test_check_argument_on_the_instruction():
     ins(a, b, c, e, selector=0)  # decoded as is by default
     with pytest.raises(ValueError, match="lane 0, nibble 0"):
         ins(a, b, c, e, selector=0, check=True)
-    g = checkify.checkify(jax.jit(lambda x: ins(a, b, c, x, selector=0, check=True)))
-    err, _ = g(e)
-    with pytest.raises(ValueError, match="lane 0, nibble 0"):
-        err.throw()
-    with pytest.raises(ValueError, match="checkify.checkify"):
-        jax.jit(lambda x: ins(a, b, c, x, selector=0, check=True))(e)
+    g = jax.jit(lambda x: ins(a, b, c, x, selector=0, check=True))
+    with pytest.raises(jax.errors.JaxRuntimeError, match="ValueError: .*lane 0, nibble 0"):
+        g(e)
+    g(_valid_e(ins, 0, np.random.default_rng(0)))  # valid metadata runs under plain jit
     vals = jnp.zeros((16, 16), jnp.float16)
     dup = np.array([[4 * ch + j for ch in range(8) for j in (0, 1)]] * 16, np.int32)
     dup[:, 1] = 0  # chunk 0 stores column 0 twice: what nibble 0b0000 decodes to

@@ -178,8 +178,9 @@ def xla_gemm_bits(cfg: Config, A, B, C, *, scales=None):
         SA, SB = (jnp.broadcast_to(s, lead + s.shape[-2:]) for s in scales)
         xs["sa"] = _steps(_pad_axis(SA, -1, S * nblk, one), -1, S)
         xs["sb"] = _steps(_pad_axis(SB, -2, S * nblk, one), -2, S)
+    bad = None
     if ins.sparse:
-        xs["a"], xs["idx"] = _compress_steps(ins, xs["a"])
+        xs["a"], xs["idx"], bad = _compress_steps(ins, xs["a"])
 
     def step(acc, x):
         sc = (x["sa"], x["sb"]) if "sa" in x else None
@@ -201,7 +202,7 @@ def xla_gemm_bits(cfg: Config, A, B, C, *, scales=None):
 
     P = cfg.promote_every
     if P is None:
-        return chain(C, xs)
+        return _poison(ins, chain(C, xs), bad)
 
     # promotion: groups of P k-steps from +0, each added into the f32 total; a short last
     # group runs in the same (once-compiled) loop, its missing steps masked out. P >= S is
@@ -225,19 +226,29 @@ def xla_gemm_bits(cfg: Config, A, B, C, *, scales=None):
 
     total = C if ins.ctype == "f32" else _numerics.convert(C, ins.ctype, "f32")
     total, _ = jax.lax.scan(group, total, (xs, jnp.asarray(real)))
-    return total
+    return _poison(ins, total, bad)
+
+
+def _poison(ins, D, bad):
+    """Rows of D whose A lacks the sparse structure (traced A, unchecked) -> poison bits
+    (:func:`jaxmma._sparse.poison_rows`); a valid A leaves every bit as it is."""
+    if bad is None:
+        return D
+    return _sparse.poison_rows(ins, D, bad)
 
 
 def _compress_steps(ins, a):
     """Dense structured A steps ``[S, ..., M, k]`` -> compressed values and their dense
-    columns, ``[S, ..., M, k/2]`` each (M padded to a multiple of m with zero rows)."""
+    columns, ``[S, ..., M, k/2]`` each (M padded to a multiple of m with zero rows), and
+    bool ``[..., M]``: the rows with a chunk of too many non-zeros in any step."""
     M = a.shape[-2]
     Mp = -(-M // ins.m) * ins.m
     a = _pad_axis(a, -2, Mp)
     tiles = a.reshape(a.shape[:-2] + (Mp // ins.m, ins.m, ins.k))
-    vals, idx = _sparse.matrix_operands(ins, tiles, None)
+    vals, idx, bad = _sparse.matrix_operands(ins, tiles, None, rows=True)
     back = lambda x: x.reshape(a.shape[:-2] + (Mp, ins.k // 2))[..., :M, :]  # noqa: E731
-    return back(vals), back(idx)
+    bad = jnp.any(bad.reshape(a.shape[:-2] + (Mp,)), axis=0)[..., :M]
+    return back(vals), back(idx), bad
 
 
 # ---------------------------------------------------------------------------------------
@@ -337,7 +348,7 @@ def _quantize_operands(ins, A, B, quantize):
     out = []
     for name, x, axis in (("A", A, -1), ("B", B, -2)):
         if isinstance(x, _quant.Quantized):
-            out.append((None, x))
+            out.append((None, _quant.check_quantized(x, name, matrix=True)))
             continue
         if _formats.concrete_float64(x):  # the quantizers' rule: doubles exact in float32
             x = _quant._as_f32(x, name)
@@ -357,7 +368,7 @@ def _quantize_operands(ins, A, B, quantize):
             qx = _quant.quantize_nvfp4(x_q, axis=axis, block=_scaling.block_size(ins))
         else:
             qx = _quant.quantize_mx(x_q, fmt, axis=axis, block=_scaling.block_size(ins))
-        out.append((x, qx))
+        out.append((x, _quant.check_quantized(qx, name, matrix=True)))
     (A, qa), (B, qb) = out
     return A, B, (qa, qb)
 
@@ -388,6 +399,7 @@ def matmul(
     quantize=None,
     grad_instruction=None,
     executor="auto",
+    check=None,
 ):
     """``D = A @ B + C`` computed as a GEMM kernel built on one PTX instruction computes it.
 
@@ -405,7 +417,8 @@ def matmul(
         element's container. C is in the
         accumulator type (f32 inputs are rounded to an f16 accumulator).
         Sparse (``mma.sp``) forms: A is the dense matrix with the form's structure (2 of
-        every 4, 1 of 2 for ``.tf32``), checked (ValueError for concrete A).
+        every 4, 1 of 2 for ``.tf32``), checked (ValueError for concrete A; a traced A
+        see ``check``).
         Block-scaled forms: A and B are :class:`jaxmma.quant.Quantized` (quantized along
         K with the form's block: ``quantize_mx(X, fmt, block=...)``, ``quantize_nvfp4``),
         or float arrays quantized here with ``quantize`` (default: NVFP4 for ``ue4m3``
@@ -426,10 +439,16 @@ def matmul(
         exactly; reverse mode only.
       executor: ``"auto"`` (default), ``"native"`` or ``"emulate"``. Where the GPU at
         hand runs the form with the modelled numerics (sm_90 tensor cores: ``wgmma``
-        bf16/f16/e4m3/e5m2 and ``mma.sync`` bf16/f16 with f32 accumulators), ``"auto"``
+        bf16/f16 and ``mma.sync`` m16n8k16 bf16/f16 with f32 accumulators), ``"auto"``
         runs it on the device's own matrix instructions, with the emulation's bits;
         ``"native"`` insists (``ValueError`` naming the reason where it cannot);
         ``"emulate"`` never does (docs/gemm.md, "The native executor").
+      check: sparse forms only. A concrete A is always checked. A traced A (under
+        ``jit``/``vmap``): ``True`` checks it when the compiled program runs (a
+        ``jax.errors.JaxRuntimeError`` whose text ends with our ``ValueError`` message,
+        naming the tile, row and chunk); ``None``/``False``: not checked, and every row of
+        D whose row of A lacks the structure is poison: NaN (``0x7FFFFFFF`` /
+        ``0x7FFF``) for float accumulators, ``-2**31`` for ``.s32`` (docs/gemm.md).
 
     Returns:
       D ``[..., M, N]`` in the accumulator type (float32, float16, int32, float64).
@@ -439,8 +458,9 @@ def matmul(
 
     Raises:
       ValueError: bad shapes, an instruction without a matrix product, a bad
-        ``promote_every``, an ``arch`` that cannot run the form, a non-structured sparse A.
-      TypeError: an operand dtype the instruction cannot take.
+        ``promote_every``, an ``arch`` that cannot run the form, a non-structured sparse A,
+        ``check`` on a dense form.
+      TypeError: an operand dtype the instruction cannot take; ``check`` not a bool.
 
     Example:
       >>> import jax.numpy as jnp, jaxmma
@@ -459,6 +479,7 @@ def matmul(
         B = _operands.float64_operand(ins, ins.btype, B, "B")
         if C is not None:
             C = _operands.float64_operand(ins, ins.ctype, C, "C")
+    _check_flag(ins, check)
     q = None
     if ins.stype:
         A, B, q = _quantize_operands(ins, A, B, quantize)
@@ -468,14 +489,25 @@ def matmul(
             raise ValueError(f"quantize: only block-scaled forms quantize; {ins.text} does not")
         A, B = jnp.asarray(A), jnp.asarray(B)
         _check_shapes(ins, A, B, None if C is None else jnp.asarray(C))
-        if ins.sparse and not _errors.is_traced(A):
+        if ins.sparse and (check or not _errors.is_traced(A)):
             _check_structure(ins, A)
     return _gemm_values(cfg, A, B, C, q)
 
 
+def _check_flag(ins, check) -> None:
+    if check is not None and not isinstance(check, (bool, np.bool_)):
+        raise TypeError(f"check: expected None, True or False, got {check!r}")
+    if check is not None and not ins.sparse:
+        raise ValueError(
+            f"check: only sparse (mma.sp) forms have values to check; {ins.text} has none "
+            "(allowed: None)"
+        )
+
+
 def _check_structure(ins, A):
-    """ValueError when a concrete sparse A lacks the form's structure (inside the jitted
-    GEMM A is traced and no longer checked)."""
+    """ValueError when a sparse A lacks the form's structure: at once for a concrete A, when
+    the program runs for a traced one (``check=True``; inside the jitted GEMM A is traced
+    and its invalid rows are poisoned instead)."""
     bits = _operands.to_bits(ins, ins.atype, A, "A")
     M, K = bits.shape[-2:]
     bits = _pad_axis(_pad_axis(bits, -2, -(-M // ins.m) * ins.m), -1, -(-K // ins.k) * ins.k)
@@ -506,7 +538,7 @@ def dot_general(
     ignored (the instruction fixes the arithmetic). A drop-in for the ``dot_general=``
     argument of flax layers:
     ``functools.partial(jaxmma.dot_general, instruction=...)``. Further keyword arguments
-    (``quantize``, ``grad_instruction``, ``executor``) go to :func:`matmul`.
+    (``quantize``, ``grad_instruction``, ``executor``, ``check``) go to :func:`matmul`.
 
     Example:
       >>> import functools, jax, jax.numpy as jnp, jaxmma

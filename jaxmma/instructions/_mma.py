@@ -144,12 +144,13 @@ def matrix_mma(ins, A, B, C, *, model=None, **kwargs):
     Ab = _values.to_bits(ins.atype, A, "A", ins.kind)
     Bb = _values.to_bits(ins.btype, B, "B", ins.kind)
     Cb = _values.to_bits(ins.ctype, C, "C", ins.kind)
-    idx = scales = None
+    idx = scales = bad = None
     if ins.sparse:
-        Ab, idx = _sparse.matrix_operands(ins, Ab, metadata, check=check)
+        # bad: rows of A that are invalid (traced and unchecked): their rows of D are poison
+        Ab, idx, bad = _sparse.matrix_operands(ins, Ab, metadata, check=check, rows=True)
     if ins.stype:
         scales = _scaling.scales_from_matrices(ins, scale_a, scale_b)
-    aux = {"bits": (Ab, Bb, Cb), "idx": idx, "scales": scales}
+    aux = {"bits": (Ab, Bb, Cb), "idx": idx, "scales": scales, "bad": bad}
     # tangents of A/B arrays are tangents of their elements: a block-scaled element counts
     # times its scale, a compressed (metadata-given) A element at its dense column
     lift_a = functools.partial(_lift, ins, "a", metadata is not None)
@@ -161,6 +162,8 @@ def matrix_mma(ins, A, B, C, *, model=None, **kwargs):
         if idx is not None:
             idx = jnp.broadcast_to(idx, Ab.shape[:-2] + idx.shape[-2:])
         D = _models.mma_bits(ins, Ab, Bb, Cb, scales=aux["scales"], model=model, sparse_idx=idx)
+        if aux["bad"] is not None:
+            D = _sparse.poison_rows(ins, D, aux["bad"])
         return _values.from_bits(ins.dtype, D)
 
     return _ste.straight_through(

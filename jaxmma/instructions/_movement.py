@@ -9,7 +9,7 @@ concrete addresses a violation raises ``ValueError``; under ``jax.jit`` the addr
 not known when the program is built: an element outside the image reads as zero and its
 store is dropped (never wrapped or redirected, whatever the address, :mod:`_memory`).
 ``check=True`` (``ins(smem, addrs, check=True)``) makes traced addresses outside the
-image or misaligned an error through :func:`jax.experimental.checkify.check`.
+image or misaligned a run-time error (:func:`jaxmma._errors.raise_if`).
 """
 
 from __future__ import annotations

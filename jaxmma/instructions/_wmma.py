@@ -245,7 +245,7 @@ def _check_flag(check) -> bool:
 
 def _check_traced(ins, lay, addr, stride, off, nbytes: int) -> None:
     """Checked mode: traced ``addr``/``stride`` that leave the image, misalign ``addr`` or
-    go below the default stride fail a :func:`checkify.check`."""
+    go below the default stride raise when the program runs (:func:`_errors.raise_if`)."""
     if not any(isinstance(v, jax.core.Tracer) for v in (addr, stride, off)):
         return
     ok = jnp.all(_memory.inside(off, lay.elem_bits, nbytes))

@@ -14,8 +14,8 @@ The rule for addresses outside the image (the same for every instruction):
 * traced addresses (under ``jit``/``vmap``) cannot be checked when the program is built:
   an element that does not lie entirely inside the image reads as zero and its store is
   dropped; nothing is ever redirected to another address. With ``check=True`` the
-  instruction also emits a :func:`jax.experimental.checkify.check` (see
-  :mod:`jaxmma._errors`), which raises after ``checkify.checkify``.
+  compiled program raises instead when it runs (:func:`jaxmma._errors.raise_if`: a
+  ``jax.errors.JaxRuntimeError`` carrying our ``ValueError`` message).
 """
 
 from __future__ import annotations
@@ -133,10 +133,7 @@ def write(image, bitoff, values, nbits: int):
 
 
 def check_traced(ok, name: str, what: str) -> None:
-    """Checked mode for traced addresses: a :func:`checkify.check` that all of ``ok``
-    (bool, one per element) holds; the error names the argument."""
-    _errors.traced_check(
-        jnp.all(ok),
-        f"{name}: an address lies outside the memory image or is misaligned ({what})",
-        f"{what} check=True",
-    )
+    """Checked mode for traced addresses: a run-time error (:func:`jaxmma._errors.raise_if`)
+    unless all of ``ok`` (bool, one per element) holds; the error names the argument."""
+    message = f"{name}: an address lies outside the memory image or is misaligned ({what})"
+    _errors.raise_if(~jnp.all(ok), lambda pos: message)

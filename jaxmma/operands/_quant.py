@@ -45,6 +45,7 @@ from ..util import _grad
 
 U32 = jnp.uint32
 MX_FORMATS = ("e4m3", "e5m2", "e3m2", "e2m3", "e2m1")
+SCALE_FORMATS = ("ue8m0", "ue4m3")
 SCALE_ROUNDINGS = ("floor", "ceil", "nearest")
 ELEMENT_ROUNDINGS = ("rn", "stochastic")
 NVFP4_BLOCK = 16
@@ -101,9 +102,92 @@ class Quantized:
         return tuple(self.elements.shape)
 
 
+def check_quantized(q, name: str, *, matrix: bool = False) -> Quantized:
+    """``q`` as :func:`quantize_mx` / :func:`quantize_nvfp4` make it, or an error naming
+    ``name`` (every entry point calls this, so an edited container is refused).
+
+    Checked: the type; ``fmt``, ``scale_fmt``, ``block`` and ``axis``; ``elements`` and
+    ``scales`` uint8 (raw bits: float8 scales would be read by value); ``scales`` of the
+    shape the elements, ``axis`` and ``block`` give; ``global_scale`` None or float32 of
+    a shape that leads ``elements.shape`` (the axes ``vmap`` added; with ``matrix``, the
+    batch axes of a ``[..., rows, cols]`` operand only), never the blocked axis.
+
+    Raises:
+      TypeError: not a Quantized; a dtype. ValueError: a static field or a shape.
+    """
+    if not isinstance(q, Quantized):
+        raise TypeError(f"{name}: expected a Quantized tensor, got {type(q).__name__}")
+    if q.fmt not in MX_FORMATS:
+        raise ValueError(f"{name}: Quantized.fmt={q.fmt!r}; allowed: {list(MX_FORMATS)}")
+    if q.scale_fmt not in SCALE_FORMATS:
+        raise ValueError(
+            f"{name}: Quantized.scale_fmt={q.scale_fmt!r}; allowed: {list(SCALE_FORMATS)}"
+        )
+    for field in ("elements", "scales"):
+        x = getattr(q, field)
+        dtype = getattr(x, "dtype", None)
+        if dtype is None or not hasattr(x, "shape") or np.dtype(dtype) != np.uint8:
+            raise TypeError(
+                f"{name}: Quantized.{field} must be uint8 raw bits, got "
+                f"{dtype if dtype is not None else type(x).__name__}"
+                + (
+                    " (float8 values are not bit patterns: store "
+                    "jax.lax.bitcast_convert_type(s, jnp.uint8))"
+                    if dtype is not None and jnp.issubdtype(dtype, jnp.floating)
+                    else ""
+                )
+            )
+    shape = tuple(q.elements.shape)
+    block, axis = q.block, q.axis
+    if isinstance(block, bool) or not isinstance(block, (int, np.integer)) or block < 1:
+        raise ValueError(f"{name}: Quantized.block={block!r}; expected a positive int")
+    if (
+        isinstance(axis, bool)
+        or not isinstance(axis, (int, np.integer))
+        or not -len(shape) <= axis < 0
+    ):
+        raise ValueError(
+            f"{name}: Quantized.axis={axis!r}; expected a negative int in "
+            f"[{-len(shape)}, -1] for elements of shape {shape}"
+        )
+    if shape[axis] % block:
+        raise ValueError(
+            f"{name}: Quantized.elements of shape {shape}: axis {axis} ({shape[axis]}) is "
+            f"not a multiple of block={block}"
+        )
+    want = shape[:axis] + (shape[axis] // block,) + (shape[axis + 1 :] if axis != -1 else ())
+    if tuple(q.scales.shape) != want:
+        raise ValueError(
+            f"{name}: Quantized.scales has shape {tuple(q.scales.shape)}; expected {want} "
+            f"(elements {shape}, one scale per {block} along axis {axis})"
+        )
+    g = q.global_scale
+    if g is not None:
+        dtype = getattr(g, "dtype", None)
+        if dtype is None or not hasattr(g, "shape") or np.dtype(dtype) != np.float32:
+            raise TypeError(
+                f"{name}: Quantized.global_scale must be None or a float32 array, got "
+                f"{dtype if dtype is not None else type(g).__name__}"
+            )
+        lead = len(shape) + axis if not matrix else min(len(shape) + axis, len(shape) - 2)
+        gs = tuple(g.shape)
+        if len(gs) > lead or gs != shape[: len(gs)]:
+            raise ValueError(
+                f"{name}: Quantized.global_scale has shape {gs}; expected a scalar (or, "
+                f"after vmap, the leading batch axes {shape[: max(lead, 0)]} of the "
+                f"elements {shape})"
+            )
+    return q
+
+
 def raw_bits(q: Quantized) -> tuple[jax.Array, jax.Array]:
     """The element and scale bits of ``q`` as uint32 (the one conversion every consumer
-    calls: :func:`dequantize`, :func:`jaxmma._scaling.as_operands` and ``ins.mma``)."""
+    calls: :func:`dequantize`, :func:`jaxmma._scaling.as_operands` and ``ins.mma``).
+
+    Raises:
+      TypeError, ValueError: ``q`` is not a valid :class:`Quantized` (:func:`check_quantized`).
+    """
+    check_quantized(q, "q")
     return jnp.asarray(q.elements).astype(U32), jnp.asarray(q.scales).astype(U32)
 
 
@@ -470,7 +554,10 @@ def quantize_nvfp4(
       block: elements per scale: 16 (``scale_vec::4X`` of ``m16n8k64``; 32 for the sparse
         ``m16n8k128``).
       global_scale: None (the recipe above, :func:`nvfp4_global_scale`) or a positive
-        finite float32 scalar.
+        finite float32 scalar. A concrete value that is not (0, -0, negative, NaN, Inf)
+        raises a ValueError; a traced one (under ``jit``) cannot be checked, and gives
+        every block a NaN scale (``0x7F``) and +0 elements, so that everything computed
+        from the result is NaN.
       scale_rounding: ``"nearest"`` (NVIDIA), ``"ceil"`` (no element saturates) or
         ``"floor"``: how ``amax_b / (6 * g)`` is rounded to ue4m3.
       rounding: ``"rn"`` or ``"stochastic"`` (needs ``key``) for the elements.
@@ -496,6 +583,10 @@ def quantize_nvfp4(
         g = jnp.asarray(global_scale, jnp.float32)
         if g.ndim:
             raise ValueError(f"global_scale: expected a scalar, got shape {g.shape}")
+        if not isinstance(g, jax.core.Tracer) and not 0 < float(g) < np.inf:
+            raise ValueError(
+                f"global_scale: expected a positive finite float32 scalar, got {float(g)!r}"
+            )
     return _quantize_nvfp4(
         x,
         rbits,
@@ -531,6 +622,11 @@ def _quantize_nvfp4(x, rbits, g, *, fmt, axis, block, scale_rounding, rounding, 
     erounding = "rn" if rounding == "rn" else "stochastic"
     elements = _quotient_bits(fmt, x, full(dsig), full(dexp), erounding, rbits, saturate)
     elements = jnp.where(full(zero_scale), U32(0), elements)
+    # a (traced) global scale that is not positive and finite: NaN scales, +0 elements
+    g_bits = lax.bitcast_convert_type(g, U32)
+    g_ok = (g_bits > U32(0)) & (g_bits < U32(0x7F800000))
+    sbits = jnp.where(g_ok, sbits, U32(0x7F))
+    elements = jnp.where(g_ok, elements, U32(0))
     sbits = jnp.moveaxis(sbits, -1, axis)
     return Quantized(_byte(elements), _byte(sbits), g, fmt, "ue4m3", block, axis)
 
@@ -546,9 +642,7 @@ def dequantize(q: Quantized) -> jax.Array:
       >>> dequantize(quantize_mx(jnp.array([0.3, 5.0, -7.0, 1e-3]), "e2m1", block=4)).tolist()
       [0.5, 4.0, -6.0, 0.0]
     """
-    if not isinstance(q, Quantized):
-        raise TypeError(f"q: expected a Quantized tensor, got {type(q).__name__}")
-    return _dequantize_jvp(q)
+    return _dequantize_jvp(check_quantized(q, "q"))
 
 
 @jax.custom_jvp

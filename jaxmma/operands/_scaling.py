@@ -39,7 +39,7 @@ import numpy as np
 from ..bits import _packing, _values
 from ..models._scaled import check_ins as _check_ins
 from . import _layouts
-from ._quant import Quantized, raw_bits
+from ._quant import Quantized, check_quantized, raw_bits
 
 U32 = jnp.uint32
 SCALE_VECS = {"1X": 1, "2X": 2, "4X": 4}
@@ -159,9 +159,15 @@ def _quant_raw_bits(q):
     return raw_bits(q)
 
 
+def _check_quantized(q, name: str):
+    """``q`` validated (:func:`jaxmma.operands._quant.check_quantized`), errors naming
+    ``name``."""
+    return check_quantized(q, name, matrix=True)
+
+
 def _scale_matrix(ins, name: str, S, want):
     if isinstance(S, _quantized_type()):
-        S = _quantized_scales(ins, name, S)
+        S = _quantized_scales(ins, name[-1], S, name)
     if S is None:
         raise ValueError(
             f"{name}: required by {ins.text} (raw .{ins.stype} bits of trailing shape {want})"
@@ -205,8 +211,10 @@ def scales_from_matrices(ins, SA, SB):
     )
 
 
-def _quantized_scales(ins, name: str, q):
-    op = name[-1]
+def _quantized_scales(ins, op: str, q, name: str):
+    """The raw scale bits of a Quantized A (``op='a'``) or B, the argument ``name``:
+    ValueError naming it where the format, block or axis do not fit ``ins``, then the
+    container checked (:func:`jaxmma._quant.check_quantized`)."""
     fmt = ins.atype if op == "a" else ins.btype
     axis = -1 if op == "a" else -2
     problems = []
@@ -223,7 +231,7 @@ def _quantized_scales(ins, name: str, q):
             f"{name}: the quantized operand does not fit {ins.text}: expected "
             + "; expected ".join(problems)
         )
-    return _quant_raw_bits(q)[1]
+    return _quant_raw_bits(_check_quantized(q, name))[1]
 
 
 def as_operands(ins, qa, qb):
@@ -245,13 +253,13 @@ def as_operands(ins, qa, qb):
     for name, q in (("qa", qa), ("qb", qb)):
         if not isinstance(q, Quantized):
             raise TypeError(f"{name}: expected a Quantized operand, got {type(q).__name__}")
-    (A, SA), (B, SB) = _operand(ins, "a", qa), _operand(ins, "b", qb)
+    (A, SA), (B, SB) = _operand(ins, "a", qa, "qa"), _operand(ins, "b", qb, "qb")
     return A, B, SA, SB
 
 
-def _operand(ins, op: str, q):
-    """(operand bits, scale bits) of a Quantized A (``op='a'``) or B."""
-    scales = _quantized_scales(ins, f"scale_{op}", q)
+def _operand(ins, op: str, q, arg: str):
+    """(operand bits, scale bits) of a Quantized A (``op='a'``) or B, the argument ``arg``."""
+    scales = _quantized_scales(ins, op, q, arg)
     bits = _quant_raw_bits(q)[0]
     if ins.kind == "mxf8f6f4":
         bits = _packing.to_container(bits, q.fmt)
@@ -274,5 +282,5 @@ def matrix_operands(ins, A, B, kwargs):
                 f"scale_{op}: given together with a Quantized {op.upper()}, which carries "
                 "its own scales"
             )
-        out[op], kwargs[f"scale_{op}"] = _operand(ins, op, q)
+        out[op], kwargs[f"scale_{op}"] = _operand(ins, op, q, op.upper())
     return out["a"], out["b"], kwargs

@@ -37,17 +37,21 @@ Undefined behaviour (spec 9.7.14.6.1, 9.7.14.6.3) and what the emulator does by 
 * Lanes outside the selected set are never read.
 
 **Checked mode** turns these into errors: ``check=True`` on a call (the recommended way;
-also ``ins(a, b, c, e, selector=f, check=True)`` and ``ins.mma(A, B, C, check=True)``),
-or ``with checked():``, which sets the default for eager calls only. Concrete (eager)
-inputs raise a ``ValueError`` at once, naming the lane, nibble, row and chunk; traced
-inputs (under ``jit``/``vmap``) emit a :func:`jax.experimental.checkify.check`, so wrap
-the function in :func:`jax.experimental.checkify.checkify` and call ``err.throw()``
-(which raises a ``ValueError`` subclass). Under plain ``jit`` a ``ValueError`` says so
-when the function is traced.
+also ``ins(a, b, c, e, selector=f, check=True)``, ``ins.mma(A, B, C, check=True)`` and
+``jaxmma.matmul(..., check=True)``), or ``with checked():``, which sets the default for
+eager calls only. Concrete (eager) inputs raise a ``ValueError`` at once, naming the
+lane, nibble, row and chunk; traced inputs (under ``jit``/``vmap``) raise the same
+message when the compiled program runs (:func:`jaxmma._errors.raise_if`: JAX reports it
+as a ``jax.errors.JaxRuntimeError`` whose text ends with ``ValueError: ...``; no
+``checkify`` wrapper is needed).
 
 Matrix-level misuse (a dense A with too many non-zeros in a chunk, an ``idx`` that no
-metadata nibble can express) always raises for concrete inputs; for traced inputs only in
-checked mode (without it the lowest-index non-zero slots are kept).
+metadata nibble can express) always raises for concrete inputs, and for traced inputs in
+checked mode. Traced inputs without the check never give a plausible number: every row
+of D whose row of A is invalid holds :data:`POISON` (the canonical NaN of ``.f32`` and
+``.f16`` outputs; ``-2**31`` for ``.s32``, which has no NaN); the other rows keep their
+bits (``docs/gemm.md``). :func:`compress` of a traced A without the check keeps the
+lowest-index non-zero slots.
 """
 
 from __future__ import annotations
@@ -291,52 +295,22 @@ def _choice_table(slots: int) -> np.ndarray:
 
 
 # ---------------------------------------------------------------------------------------
-# Errors: concrete inputs raise ValueError at once, traced ones go through checkify
-def _fail(
-    bad, geo: _Geometry, concrete_message, traced_message: str, values: dict, traced: bool
-) -> None:
+# Errors: concrete inputs raise ValueError at once, traced ones when the program runs
+def _fail(bad, message, values: dict, traced: bool) -> None:
     """Raise for the first true entry of ``bad`` (bool ``[..., M, nchunks]``).
 
-    ``concrete_message(pos)`` builds the message from the index tuple ``(*batch, row,
-    chunk)``; ``traced_message`` is a :func:`checkify.check` template over ``row``,
-    ``chunk`` and the keys of ``values`` (arrays broadcastable to ``bad``), in which
-    ``<@>`` stands for the flat batch index, if any (under ``vmap`` the function sees a
-    single element). ``traced``: whether to emit a check when ``bad`` is a tracer.
+    ``message(pos, **values)`` builds the text from the index tuple ``(*batch, row,
+    chunk)`` and ``values`` as NumPy arrays. Concrete ``bad`` raises at once; a traced
+    one only when ``traced``, through :func:`jaxmma._errors.raise_if` (a run-time error
+    of the compiled program, with the same message).
     """
-    if _concrete(bad):
-        b = np.asarray(bad)
-        if b.any():
-            pos = tuple(int(i) for i in np.unravel_index(int(np.argmax(b)), b.shape))
-            raise ValueError(concrete_message(pos))
-        return
-    if not traced:
-        return
-    flat = bad.reshape(-1)
-    first = jnp.argmax(flat)
-    per = geo.m * geo.nchunks
-    fields = {
-        "batch": first // per,
-        "row": (first % per) // geo.nchunks,
-        "chunk": first % geo.nchunks,
-    }
-    for key, v in values.items():
-        fields[key] = jnp.broadcast_to(v, bad.shape).reshape(-1)[first]
-    at = "batch element {batch}, " if bad.ndim > 2 else ""
-    _errors.traced_check(
-        jnp.logical_not(flat[first]),
-        traced_message.replace("<@>", at),
-        "a sparse check (check=True, or validate)",
-        **fields,
-    )
+    if traced or _concrete(bad, *values.values()):
+        _errors.raise_if(bad, message, **values)
 
 
 def _where(pos) -> str:
     batch = pos[:-2]
     return f"[{', '.join(str(i) for i in batch)}]" if batch else ""
-
-
-def _escape(text: str) -> str:
-    return text.replace("{", "{{").replace("}", "}}")
 
 
 def _binary(values) -> str:
@@ -504,10 +478,10 @@ def _check_nibbles(geo: _Geometry, tab: _Tables, nib, bad, selector: int) -> Non
     variant = "mma." + ("sp::ordered_metadata" if geo.ordered else "sp")
     allowed = f"the meaningful values for {variant} .{geo.atype} are {_binary(geo.valid)}"
 
-    def message(pos):
+    def message(pos, nib):
         r, c = pos[-2:]
         ln, n = int(tab.lane[r, c]), int(tab.nibble[r, c])
-        v = int(np.asarray(nib)[pos])
+        v = int(nib[pos])
         lo = c * geo.chunk_size
         return (
             f"invalid sparse metadata for {geo.text}: e{_where(pos)}: lane {ln}, nibble "
@@ -516,13 +490,7 @@ def _check_nibbles(geo: _Geometry, tab: _Tables, nib, bad, selector: int) -> Non
             f"{selector}; {allowed} (undefined behaviour per PTX ISA 9.7.14.6.1)"
         )
 
-    template = (
-        f"invalid sparse metadata for {_escape(geo.text)}: <@>"
-        f"lane {{lane}}, nibble {{nibble}} = {{value}} (decimal) describes row "
-        f"{{row}}, chunk {{chunk}} of A, selector {selector}; {allowed}"
-    )
-    values = {"lane": tab.lane, "nibble": tab.nibble, "value": nib}
-    _fail(bad, geo, message, template, values, traced=True)
+    _fail(bad, message, {"nib": nib}, traced=True)
 
 
 def metadata_indices(ins, e, selector, *, check=None):
@@ -612,8 +580,9 @@ def _check_dense(geo: _Geometry, x, name: str):
     return x
 
 
-def _check_pattern(geo: _Geometry, count, name: str, traced: bool) -> None:
-    """Raise where a chunk has more than ``keep`` non-zero slots."""
+def _check_pattern(geo: _Geometry, count, name: str, traced: bool):
+    """Raise where a chunk has more than ``keep`` non-zero slots; returns that mask (bool
+    ``[..., M, nch]``)."""
     bad = count > geo.keep
     unit = "pairs" if geo.width == 2 else "elements"
     rule = (
@@ -621,38 +590,41 @@ def _check_pattern(geo: _Geometry, count, name: str, traced: bool) -> None:
         f"({geo.pattern}, PTX ISA 9.7.14.6.1)"
     )
 
-    def message(pos):
+    def message(pos, count):
         r, c = pos[-2:]
         lo = c * geo.chunk_size
-        n = int(np.asarray(count)[pos])
+        n = int(count[pos])
         return (
             f"{name}{_where(pos)}: row {r}, chunk {c} (dense columns {lo}.."
             f"{lo + geo.chunk_size - 1}) has {n} non-zero {unit}; {rule}; "
             f"jaxmma.sparse.prune keeps the largest"
         )
 
-    template = (
-        f"{name}: <@>row {{row}}, chunk {{chunk}} has {{count}} non-zero {unit}; {_escape(rule)}"
-    )
-    _fail(bad, geo, message, template, {"count": count}, traced)
+    _fail(bad, message, {"count": count}, traced)
+    return bad
 
 
 def _compress(geo: _Geometry, x, name: str, traced_check: bool):
-    """Dense ``[..., M, K]`` -> (stored values ``[..., M, K/2]``, idx, nibbles)."""
+    """Dense ``[..., M, K]`` -> (stored values ``[..., M, K/2]``, idx, nibbles, and bool
+    ``[..., M, nch]``: the chunks with too many non-zeros)."""
     values, idx, nib, count = _compress_core(geo.slots, geo.width, x, _mag_mask(geo))
-    _check_pattern(geo, count, name, traced_check)
-    return values, idx, nib
+    bad = _check_pattern(geo, count, name, traced_check)
+    return values, idx, nib, bad
 
 
 # ---------------------------------------------------------------------------------------
 # Matrix level
-def _check_idx(geo: _Geometry, idx, traced: bool, strict: bool) -> None:
+def _check_idx(geo: _Geometry, idx, traced: bool, strict: bool):
     """Raise where ``idx`` ``[..., M, K/2]`` is not what a metadata nibble decodes to
-    (``strict``: also where it is what an undefined-behaviour nibble decodes to)."""
+    (``strict``: also where it is what an undefined-behaviour nibble decodes to).
+
+    Returns bool ``[..., M, nch]``: the chunks no nibble expresses (never the strict ones).
+    """
     order = None
     if strict and geo.keep == 2:
         order = "ascending" if geo.ordered else "distinct"
-    bad = _idx_bad_core(geo.slots, geo.width, order, idx)
+    loose = _idx_bad_core(geo.slots, geo.width, None, idx)
+    bad = loose if order is None else _idx_bad_core(geo.slots, geo.width, order, idx)
     n = geo.stored
     rule = (
         f"the {n} stored element{'s' if n > 1 else ''} of chunk c must be dense "
@@ -664,23 +636,19 @@ def _check_idx(geo: _Geometry, idx, traced: bool, strict: bool) -> None:
     if order is not None:
         rule += f", {order} (undefined behaviour otherwise)"
 
-    def message(pos):
+    def message(pos, idx):
         r, c = pos[-2:]
-        got = np.asarray(jnp.broadcast_to(idx, bad.shape[:-1] + idx.shape[-1:]))
-        got = got[pos[:-1]][c * n : (c + 1) * n].tolist()
+        got = idx[pos[:-1]][c * n : (c + 1) * n].tolist()
         return (
             f"metadata{_where(pos)}: row {r}, chunk {c} has dense columns {got}, not "
             f"valid for {geo.text}; {rule}"
         )
 
-    template = (
-        f"metadata: <@>row {{row}}, chunk {{chunk}} is not "
-        f"valid for {_escape(geo.text)}; {_escape(rule)}"
-    )
-    _fail(bad, geo, message, template, {}, traced)
+    _fail(bad, message, {"idx": idx}, traced)
+    return loose
 
 
-def matrix_operands(ins, A_bits, metadata, *, check=None):
+def matrix_operands(ins, A_bits, metadata, *, check=None, rows: bool = False):
     """The A operands of ``ins.mma`` for an ``mma.sp`` form: compressed A and its ``idx``.
 
     Args:
@@ -694,23 +662,28 @@ def matrix_operands(ins, A_bits, metadata, *, check=None):
         element (what :func:`metadata_indices` returns).
       check: ``True``, ``False`` or ``None`` (the :class:`checked` default for eager calls,
         no check when traced).
+      rows: also return the rows that are invalid (see Returns).
 
     Returns:
-      ``(A_compressed_bits [..., M, K/2], idx int32 [..., M, K/2])``.
+      ``(A_compressed_bits [..., M, K/2], idx int32 [..., M, K/2])``; with ``rows``, a
+      third entry, bool ``[..., M]``: the rows of A with a chunk of too many non-zeros,
+      or whose ``idx`` no nibble expresses (traced inputs that were not checked: the
+      caller poisons these rows of D, :func:`poison_rows`).
 
     Raises:
       ValueError: wrong shapes; a chunk with too many non-zeros, or an ``idx`` that no
         nibble expresses (naming the row and chunk): for concrete inputs always, for
-        traced ones in checked mode through ``checkify``. In checked mode also an ``idx``
-        with a repeated (or, under ``::ordered_metadata``, descending) position.
+        traced ones in checked mode when the program runs (:func:`jaxmma._errors.raise_if`).
+        In checked mode also an ``idx`` with a repeated (or, under
+        ``::ordered_metadata``, descending) position.
       TypeError: ``metadata`` is not an integer array.
     """
     geo = _geometry(ins)
     A = jnp.asarray(A_bits)
     want = _want_check(check, A, metadata)
     if metadata is None:
-        values, idx, _ = _compress(geo, _check_dense(geo, A, "A"), "A", want)
-        return values, idx
+        values, idx, _, bad = _compress(geo, _check_dense(geo, A, "A"), "A", want)
+        return (values, idx, jnp.any(bad, axis=-1)) if rows else (values, idx)
     if A.ndim < 2 or A.shape[-2:] != (geo.m, geo.k // 2):
         raise ValueError(
             f"A: with metadata, expected the compressed matrix of trailing shape "
@@ -728,9 +701,20 @@ def matrix_operands(ins, A_bits, metadata, *, check=None):
             f"[{geo.m}, {geo.k // 2}] for {geo.text}, got {tuple(idx.shape)}"
         )
     idx = idx.astype(jnp.int32)
-    if want or _concrete(idx):
-        _check_idx(geo, idx, traced=want, strict=want)
-    return A, idx
+    bad = _check_idx(geo, idx, traced=want, strict=want)
+    return (A, idx, jnp.any(bad, axis=-1)) if rows else (A, idx)
+
+
+#: The bits of D in a row whose A is invalid (traced inputs, no check): the canonical NaN
+#: of the output format; ``.s32`` has no NaN and gets -2**31.
+POISON = {"f32": 0x7FFFFFFF, "f16": 0x7FFF, "s32": 0x80000000}
+
+
+def poison_rows(ins, D, bad):
+    """D bits ``[..., M, N]`` with the rows where ``bad`` (bool ``[..., M]``) is true
+    replaced by :data:`POISON` of ``ins.dtype``; the others keep their bits."""
+    bad = jnp.broadcast_to(bad[..., None], D.shape)
+    return jnp.where(bad, jnp.asarray(POISON[ins.dtype], D.dtype), D)
 
 
 # ---------------------------------------------------------------------------------------
@@ -793,7 +777,7 @@ def validate(ins, A) -> None:
 
     Raises:
       ValueError: naming the (batch index,) row and chunk with too many non-zeros. Traced
-        inputs are checked through :func:`jax.experimental.checkify.check`.
+        inputs raise it when the compiled program runs (:func:`jaxmma._errors.raise_if`).
 
     Example:
       >>> validate(ins, prune(ins, A))  # passes                   # doctest: +SKIP
@@ -842,7 +826,7 @@ def compress(ins, A, selector=0, *, registers: bool = True, check=None):
     geo = _geometry(ins)
     sel = _selector(geo, selector)
     A = _check_dense(geo, A, "A")
-    values, _, nib = _compress(geo, A, "A", _want_check(check, A))
+    values, _, nib, _ = _compress(geo, A, "A", _want_check(check, A))
     tab = _tables(geo, sel)
     e = _pack_core(nib, tab.row, tab.chunk, tab.used)
     if registers:

@@ -1,27 +1,29 @@
-"""Run-time checks of traced values (checked modes of ``mma.sp`` and the memory images).
+"""Run-time checks of traced values (checked modes of ``mma.sp``, ``matmul`` and the memory
+images); the x64 hint.
 
-Concrete inputs are checked in Python and raise at once; traced inputs (under ``jit`` or
-``vmap``) can only be checked by :func:`jax.experimental.checkify.check`, which needs
-the traced function to be wrapped in :func:`jax.experimental.checkify.checkify`.
-:func:`traced_check` says so in our words when it is not.
+Concrete inputs are checked in Python and raise a ``ValueError`` at once. Traced inputs
+(under ``jit``, ``vmap``, ``grad``, ``scan``) are known only when the compiled program
+runs: :func:`raise_if` stages a host callback (:func:`jax.experimental.io_callback`,
+unordered, so it survives dead-code elimination and works under ``vmap``) that raises
+our ``ValueError`` with the same message the concrete check gives, naming the argument.
+JAX reports an exception raised in a callback as a :class:`jax.errors.JaxRuntimeError`
+whose text ends with ``ValueError: <our message>``; it needs no ``checkify`` wrapper.
+Under ``vmap`` the callback runs once per mapped element, so the message names the
+position inside one element.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import jax
-from jax.experimental import checkify
+import numpy as np
+from jax.experimental import io_callback
 
 #: Appended to dtype errors of .f64 operands when 64-bit types are off.
 X64_HINT = (
     "; .f64 operands are uint64/float64, which need 64-bit types: call "
     'jax.config.update("jax_enable_x64", True) before creating them'
-)
-
-HOW = (
-    "wrap the jitted function in jax.experimental.checkify.checkify and call "
-    "err.throw() on the error it returns (err, out = checkify.checkify(jax.jit(f))(...)), "
-    "or call it outside jit with concrete inputs (or, where the call has one, pass "
-    "check=False)"
 )
 
 
@@ -30,25 +32,37 @@ def is_traced(*xs) -> bool:
     return any(isinstance(x, jax.core.Tracer) for x in xs)
 
 
-def traced_check(ok, message: str, what: str, **fields) -> None:
-    """:func:`checkify.check` of ``ok`` (a traced bool scalar), with a clear error when the
-    caller stages it without ``checkify``.
+def first(bad) -> tuple[int, ...]:
+    """The index tuple of the first true entry of the NumPy bool array ``bad``."""
+    return tuple(int(i) for i in np.unravel_index(int(np.argmax(bad)), bad.shape))
+
+
+def raise_if(bad, message: Callable[..., str], **values) -> None:
+    """Raise ``ValueError(message(pos, **values))`` where ``bad`` has a true entry.
 
     Args:
-      ok: bool scalar, true when the input is valid.
-      message: the ``checkify`` format string (``{name}`` fields from ``fields``).
-      what: the check in words, for the error under plain ``jit`` (e.g. ``"sparse
-        check=True"``).
+      bad: bool array, true where the input is invalid (concrete or traced).
+      message: builds the error text from ``pos`` (:func:`first` of ``bad``) and the
+        ``values`` as NumPy arrays; called only when something is wrong.
+      values: arrays the message reads (concrete or traced), passed to the host with
+        ``bad``.
+
+    Concrete ``bad`` raises at once; a traced one stages an unordered
+    :func:`jax.experimental.io_callback` that raises when the program runs (JAX reports
+    it as a :class:`jax.errors.JaxRuntimeError` carrying our message).
     """
-    try:
-        checkify.check(ok, message, **fields)
-    except ValueError as err:
-        if "functionaliz" not in str(err):
-            raise
-        raise ValueError(
-            f"{what} on traced inputs (under jit) reports errors through "
-            f"jax.experimental.checkify: {HOW}"
-        ) from None
+    if not is_traced(bad, *values.values()):
+        b = np.asarray(bad)
+        if b.any():
+            raise ValueError(message(first(b), **{k: np.asarray(v) for k, v in values.items()}))
+        return
+
+    def host(bad, values):
+        b = np.asarray(bad)
+        if b.any():
+            raise ValueError(message(first(b), **{k: np.asarray(v) for k, v in values.items()}))
+
+    io_callback(host, None, bad, values, ordered=False)
 
 
 def x64_hint() -> str:
