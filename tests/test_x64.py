@@ -50,6 +50,7 @@ FORMS = [
     ),
 ]
 WARPS = 8
+BF16 = "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32"
 GEMM_KEY_PART = "e4m3.e4m3.f32|P=4|S=7|"  # the chained fp8 golden GEMM, promoted every 4 steps
 
 
@@ -190,6 +191,25 @@ def sweep() -> dict:
 
     for i, bits in enumerate(jax.jit(encode_all)(v, rbits)):
         out[f"formats|{i}"] = _bits(bits)
+
+    # doubles (docs/dtypes.md): rounded from float64 with x64 on; with x64 off rounded to
+    # odd into float32 first: the same bits. Near ties of bf16 and e4m3, and anywhere
+    near = np.float32(1 + 2**-8) * np.exp2(rng.integers(-20, 20, 64)).astype(np.float32)
+    d = np.concatenate(
+        [
+            rng.standard_normal(256) * np.exp2(rng.integers(-140, 130, 256)),
+            near.astype(np.float64) * (1 + rng.choice([-1, 1], 64) * 2.0**-40),
+            [1 + 2**-4 + 2**-40, -(1 + 2**-4 - 2**-40), 1e300, -1e-300, 0.0, -0.0],
+        ]
+    )
+    for fmt, rounding in (("bf16", "rn"), ("bf16", "rz"), ("e4m3", "rna"), ("e2m1", "rp")):
+        out[f"double|{fmt}|{rounding}"] = _bits(
+            formats.encode(fmt, d, rounding=rounding, saturate=fmt != "bf16")
+        )
+    out["double|f32|rn"] = _bits(formats.encode("f32", d))
+    out["double|matmul"] = _bits(
+        jaxmma.matmul(d[:256].reshape(16, 16), np.eye(16)[:, :8], instruction=BF16, arch="sm_90")
+    )
     return out
 
 
@@ -234,7 +254,7 @@ def test_x64_gives_the_same_bits(tmp_path):
         if on[key].dtype != off[key].dtype or not np.array_equal(on[key], off[key]):
             failures.append(f"{key}: x64 on differs from x64 off")
     assert not failures, "\n".join(failures)
-    assert len(off) == len(FORMS) * 1 + 3 + 15
+    assert len(off) == len(FORMS) * 1 + 3 + 15 + 6
 
 
 if __name__ == "__main__":  # the child process: x64 on

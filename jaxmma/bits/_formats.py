@@ -478,8 +478,9 @@ def encode(fmt: str, x, *, rounding="rn", saturate=False, random_bits=None, ftz=
 
     Args:
       fmt: a PTX type name, one of ``FORMATS``.
-      x: float array ``[...]`` (float16/bfloat16/float32; float64 needs x64 and is then
-        rounded exactly from float64; Python scalars are float32, f64 uses float64).
+      x: float array ``[...]`` (float16/bfloat16/float32), or doubles (float64 arrays,
+        Python floats), rounded once from the double with x64 on or off (see
+        :func:`float64_to_float32` and docs/dtypes.md).
       rounding: ``"rn"`` (nearest even), ``"rna"`` (nearest, ties away), ``"rz"``,
         ``"rm"``, ``"rp"`` or ``"stochastic"`` (see the module docstring).
       saturate: clamp overflow and +-Inf to +-max finite (integers: clamp to the range;

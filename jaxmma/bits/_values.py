@@ -110,8 +110,10 @@ def registers(x, name: str, bits: int = 32):
 def check_numeric(x, name: str) -> None:
     """TypeError naming ``name`` for a NumPy array that holds no numbers (objects,
     strings, records), before JAX or NumPy fails on it deep inside."""
-    dtype = getattr(x, "dtype", None)
-    if isinstance(x, np.ndarray) and dtype.kind not in "biufc":
+    if not isinstance(x, np.ndarray):
+        return
+    dtype = x.dtype  # ml_dtypes' formats (bfloat16, float8_*) are of kind "V": numbers
+    if dtype.kind in "OSUMm" or (dtype.kind == "V" and dtype.type is np.void):
         raise TypeError(f"{name}: expected a numeric array, got a NumPy array of dtype {dtype}")
 
 
