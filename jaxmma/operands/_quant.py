@@ -208,16 +208,74 @@ def _f32_from_exact(n, u):
 
 # ---------------------------------------------------------------------------------------
 # Exact division and rounding
+#: bits of quotient produced per step of :func:`_long_quotient` (see its proof)
+_CHUNK = 20
+
+
+def _long_quotient(xn, dn, e, steps: int):
+    """``floor(xn * 2**e / dn)`` and whether it is inexact, in ``steps`` steps of up to
+    20 quotient bits (int32 ``e <= 20 * steps``, any sign).
+
+    ``xn``, ``dn``: uint32 with ``0 < xn < dn < 2**28``. Returns ``(hi, lo, sticky)``:
+    the quotient is ``hi * 2**32 + lo`` (``hi`` is nonzero only for ``e > 32``) and
+    ``sticky`` says that the remainder is nonzero.
+
+    Each step is one digit of a long division in radix ``2**k`` (``k <= 20``): with the
+    remainder ``r < dn``, the digit is ``v = floor(r * 2**k / dn) < 2**k``. A float32
+    estimate ``floor(f32(r) * (1 / f32(dn)) * 2**k)`` carries four roundings to nearest
+    (``r`` and ``dn`` to float32, the reciprocal, the product; the power of two is exact),
+    each of relative error at most 2**-24, so it is off from ``r * 2**k / dn < 2**20`` by
+    less than ``2**20 * 4.01 * 2**-24 < 0.26``: the estimated digit is ``v - 1``, ``v``
+    or ``v + 1``. The new remainder ``r * 2**k - digit * dn`` then lies in
+    ``[-dn, 2 * dn)``, inside (-2**29, 2**29): computed in uint32 arithmetic (which wraps
+    modulo 2**32) and read as int32 it is exact, and one correction (a negative remainder
+    takes ``dn`` back and lowers the digit, one ``>= dn`` gives ``dn`` and raises it)
+    makes the digit exact and ``0 <= r < dn`` again. The margin (0.26 of the 1 the
+    correction absorbs) also covers a division or conversion a few ulps from correctly
+    rounded.
+    """
+    inv = jnp.float32(1.0) / dn.astype(jnp.float32)
+    r = xn
+    hi = jnp.zeros_like(xn)
+    lo = jnp.zeros_like(xn)
+    for j in range(steps):
+        k = jnp.clip(e - _CHUNK * (steps - 1 - j), 0, _CHUNK)  # this step's digit width
+        ku = k.astype(U32)
+        pow2k = lax.bitcast_convert_type((k + 127) << 23, jnp.float32)  # 2**k, exact
+        est = jnp.floor(r.astype(jnp.float32) * inv * pow2k)
+        q = est.astype(jnp.int32).astype(U32)
+        rem = lax.bitcast_convert_type((r << ku) - q * dn, jnp.int32)
+        neg = rem < 0
+        rem = jnp.where(neg, rem + lax.bitcast_convert_type(dn, jnp.int32), rem)
+        q = jnp.where(neg, q - U32(1), q)
+        big = rem >= lax.bitcast_convert_type(dn, jnp.int32)
+        rem = jnp.where(big, rem - lax.bitcast_convert_type(dn, jnp.int32), rem)
+        q = jnp.where(big, q + U32(1), q)
+        r = lax.bitcast_convert_type(rem, U32)
+        # (hi, lo) <- (hi, lo) * 2**k + q, with q < 2**k (the quotient is below 2**64)
+        hi = (hi << ku) | jnp.where(k > 0, lo >> (32 - k).clip(0, 31).astype(U32), U32(0))
+        lo = (lo << ku) | q
+    return hi, lo, r != 0
+
+
 def _divide(fmt: str, xsig, xexp, dsig, dexp, mode: str, rbits=None):
     """``(xsig * 2**xexp) / (dsig * 2**dexp)`` rounded onto ``fmt``'s grid (exponent
-    unbounded above), by long division.
+    unbounded above), exactly.
 
-    ``xsig``, ``dsig``: nonzero uint32, ``dsig < 2**28``. ``mode``: ``"rn"``, ``"rz"``,
-    ``"rp"`` (up in magnitude) or ``"stochastic"`` (with uint32 ``rbits``).
+    ``xsig``, ``dsig``: nonzero uint32, ``xsig < 2**27``, ``dsig < 2**28``. ``mode``:
+    ``"rn"``, ``"rz"``, ``"rp"`` (up in magnitude) or ``"stochastic"`` (with uint32
+    ``rbits``).
 
     Returns ``(value, away)``: the rounded magnitude as float32 (exact; Inf far above any
     format's range) and whether the rounding direction points away from zero (what
     decides between Inf/NaN and max finite on overflow, as in :func:`_formats.encode`).
+
+    The quotient ``Q`` in units of the result's last kept bit ``2**u`` is below
+    ``2**(m + 1)``; the rounding needs ``floor(Q)`` and the first ``g`` bits of its
+    fraction, whether anything nonzero follows them (``g = 1`` for rn / rz / rp: the half
+    bit; ``g = 32`` for stochastic: the 32 bits the random bits are added to), so
+    ``floor(Q * 2**g)`` and its exactness, which :func:`_long_quotient` gives in one or
+    two steps.
     """
     f = _formats.FORMATS[fmt]
     m = f.mant_bits
@@ -227,46 +285,30 @@ def _divide(fmt: str, xsig, xexp, dsig, dexp, mode: str, rbits=None):
     dn = dsig << (31 - ld).astype(U32)
     lead = (lx + xexp) - (ld + dexp) - (xn < dn).astype(jnp.int32)
     u = jnp.maximum(lead, emin) - m  # the unit of the result's last kept bit
-    t = xexp - dexp - u  # quotient / 2**u = xsig * 2**t / dsig < 2**(m + 1)
-
-    def bit(j):  # bit j of xsig (0 outside 0..31)
-        inside = (j >= 0) & (j < 32)
-        return jnp.where(inside, (xsig >> j.clip(0, 31).astype(U32)) & U32(1), U32(0))
-
-    s = t - m - 1  # the remainder before the first quotient bit: floor(xsig * 2**s) < dsig
-    r = jnp.where(
-        s >= 0,
-        jnp.where(s < 32, xsig << s.clip(0, 31).astype(U32), U32(0)),
-        jnp.where(-s < 32, xsig >> (-s).clip(0, 31).astype(U32), U32(0)),
-    )
-    n = jnp.zeros_like(xsig)
-    frac = jnp.zeros_like(xsig)
-    for w in range(m, -33, -1):
-        r = (r << U32(1)) | bit(w - t)
-        q = r >= dsig
-        r = jnp.where(q, r - dsig, r)
-        if w >= 0:
-            n = (n << U32(1)) | q.astype(U32)
-        else:
-            frac = (frac << U32(1)) | q.astype(U32)
-    low = -32 - t  # bits of xsig below the 32 fraction bits
-    lost = jnp.where(
-        low >= 32,
-        xsig,
-        jnp.where(low > 0, xsig & ((U32(1) << low.clip(0, 31).astype(U32)) - U32(1)), U32(0)),
-    )
-    sticky = (r != 0) | (lost != 0)
-    if mode == "rn":
-        half = (frac >> U32(31)) != 0
-        rest = ((frac & U32(0x7FFFFFFF)) != 0) | sticky
-        inc = half & (rest | ((n & U32(1)) != 0))
-        away = jnp.ones(n.shape, bool)
-    elif mode == "rz":
-        inc = away = jnp.zeros(n.shape, bool)
-    elif mode == "rp":
-        inc = away = (frac != 0) | sticky
-    else:
+    t = xexp - dexp - u  # Q = xsig * 2**t / dsig < 2**(m + 1)
+    # normalized: xsig = xa * 2**(lx - 26) with xa in [2**26, 2**27), dsig = da *
+    # 2**(ld - 27) with da in [2**27, 2**28), so xa < da and Q = xa * 2**T / da with
+    # T = t + lx - 26 - ld + 27; xa / da > 1/4 gives 2**(T - 2) < Q < 2**(m + 1): T <= m + 2
+    xa = xn >> U32(5)
+    da = dn >> U32(4)
+    T = t + lx - ld + 1
+    g = 32 if mode == "stochastic" else 1
+    bits = m + 2 + g  # the largest e below
+    steps = -(-bits // _CHUNK)
+    hi, lo, sticky = _long_quotient(xa, da, T + g, steps)  # floor(Q * 2**g)
+    if mode == "stochastic":
+        n, frac = hi, lo  # Q * 2**32 < 2**(m + 33) <= 2**36
         inc = away = (frac | sticky.astype(U32)) > ~rbits
+    else:
+        n = lo >> U32(1)
+        half = (lo & U32(1)) != 0
+        if mode == "rn":
+            inc = half & (sticky | ((n & U32(1)) != 0))
+            away = jnp.ones(n.shape, bool)
+        elif mode == "rz":
+            inc = away = jnp.zeros(n.shape, bool)
+        else:
+            inc = away = half | sticky
     return _f32_from_exact(n + inc.astype(U32), u), away
 
 
