@@ -344,7 +344,7 @@ def _quantize_operands(ins, A, B, quantize):
             qx = _quant.quantize_nvfp4(x_q, axis=axis, block=_scaling.block_size(ins))
         else:
             qx = _quant.quantize_mx(x_q, fmt, axis=axis, block=_scaling.block_size(ins))
-        out.append((x, qx))
+        out.append((x, _quant.computed_once(qx)))  # not recomputed by every reader
     (A, qa), (B, qb) = out
     return A, B, (qa, qb)
 

@@ -39,7 +39,6 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from ..arith import _numerics
 from ..bits import _formats
 from ..util import _grad
 
@@ -563,6 +562,39 @@ def _quantize_nvfp4(x, rbits, g, *, fmt, axis, block, scale_rounding, rounding, 
 
 
 # ---------------------------------------------------------------------------------------
+def computed_once(q: Quantized) -> Quantized:
+    """``q`` with the same bits, in a form XLA computes once rather than in every reader.
+
+    Under ``jit`` XLA:CPU fuses cheap elementwise producers (integer, compare and select
+    ops: all of a quantizer) into each consumer, and the GEMM reads every element M or N
+    times (broadcast products), so a quantizer traced into the same program as its GEMM
+    was recomputed per reader (``lax.optimization_barrier`` does not stop it: XLA:CPU
+    removes barriers before fusion). XLA rates an integer remainder by a non-constant
+    divisor as expensive and does not fuse an expensive producer into a consumer that
+    reuses its elements, so the elements, scales and global scale each end in one:
+    ``v % (v | 2**16)`` is ``v`` for any ``v < 2**16`` (the divisor exceeds it), while
+    XLA cannot prove it (the bytes as they are; the global scale's bits in two halves).
+    One remainder per element, computed once. Only the speed depends on XLA's fusion
+    choices; the bits never do.
+    """
+
+    def once(v):  # v: uint32 below 2**16
+        return v % (v | U32(0x10000))
+
+    def once_u8(v):
+        return once(v.astype(U32)).astype(v.dtype)
+
+    g = q.global_scale
+    if g is not None:  # any float32 bits, in two halves
+        b = lax.bitcast_convert_type(jnp.asarray(g, jnp.float32), U32)
+        b = (once(b >> U32(16)) << U32(16)) | once(b & U32(0xFFFF))
+        g = lax.bitcast_convert_type(b, jnp.float32)
+    return dataclasses.replace(
+        q, elements=once_u8(q.elements), scales=once_u8(q.scales), global_scale=g
+    )
+
+
+# ---------------------------------------------------------------------------------------
 def dequantize(q: Quantized) -> jax.Array:
     """The float32 values of a :class:`Quantized` tensor: ``element * scale * global``.
 
@@ -627,8 +659,37 @@ def fake_quantize_nvfp4(x, **kwargs) -> jax.Array:
     return _grad.straight_through(lambda v: dequantize(quantize_nvfp4(v, **kwargs)), x)
 
 
+def _f32_rounded(n, u):
+    """float32 bits of ``n * 2**u`` (uint32 ``n``) rounded once to nearest even:
+    subnormals kept, Inf above the range, +0 for ``n = 0``."""
+    p = _msb(jnp.maximum(n, U32(1)))
+    e = u + p  # exponent of the leading bit
+    lsb = jnp.maximum(e - 23, -149)  # exponent of the last bit float32 keeps
+    shift = lsb - u  # bits to drop (<= 0: none)
+    sh = shift.clip(0, 31).astype(U32)
+    kept = jnp.where(shift <= 0, n << (-shift).clip(0, 31).astype(U32), n >> sh)
+    kept = jnp.where(shift >= 32, U32(0), kept)
+    rem = n - (kept << sh)  # the dropped bits (shift in 1..31)
+    half = U32(1) << (sh - U32(1)).clip(0, 31)
+    up = (shift >= 1) & (shift <= 31) & ((rem > half) | ((rem == half) & ((kept & 1) != 0)))
+    up = up | ((shift == 32) & (n > U32(0x80000000)))  # half = 2**31, kept = 0 (even)
+    kept = kept + up.astype(U32)  # may carry into the next binade: the addition below
+    bits = jnp.where(e >= -126, ((e + 126).clip(0, 255).astype(U32) << U32(23)) + kept, kept)
+    bits = jnp.where((e > 127) | (bits > U32(0x7F800000)), U32(0x7F800000), bits)
+    return jnp.where(n == 0, U32(0), bits)
+
+
 @jax.jit
 def _dequantize(q: Quantized) -> jax.Array:
+    """``element * scale * global`` rounded once to nearest even float32.
+
+    In integers: the significands' product has at most 4 + 4 + 24 bits (e2m1 x ue4m3 x
+    float32, e4m3 x ue8m0), one rounding to float32 (:func:`_f32_rounded`) gives the
+    magnitude (MX values are exact). The sign is the element's times the global scale's
+    (signed zeros too), NaN (a NaN element, scale or global scale, or Inf times 0) is
+    ``0x7FFFFFFF``, Inf times nonzero finite is Inf. No float arithmetic: XLA:CPU
+    flushes subnormal products to zero.
+    """
     elements, scales = raw_bits(q)
     e = _formats.fields(q.fmt, elements)
     s = _formats.fields(q.scale_fmt, jnp.repeat(scales, q.block, axis=q.axis))
@@ -641,8 +702,8 @@ def _dequantize(q: Quantized) -> jax.Array:
 
     nan = e.nan | s.nan | g.nan | (e.inf & (zero(s) | zero(g))) | (g.inf & (zero(e) | zero(s)))
     inf = (e.inf | g.inf) & ~nan
-    sig = jnp.where(nan | inf, U32(0), e.sig * s.sig * g.sig)
-    lsb = e.exp + s.exp + g.exp
-    term = _numerics.Terms((e.sign ^ g.sign).astype(U32), sig, lsb, lsb, nan, inf)
-    bits = _numerics.ieee_sum(_numerics.Terms(*(v[..., None] for v in term)), "f32")
+    mag = _f32_rounded(e.sig * s.sig * g.sig, e.exp + s.exp + g.exp)
+    mag = jnp.where(inf, U32(0x7F800000), mag)
+    bits = mag | ((e.sign ^ g.sign) << U32(31))
+    bits = jnp.where(nan, U32(0x7FFFFFFF), bits)
     return lax.bitcast_convert_type(bits, jnp.float32)
