@@ -322,8 +322,15 @@ def _quotient_bits(fmt: str, x, dsig, dexp, mode: str, rbits, saturate: bool):
     signed = lax.bitcast_convert_type(
         lax.bitcast_convert_type(v, U32) | (fl.sign << U32(31)), jnp.float32
     )
-    up = _formats.encode(fmt, signed, rounding="rna", saturate=saturate)
+    # v is on fmt's grid, so rounding it toward zero gives its bits; only above the
+    # largest value does the direction matter: away from zero, every such v (and Inf)
+    # encodes as the format's overflow result of its sign (Inf, NaN or max)
     down = _formats.encode(fmt, signed, rounding="rz", saturate=saturate)
+    with jax.ensure_compile_time_eval():
+        over = _formats.encode(
+            fmt, jnp.array([np.inf, -np.inf], jnp.float32), rounding="rna", saturate=saturate
+        )
+    up = jnp.where(v > _formats.FORMATS[fmt].max, jnp.where(fl.sign != 0, over[1], over[0]), down)
     plain = _formats.encode(fmt, x, rounding="rn", saturate=saturate)
     return jnp.where(nz, jnp.where(away, up, down), plain)
 
@@ -440,8 +447,8 @@ def _quantize_mx(x, rbits, *, fmt, axis, block, scale_rounding, rounding, satura
     amax = _block_amax(xb)
     finite = _is_finite(amax)
     e = _shared_exponent(amax, fmt, scale_rounding)
-    scales = jnp.where(finite, (e + 127).astype(U32), U32(0xFF))
-    e_elem = jnp.where(finite, e, 0)
+    scales = _once(jnp.where(finite, (e + 127).astype(U32), U32(0xFF)))  # e + 127 <= 254
+    e_elem = jnp.where(scales == U32(0xFF), 0, scales.astype(jnp.int32) - 127)
     e_full = _unblocked(jnp.broadcast_to(e_elem[..., None], xb.shape), axis)
     elements = _scaled_bits(fmt, x, e_full, rounding, rbits, saturate)
     scales = jnp.moveaxis(scales, -1, axis)
@@ -539,6 +546,7 @@ def quantize_nvfp4(
 def _quantize_nvfp4(x, rbits, g, *, fmt, axis, block, scale_rounding, rounding, saturate):
     if g is None:
         g = _global_scale(x)
+    g = _once_f32(g)  # scalars and per-block values: not recomputed per element
     gf = _f32_fields(g)
     xb = _blocked(x, axis, block)
     amax = _block_amax(xb)
@@ -546,7 +554,7 @@ def _quantize_nvfp4(x, rbits, g, *, fmt, axis, block, scale_rounding, rounding, 
     mode = {"nearest": "rn", "ceil": "rp", "floor": "rz"}[scale_rounding]
     six_g = (U32(3) * gf.sig, gf.exp + 1)
     sbits = _quotient_bits("ue4m3", amax, *six_g, mode, None, True)
-    sbits = jnp.where(finite, sbits, U32(0x7F))
+    sbits = _once(jnp.where(finite, sbits, U32(0x7F)))
     sf = _formats.fields("ue4m3", sbits)
     # elements: x / (s * g); a NaN-scale block divides by 1, a zero scale gives +0
     dsig = jnp.where(finite, sf.sig * gf.sig, U32(1))
@@ -562,6 +570,23 @@ def _quantize_nvfp4(x, rbits, g, *, fmt, axis, block, scale_rounding, rounding, 
 
 
 # ---------------------------------------------------------------------------------------
+def _once(v):
+    """``v`` (uint32 below 2**16) as one remainder XLA will not recompute per reader:
+    ``v % (v | 2**16) = v`` (see :func:`computed_once`)."""
+    return v % (v | U32(0x10000))
+
+
+def _once_u8(v):
+    return _once(v.astype(U32)).astype(v.dtype)
+
+
+def _once_f32(g):
+    """Any float32 ``g`` through :func:`_once`, its bits in two halves."""
+    b = lax.bitcast_convert_type(jnp.asarray(g, jnp.float32), U32)
+    b = (_once(b >> U32(16)) << U32(16)) | _once(b & U32(0xFFFF))
+    return lax.bitcast_convert_type(b, jnp.float32)
+
+
 def computed_once(q: Quantized) -> Quantized:
     """``q`` with the same bits, in a form XLA computes once rather than in every reader.
 
@@ -578,19 +603,9 @@ def computed_once(q: Quantized) -> Quantized:
     choices; the bits never do.
     """
 
-    def once(v):  # v: uint32 below 2**16
-        return v % (v | U32(0x10000))
-
-    def once_u8(v):
-        return once(v.astype(U32)).astype(v.dtype)
-
-    g = q.global_scale
-    if g is not None:  # any float32 bits, in two halves
-        b = lax.bitcast_convert_type(jnp.asarray(g, jnp.float32), U32)
-        b = (once(b >> U32(16)) << U32(16)) | once(b & U32(0xFFFF))
-        g = lax.bitcast_convert_type(b, jnp.float32)
+    g = None if q.global_scale is None else _once_f32(q.global_scale)
     return dataclasses.replace(
-        q, elements=once_u8(q.elements), scales=once_u8(q.scales), global_scale=g
+        q, elements=_once_u8(q.elements), scales=_once_u8(q.scales), global_scale=g
     )
 
 
