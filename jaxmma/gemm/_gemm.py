@@ -368,7 +368,7 @@ def _quantize_operands(ins, A, B, quantize):
             qx = _quant.quantize_nvfp4(x_q, axis=axis, block=_scaling.block_size(ins))
         else:
             qx = _quant.quantize_mx(x_q, fmt, axis=axis, block=_scaling.block_size(ins))
-        out.append((x, _quant.check_quantized(qx, name, matrix=True)))
+        out.append((x, _quant.computed_once(_quant.check_quantized(qx, name, matrix=True))))
     (A, qa), (B, qb) = out
     return A, B, (qa, qb)
 

@@ -39,7 +39,6 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from ..arith import _numerics
 from ..bits import _formats, _values
 from ..util import _grad
 
@@ -306,16 +305,74 @@ def _f32_from_exact(n, u):
 
 # ---------------------------------------------------------------------------------------
 # Exact division and rounding
+#: bits of quotient produced per step of :func:`_long_quotient` (see its proof)
+_CHUNK = 20
+
+
+def _long_quotient(xn, dn, e, steps: int):
+    """``floor(xn * 2**e / dn)`` and whether it is inexact, in ``steps`` steps of up to
+    20 quotient bits (int32 ``e <= 20 * steps``, any sign).
+
+    ``xn``, ``dn``: uint32 with ``0 < xn < dn < 2**28``. Returns ``(hi, lo, sticky)``:
+    the quotient is ``hi * 2**32 + lo`` (``hi`` is nonzero only for ``e > 32``) and
+    ``sticky`` says that the remainder is nonzero.
+
+    Each step is one digit of a long division in radix ``2**k`` (``k <= 20``): with the
+    remainder ``r < dn``, the digit is ``v = floor(r * 2**k / dn) < 2**k``. A float32
+    estimate ``floor(f32(r) * (1 / f32(dn)) * 2**k)`` carries four roundings to nearest
+    (``r`` and ``dn`` to float32, the reciprocal, the product; the power of two is exact),
+    each of relative error at most 2**-24, so it is off from ``r * 2**k / dn < 2**20`` by
+    less than ``2**20 * 4.01 * 2**-24 < 0.26``: the estimated digit is ``v - 1``, ``v``
+    or ``v + 1``. The new remainder ``r * 2**k - digit * dn`` then lies in
+    ``[-dn, 2 * dn)``, inside (-2**29, 2**29): computed in uint32 arithmetic (which wraps
+    modulo 2**32) and read as int32 it is exact, and one correction (a negative remainder
+    takes ``dn`` back and lowers the digit, one ``>= dn`` gives ``dn`` and raises it)
+    makes the digit exact and ``0 <= r < dn`` again. The margin (0.26 of the 1 the
+    correction absorbs) also covers a division or conversion a few ulps from correctly
+    rounded.
+    """
+    inv = jnp.float32(1.0) / dn.astype(jnp.float32)
+    r = xn
+    hi = jnp.zeros_like(xn)
+    lo = jnp.zeros_like(xn)
+    for j in range(steps):
+        k = jnp.clip(e - _CHUNK * (steps - 1 - j), 0, _CHUNK)  # this step's digit width
+        ku = k.astype(U32)
+        pow2k = lax.bitcast_convert_type((k + 127) << 23, jnp.float32)  # 2**k, exact
+        est = jnp.floor(r.astype(jnp.float32) * inv * pow2k)
+        q = est.astype(jnp.int32).astype(U32)
+        rem = lax.bitcast_convert_type((r << ku) - q * dn, jnp.int32)
+        neg = rem < 0
+        rem = jnp.where(neg, rem + lax.bitcast_convert_type(dn, jnp.int32), rem)
+        q = jnp.where(neg, q - U32(1), q)
+        big = rem >= lax.bitcast_convert_type(dn, jnp.int32)
+        rem = jnp.where(big, rem - lax.bitcast_convert_type(dn, jnp.int32), rem)
+        q = jnp.where(big, q + U32(1), q)
+        r = lax.bitcast_convert_type(rem, U32)
+        # (hi, lo) <- (hi, lo) * 2**k + q, with q < 2**k (the quotient is below 2**64)
+        hi = (hi << ku) | jnp.where(k > 0, lo >> (32 - k).clip(0, 31).astype(U32), U32(0))
+        lo = (lo << ku) | q
+    return hi, lo, r != 0
+
+
 def _divide(fmt: str, xsig, xexp, dsig, dexp, mode: str, rbits=None):
     """``(xsig * 2**xexp) / (dsig * 2**dexp)`` rounded onto ``fmt``'s grid (exponent
-    unbounded above), by long division.
+    unbounded above), exactly.
 
-    ``xsig``, ``dsig``: nonzero uint32, ``dsig < 2**28``. ``mode``: ``"rn"``, ``"rz"``,
-    ``"rp"`` (up in magnitude) or ``"stochastic"`` (with uint32 ``rbits``).
+    ``xsig``, ``dsig``: nonzero uint32, ``xsig < 2**27``, ``dsig < 2**28``. ``mode``:
+    ``"rn"``, ``"rz"``, ``"rp"`` (up in magnitude) or ``"stochastic"`` (with uint32
+    ``rbits``).
 
     Returns ``(value, away)``: the rounded magnitude as float32 (exact; Inf far above any
     format's range) and whether the rounding direction points away from zero (what
     decides between Inf/NaN and max finite on overflow, as in :func:`_formats.encode`).
+
+    The quotient ``Q`` in units of the result's last kept bit ``2**u`` is below
+    ``2**(m + 1)``; the rounding needs ``floor(Q)`` and the first ``g`` bits of its
+    fraction, whether anything nonzero follows them (``g = 1`` for rn / rz / rp: the half
+    bit; ``g = 32`` for stochastic: the 32 bits the random bits are added to), so
+    ``floor(Q * 2**g)`` and its exactness, which :func:`_long_quotient` gives in one or
+    two steps.
     """
     f = _formats.FORMATS[fmt]
     m = f.mant_bits
@@ -325,46 +382,30 @@ def _divide(fmt: str, xsig, xexp, dsig, dexp, mode: str, rbits=None):
     dn = dsig << (31 - ld).astype(U32)
     lead = (lx + xexp) - (ld + dexp) - (xn < dn).astype(jnp.int32)
     u = jnp.maximum(lead, emin) - m  # the unit of the result's last kept bit
-    t = xexp - dexp - u  # quotient / 2**u = xsig * 2**t / dsig < 2**(m + 1)
-
-    def bit(j):  # bit j of xsig (0 outside 0..31)
-        inside = (j >= 0) & (j < 32)
-        return jnp.where(inside, (xsig >> j.clip(0, 31).astype(U32)) & U32(1), U32(0))
-
-    s = t - m - 1  # the remainder before the first quotient bit: floor(xsig * 2**s) < dsig
-    r = jnp.where(
-        s >= 0,
-        jnp.where(s < 32, xsig << s.clip(0, 31).astype(U32), U32(0)),
-        jnp.where(-s < 32, xsig >> (-s).clip(0, 31).astype(U32), U32(0)),
-    )
-    n = jnp.zeros_like(xsig)
-    frac = jnp.zeros_like(xsig)
-    for w in range(m, -33, -1):
-        r = (r << U32(1)) | bit(w - t)
-        q = r >= dsig
-        r = jnp.where(q, r - dsig, r)
-        if w >= 0:
-            n = (n << U32(1)) | q.astype(U32)
-        else:
-            frac = (frac << U32(1)) | q.astype(U32)
-    low = -32 - t  # bits of xsig below the 32 fraction bits
-    lost = jnp.where(
-        low >= 32,
-        xsig,
-        jnp.where(low > 0, xsig & ((U32(1) << low.clip(0, 31).astype(U32)) - U32(1)), U32(0)),
-    )
-    sticky = (r != 0) | (lost != 0)
-    if mode == "rn":
-        half = (frac >> U32(31)) != 0
-        rest = ((frac & U32(0x7FFFFFFF)) != 0) | sticky
-        inc = half & (rest | ((n & U32(1)) != 0))
-        away = jnp.ones(n.shape, bool)
-    elif mode == "rz":
-        inc = away = jnp.zeros(n.shape, bool)
-    elif mode == "rp":
-        inc = away = (frac != 0) | sticky
-    else:
+    t = xexp - dexp - u  # Q = xsig * 2**t / dsig < 2**(m + 1)
+    # normalized: xsig = xa * 2**(lx - 26) with xa in [2**26, 2**27), dsig = da *
+    # 2**(ld - 27) with da in [2**27, 2**28), so xa < da and Q = xa * 2**T / da with
+    # T = t + lx - 26 - ld + 27; xa / da > 1/4 gives 2**(T - 2) < Q < 2**(m + 1): T <= m + 2
+    xa = xn >> U32(5)
+    da = dn >> U32(4)
+    T = t + lx - ld + 1
+    g = 32 if mode == "stochastic" else 1
+    bits = m + 2 + g  # the largest e below
+    steps = -(-bits // _CHUNK)
+    hi, lo, sticky = _long_quotient(xa, da, T + g, steps)  # floor(Q * 2**g)
+    if mode == "stochastic":
+        n, frac = hi, lo  # Q * 2**32 < 2**(m + 33) <= 2**36
         inc = away = (frac | sticky.astype(U32)) > ~rbits
+    else:
+        n = lo >> U32(1)
+        half = (lo & U32(1)) != 0
+        if mode == "rn":
+            inc = half & (sticky | ((n & U32(1)) != 0))
+            away = jnp.ones(n.shape, bool)
+        elif mode == "rz":
+            inc = away = jnp.zeros(n.shape, bool)
+        else:
+            inc = away = half | sticky
     return _f32_from_exact(n + inc.astype(U32), u), away
 
 
@@ -379,8 +420,15 @@ def _quotient_bits(fmt: str, x, dsig, dexp, mode: str, rbits, saturate: bool):
     signed = lax.bitcast_convert_type(
         lax.bitcast_convert_type(v, U32) | (fl.sign << U32(31)), jnp.float32
     )
-    up = _formats.encode(fmt, signed, rounding="rna", saturate=saturate)
+    # v is on fmt's grid, so rounding it toward zero gives its bits; only above the
+    # largest value does the direction matter: away from zero, every such v (and Inf)
+    # encodes as the format's overflow result of its sign (Inf, NaN or max)
     down = _formats.encode(fmt, signed, rounding="rz", saturate=saturate)
+    with jax.ensure_compile_time_eval():
+        over = _formats.encode(
+            fmt, jnp.array([np.inf, -np.inf], jnp.float32), rounding="rna", saturate=saturate
+        )
+    up = jnp.where(v > _formats.FORMATS[fmt].max, jnp.where(fl.sign != 0, over[1], over[0]), down)
     plain = _formats.encode(fmt, x, rounding="rn", saturate=saturate)
     return jnp.where(nz, jnp.where(away, up, down), plain)
 
@@ -497,8 +545,8 @@ def _quantize_mx(x, rbits, *, fmt, axis, block, scale_rounding, rounding, satura
     amax = _block_amax(xb)
     finite = _is_finite(amax)
     e = _shared_exponent(amax, fmt, scale_rounding)
-    scales = jnp.where(finite, (e + 127).astype(U32), U32(0xFF))
-    e_elem = jnp.where(finite, e, 0)
+    scales = _once(jnp.where(finite, (e + 127).astype(U32), U32(0xFF)))  # e + 127 <= 254
+    e_elem = jnp.where(scales == U32(0xFF), 0, scales.astype(jnp.int32) - 127)
     e_full = _unblocked(jnp.broadcast_to(e_elem[..., None], xb.shape), axis)
     elements = _scaled_bits(fmt, x, e_full, rounding, rbits, saturate)
     scales = jnp.moveaxis(scales, -1, axis)
@@ -604,6 +652,7 @@ def quantize_nvfp4(
 def _quantize_nvfp4(x, rbits, g, *, fmt, axis, block, scale_rounding, rounding, saturate):
     if g is None:
         g = _global_scale(x)
+    g = _once_f32(g)  # scalars and per-block values: not recomputed per element
     gf = _f32_fields(g)
     xb = _blocked(x, axis, block)
     amax = _block_amax(xb)
@@ -611,7 +660,7 @@ def _quantize_nvfp4(x, rbits, g, *, fmt, axis, block, scale_rounding, rounding, 
     mode = {"nearest": "rn", "ceil": "rp", "floor": "rz"}[scale_rounding]
     six_g = (U32(3) * gf.sig, gf.exp + 1)
     sbits = _quotient_bits("ue4m3", amax, *six_g, mode, None, True)
-    sbits = jnp.where(finite, sbits, U32(0x7F))
+    sbits = _once(jnp.where(finite, sbits, U32(0x7F)))
     sf = _formats.fields("ue4m3", sbits)
     # elements: x / (s * g); a NaN-scale block divides by 1, a zero scale gives +0
     dsig = jnp.where(finite, sf.sig * gf.sig, U32(1))
@@ -629,6 +678,46 @@ def _quantize_nvfp4(x, rbits, g, *, fmt, axis, block, scale_rounding, rounding, 
     elements = jnp.where(g_ok, elements, U32(0))
     sbits = jnp.moveaxis(sbits, -1, axis)
     return Quantized(_byte(elements), _byte(sbits), g, fmt, "ue4m3", block, axis)
+
+
+# ---------------------------------------------------------------------------------------
+def _once(v):
+    """``v`` (uint32 below 2**16) as one remainder XLA will not recompute per reader:
+    ``v % (v | 2**16) = v`` (see :func:`computed_once`)."""
+    return v % (v | U32(0x10000))
+
+
+def _once_u8(v):
+    return _once(v.astype(U32)).astype(v.dtype)
+
+
+def _once_f32(g):
+    """Any float32 ``g`` through :func:`_once`, its bits in two halves."""
+    b = lax.bitcast_convert_type(jnp.asarray(g, jnp.float32), U32)
+    b = (_once(b >> U32(16)) << U32(16)) | _once(b & U32(0xFFFF))
+    return lax.bitcast_convert_type(b, jnp.float32)
+
+
+def computed_once(q: Quantized) -> Quantized:
+    """``q`` with the same bits, in a form XLA computes once rather than in every reader.
+
+    Under ``jit`` XLA:CPU fuses cheap elementwise producers (integer, compare and select
+    ops: all of a quantizer) into each consumer, and the GEMM reads every element M or N
+    times (broadcast products), so a quantizer traced into the same program as its GEMM
+    was recomputed per reader (``lax.optimization_barrier`` does not stop it: XLA:CPU
+    removes barriers before fusion). XLA rates an integer remainder by a non-constant
+    divisor as expensive and does not fuse an expensive producer into a consumer that
+    reuses its elements, so the elements, scales and global scale each end in one:
+    ``v % (v | 2**16)`` is ``v`` for any ``v < 2**16`` (the divisor exceeds it), while
+    XLA cannot prove it (the bytes as they are; the global scale's bits in two halves).
+    One remainder per element, computed once. Only the speed depends on XLA's fusion
+    choices; the bits never do.
+    """
+
+    g = None if q.global_scale is None else _once_f32(q.global_scale)
+    return dataclasses.replace(
+        q, elements=_once_u8(q.elements), scales=_once_u8(q.scales), global_scale=g
+    )
 
 
 # ---------------------------------------------------------------------------------------
@@ -694,8 +783,37 @@ def fake_quantize_nvfp4(x, **kwargs) -> jax.Array:
     return _grad.straight_through(lambda v: dequantize(quantize_nvfp4(v, **kwargs)), x)
 
 
+def _f32_rounded(n, u):
+    """float32 bits of ``n * 2**u`` (uint32 ``n``) rounded once to nearest even:
+    subnormals kept, Inf above the range, +0 for ``n = 0``."""
+    p = _msb(jnp.maximum(n, U32(1)))
+    e = u + p  # exponent of the leading bit
+    lsb = jnp.maximum(e - 23, -149)  # exponent of the last bit float32 keeps
+    shift = lsb - u  # bits to drop (<= 0: none)
+    sh = shift.clip(0, 31).astype(U32)
+    kept = jnp.where(shift <= 0, n << (-shift).clip(0, 31).astype(U32), n >> sh)
+    kept = jnp.where(shift >= 32, U32(0), kept)
+    rem = n - (kept << sh)  # the dropped bits (shift in 1..31)
+    half = U32(1) << (sh - U32(1)).clip(0, 31)
+    up = (shift >= 1) & (shift <= 31) & ((rem > half) | ((rem == half) & ((kept & 1) != 0)))
+    up = up | ((shift == 32) & (n > U32(0x80000000)))  # half = 2**31, kept = 0 (even)
+    kept = kept + up.astype(U32)  # may carry into the next binade: the addition below
+    bits = jnp.where(e >= -126, ((e + 126).clip(0, 255).astype(U32) << U32(23)) + kept, kept)
+    bits = jnp.where((e > 127) | (bits > U32(0x7F800000)), U32(0x7F800000), bits)
+    return jnp.where(n == 0, U32(0), bits)
+
+
 @jax.jit
 def _dequantize(q: Quantized) -> jax.Array:
+    """``element * scale * global`` rounded once to nearest even float32.
+
+    In integers: the significands' product has at most 4 + 4 + 24 bits (e2m1 x ue4m3 x
+    float32, e4m3 x ue8m0), one rounding to float32 (:func:`_f32_rounded`) gives the
+    magnitude (MX values are exact). The sign is the element's times the global scale's
+    (signed zeros too), NaN (a NaN element, scale or global scale, or Inf times 0) is
+    ``0x7FFFFFFF``, Inf times nonzero finite is Inf. No float arithmetic: XLA:CPU
+    flushes subnormal products to zero.
+    """
     elements, scales = raw_bits(q)
     e = _formats.fields(q.fmt, elements)
     s = _formats.fields(q.scale_fmt, jnp.repeat(scales, q.block, axis=q.axis))
@@ -708,8 +826,8 @@ def _dequantize(q: Quantized) -> jax.Array:
 
     nan = e.nan | s.nan | g.nan | (e.inf & (zero(s) | zero(g))) | (g.inf & (zero(e) | zero(s)))
     inf = (e.inf | g.inf) & ~nan
-    sig = jnp.where(nan | inf, U32(0), e.sig * s.sig * g.sig)
-    lsb = e.exp + s.exp + g.exp
-    term = _numerics.Terms((e.sign ^ g.sign).astype(U32), sig, lsb, lsb, nan, inf)
-    bits = _numerics.ieee_sum(_numerics.Terms(*(v[..., None] for v in term)), "f32")
+    mag = _f32_rounded(e.sig * s.sig * g.sig, e.exp + s.exp + g.exp)
+    mag = jnp.where(inf, U32(0x7F800000), mag)
+    bits = mag | ((e.sign ^ g.sign) << U32(31))
+    bits = jnp.where(nan, U32(0x7FFFFFFF), bits)
     return lax.bitcast_convert_type(bits, jnp.float32)
