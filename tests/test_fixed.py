@@ -13,6 +13,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from _suite import params
 
 import jaxmma
 from jaxmma.arith import _fixed, _numerics
@@ -137,7 +138,16 @@ def _inputs(ins, how, rng):
     )
 
 
-@pytest.mark.parametrize("text,arch", FORMS)
+def _family(text_arch):
+    """(D type, input family): the quick run checks one form of each, every input kind."""
+    ins = jaxmma.instruction(*text_arch)
+    fam = {"e4m3": "fp8", "e5m2": "fp8", "f16": "16", "bf16": "16"}.get(ins.atype, ins.atype)
+    return ins.dtype, fam, ins.kind
+
+
+@pytest.mark.parametrize(
+    "text,arch", params(FORMS, _family, salt="fixed", ids=lambda x: f"{x[0]}-{x[1]}")
+)
 @pytest.mark.parametrize(
     "how", ["raw", "normal", "wide", "group_limit", "cancel", "tiny", "huge", "ties"]
 )
