@@ -23,11 +23,11 @@ lint: $(STAMP)
 # the quick run: one golden record per opcode and shape of each file, one case per family of
 # the heavy parametrizations (JAXMMA_TEST_SEED picks them: today's date unless set)
 test: $(STAMP) lint
-	$(BIN)/python -m pytest -n 2 tests
+	$(BIN)/python -m pytest -n 2 --dist worksteal tests
 
 # the full sweep: every golden record and every case (tests marked 'full' included)
 test-all: $(STAMP) lint
-	$(BIN)/python -m pytest -n 2 tests --full
+	$(BIN)/python -m pytest -n 2 --dist worksteal tests --full
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache
