@@ -5,7 +5,7 @@ STAMP := $(VENV)/.installed
 # faster XLA:CPU compilation of the many small programs; results are bit-identical
 FAST_XLA := --xla_backend_optimization_level=0 --xla_llvm_disable_expensive_passes=true
 
-.PHONY: demo test lint clean
+.PHONY: demo test test-all lint clean
 
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
@@ -20,8 +20,14 @@ lint: $(STAMP)
 	$(BIN)/ruff check jaxmma tests benchmarks docs
 	$(BIN)/ruff format --check jaxmma tests benchmarks docs
 
+# the quick run: one golden record per opcode and shape of each file, one case per family of
+# the heavy parametrizations (JAXMMA_TEST_SEED picks them: today's date unless set)
 test: $(STAMP) lint
-	$(BIN)/python -m pytest -n 2 tests
+	$(BIN)/python -m pytest -n 2 --dist worksteal tests
+
+# the full sweep: every golden record and every case (tests marked 'full' included)
+test-all: $(STAMP) lint
+	$(BIN)/python -m pytest -n 2 --dist worksteal tests --full
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache

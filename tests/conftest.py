@@ -1,5 +1,16 @@
-"""Strict JAX configuration for the whole suite (equinox / lineax style)."""
+"""Strict JAX configuration for the whole suite (equinox / lineax style), and the split
+between the quick run (``make test``) and the full sweep (``make test-all``).
 
+* The full sweep runs every test and every golden record: ``pytest --full`` or
+  ``JAXMMA_FULL=1``.
+* The quick run deselects the tests marked ``full`` (the same model checked again at more
+  shapes, forms or seeds) and checks a sample of each golden file: one record of every
+  opcode and shape per file, drawn with ``JAXMMA_TEST_SEED``. The seed is today's UTC date
+  unless the variable is set; the header prints it, so a failure is reproduced with
+  ``JAXMMA_TEST_SEED=<seed> pytest ...``.
+"""
+
+import datetime
 import os
 
 # Faster XLA:CPU compilation for the many small programs the suite builds; results are
@@ -9,6 +20,50 @@ os.environ.setdefault(
 )
 
 import jax  # noqa: E402
+from _suite import full_sweep, seed  # noqa: E402
 
 jax.config.update("jax_numpy_dtype_promotion", "strict")
 jax.config.update("jax_numpy_rank_promotion", "raise")
+
+# Set once by the controller (xdist workers inherit it), so every process samples alike.
+os.environ.setdefault(
+    "JAXMMA_TEST_SEED", datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%d")
+)
+
+
+def pytest_addoption(parser):
+    parser.addoption(
+        "--full",
+        action="store_true",
+        default=False,
+        help="run the full sweep: tests marked 'full' and every golden record",
+    )
+
+
+def pytest_configure(config):
+    config.addinivalue_line(
+        "markers", "full: duplicate coverage run only in the full sweep (--full, JAXMMA_FULL=1)"
+    )
+    if config.getoption("--full"):
+        os.environ["JAXMMA_FULL"] = "1"  # xdist workers and notebook kernels inherit it
+
+
+def pytest_report_header(config):
+    mode = "full sweep" if full_sweep() else "quick run (full sweep: --full)"
+    return f"jaxmma: {mode}, JAXMMA_TEST_SEED={seed()}"
+
+
+def pytest_collection_modifyitems(config, items):
+    if full_sweep():
+        return
+    keep, drop = [], []
+    for item in items:
+        (drop if item.get_closest_marker("full") else keep).append(item)
+    if drop:
+        config.hook.pytest_deselected(items=drop)
+        items[:] = keep
+
+
+def pytest_terminal_summary(terminalreporter):
+    # -q (pyproject's addopts) hides the header: say the mode and seed at the end too
+    terminalreporter.write_line(pytest_report_header(terminalreporter.config))

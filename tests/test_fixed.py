@@ -7,10 +7,13 @@ limit of a 16-product group, cancellation, results that round to subnormals or o
 and f16 ties. The general engine is forced by switching the dispatcher's choice off.
 """
 
+import functools
+
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from _suite import params
 
 import jaxmma
 from jaxmma.arith import _fixed, _numerics
@@ -34,14 +37,23 @@ FORMS = [
 M, N = 24, 40
 
 
+@functools.cache
+def _jitted(ins, engine):
+    """One compiled program per form and engine for the whole session (every input set of
+    a form has the same shapes). ``engine`` only keys the cache: the general engine's
+    program is traced, and so compiled, under the patch that switches the fixed one off."""
+    del engine
+    return jax.jit(lambda a, b, c: _models.mma_bits(ins, a, b, c))
+
+
 def _general(monkeypatch, ins, A, B, C):
     with monkeypatch.context() as m:
         m.setattr(_fixed, "supports", lambda *a, **k: False)
-        return np.asarray(jax.jit(lambda a, b, c: _models.mma_bits(ins, a, b, c))(A, B, C))
+        return np.asarray(_jitted(ins, "general")(A, B, C))
 
 
 def _fast(ins, A, B, C):
-    return np.asarray(jax.jit(lambda a, b, c: _models.mma_bits(ins, a, b, c))(A, B, C))
+    return np.asarray(_jitted(ins, "fixed")(A, B, C))
 
 
 def _encode(ins, fmt, x):
@@ -126,7 +138,16 @@ def _inputs(ins, how, rng):
     )
 
 
-@pytest.mark.parametrize("text,arch", FORMS)
+def _family(text_arch):
+    """(D type, input family): the quick run checks one form of each, every input kind."""
+    ins = jaxmma.instruction(*text_arch)
+    fam = {"e4m3": "fp8", "e5m2": "fp8", "f16": "16", "bf16": "16"}.get(ins.atype, ins.atype)
+    return ins.dtype, fam, ins.kind
+
+
+@pytest.mark.parametrize(
+    "text,arch", params(FORMS, _family, salt="fixed", ids=lambda x: f"{x[0]}-{x[1]}")
+)
 @pytest.mark.parametrize(
     "how", ["raw", "normal", "wide", "group_limit", "cancel", "tiny", "huge", "ties"]
 )

@@ -4,6 +4,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from _suite import params
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -30,7 +31,14 @@ def _regs(ins, operand, rng, batch=()):
     return x
 
 
-@pytest.mark.parametrize("ins", FORMS, ids=lambda i: i.text)
+def _layouts(ins):
+    """Forms with equal keys share their fragment layouts: the quick run checks one each."""
+    lays = [_fragments.layout(ins, op) for op in "abcd"]
+    scale_vec = ins.form.scale_vec if ins.stype else None
+    return ins.shape, ins.sparse, ins.kind, scale_vec, [(x.elem_bits, x.nregs) for x in lays]
+
+
+@pytest.mark.parametrize("ins", params(FORMS, _layouts, ids=lambda i: i.text))
 @settings(max_examples=3, deadline=None)
 @given(seed=st.integers(0, 2**32 - 1))
 def test_round_trips(ins, seed):

@@ -20,6 +20,7 @@ import jax.numpy as jnp
 import ml_dtypes
 import numpy as np
 import pytest
+from _suite import params
 
 import jaxmma
 
@@ -189,7 +190,16 @@ FLOAT_FORMS = [
 ]
 
 
-@pytest.mark.parametrize("text,arch", FLOAT_FORMS, ids=lambda x: x.replace(MMA, ""))
+def _family(text_arch):
+    """Opcode, input family and m8n8k4 or not: the quick run checks one form of each."""
+    ins = jaxmma.instruction(*text_arch)
+    fam = {"e4m3": "fp8", "e5m2": "fp8", "f16": "16", "bf16": "16"}.get(ins.atype, ins.atype)
+    return ins.opcode, fam, ins.shape == "m8n8k4"
+
+
+@pytest.mark.parametrize(
+    "text,arch", params(FLOAT_FORMS, _family, ids=lambda x: f"{x[0].replace(MMA, '')}-{x[1]}")
+)
 def test_float_forms_match_chained_mma(text, arch):
     ins = jaxmma.instruction(text, arch=arch)
     _check(ins, *_operands(ins, 1))
@@ -202,7 +212,21 @@ PROMOTE = [
 ]
 
 
-@pytest.mark.parametrize("text,arch,P", PROMOTE, ids=lambda x: str(x).replace(MMA, ""))
+@pytest.mark.parametrize(
+    "text,arch,P",
+    # one fp8 case a run; m8n8k4 (its own chain model, covered above) in the full sweep
+    params(
+        PROMOTE[:2],
+        lambda x: "fp8",
+        salt="promote",
+        ids=lambda x: f"{x[0].replace(MMA, '')}-{x[1]}-{x[2]}",
+    )
+    + [
+        pytest.param(
+            *PROMOTE[2], marks=pytest.mark.full, id="m8n8k4.row.col.f32.f16.f16.f16-sm_80-4"
+        )
+    ],
+)
 def test_promote_every_matches_the_reference(text, arch, P):
     ins = jaxmma.instruction(text, arch=arch)
     A, B, C = _operands(ins, 2, ((M, 5 * ins.k + 3), (5 * ins.k + 3, N), (M, N)))  # 6 steps

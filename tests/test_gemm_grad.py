@@ -8,6 +8,7 @@ import jax.numpy as jnp
 import ml_dtypes
 import numpy as np
 import pytest
+from _suite import params
 from jax.test_util import check_grads
 
 import jaxmma
@@ -284,7 +285,10 @@ NUMERIC = [
 ]
 
 
-@pytest.mark.parametrize("text,arch", NUMERIC, ids=[t for t, _ in NUMERIC])
+@pytest.mark.parametrize(
+    "text,arch",
+    params(NUMERIC, lambda ta: (ta[0].split(".")[0], "e4m3" in ta[0]), ids=lambda ta: ta[0]),
+)
 def test_register_and_matrix_level_bits_agree(text, arch):
     ins = jaxmma.instruction(text, arch=arch)
     rng = np.random.default_rng(41)

@@ -4,6 +4,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from _suite import params
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -106,7 +107,14 @@ def test_checked_mode_under_plain_jit_needs_no_wrapper():
     jax.jit(lambda s, a: LD(s, a, check=True))(_image(), jnp.zeros(32, jnp.uint32))
 
 
-@pytest.mark.parametrize("ins", jaxmma.all_instructions("wmma.load"), ids=str)
+def _width(ins):
+    """The text without its element type, and the type's width: the quick run checks one
+    form of each (``.s8``/``.u8``, ``.f16``/``.bf16``, ... share their addressing)."""
+    head, typ = ins.text.rsplit(".", 1)
+    return head, {"u8": 8, "s8": 8, "bf16": 16, "f16": 16, "s4": 4, "u4": 4}.get(typ, typ)
+
+
+@pytest.mark.parametrize("ins", params(jaxmma.all_instructions("wmma.load"), _width, ids=str))
 def test_every_wmma_load_with_default_stride(ins):
     """Default strides are accepted (also the 8-byte rows of m32n8k16/m8n32k16 .u8/.s8)."""
     if "f64" in ins.text:
@@ -116,7 +124,7 @@ def test_every_wmma_load_with_default_stride(ins):
     assert regs.shape == (32, n) and int(jnp.sum(regs != 0)) > 0
 
 
-@pytest.mark.parametrize("ins", jaxmma.all_instructions("wmma.store"), ids=str)
+@pytest.mark.parametrize("ins", params(jaxmma.all_instructions("wmma.store"), _width, ids=str))
 def test_every_wmma_store_with_default_stride(ins):
     if "f64" in ins.text:
         pytest.skip("needs x64 (tested in test_wmma)")

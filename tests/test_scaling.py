@@ -21,6 +21,7 @@ import jax.numpy as jnp
 import ml_dtypes
 import numpy as np
 import pytest
+from _suite import params
 
 import jaxmma
 from jaxmma.operands import _scaling, _sparse
@@ -280,7 +281,15 @@ def selectors(i, ins):
     return byte[i % len(byte)], (i // 2) % 2, byte[(i + 1) % len(byte)], i % 4
 
 
-@pytest.mark.parametrize("index", range(len(FORMS)), ids=[f.text for f in FORMS])
+def _family(ins):
+    """The quick run checks one form of each kind, scale vector and sparsity."""
+    return ins.kind, ins.form.scale_vec, ins.stype, bool(ins.sparse)
+
+
+@pytest.mark.parametrize(
+    "index",
+    params(range(len(FORMS)), lambda i: _family(FORMS[i]), salt="reg", ids=lambda i: FORMS[i].text),
+)
 def test_register_level_matches_matrix_level(index):
     ins = FORMS[index]
     rng = np.random.default_rng(index)
@@ -612,8 +621,15 @@ def oracle_d(ins, A, B, C, SA, SB, idx, model):
     return out
 
 
-@pytest.mark.parametrize("model", [None, "exact"])
-@pytest.mark.parametrize("index", range(len(ORACLE_FORMS)))
+@pytest.mark.parametrize(
+    "index,model",
+    params(
+        [(i, m) for i in range(len(ORACLE_FORMS)) for m in (None, "exact")],
+        lambda im: im[0],
+        salt="oracle",
+        ids=lambda im: f"{im[0]}-{im[1]}",
+    ),
+)
 def test_models_match_the_fraction_oracle(index, model):
     ins = ORACLE_FORMS[index]
     rng = np.random.default_rng(100 + index)

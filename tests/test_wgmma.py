@@ -19,6 +19,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from _suite import params
 
 import jaxmma
 from jaxmma.models import _models
@@ -333,7 +334,20 @@ def _operands(ins, rng=RNG, N=None):
     return A, B, C
 
 
-@pytest.mark.parametrize("text", FLOAT_TEXTS)
+def _family(text):
+    """(input family, dtype) of a wgmma text: the quick run checks one form of each."""
+    ins = jaxmma.instruction(text)
+    fam = (
+        "fp8"
+        if ins.atype in ("e4m3", "e5m2")
+        else "int"
+        if ins.atype in ("s8", "u8")
+        else ins.atype
+    )
+    return fam, ins.dtype, ins.n
+
+
+@pytest.mark.parametrize("text", params(FLOAT_TEXTS, _family, salt="oracle", ids=str))
 def test_float_forms_match_the_oracle(text):
     ins = jaxmma.instruction(text)
     F, e_zero, man = hopper(ins)
@@ -407,7 +421,13 @@ def _int_value(x, fmt):
 
 
 @pytest.mark.parametrize("sat", [False, True])
-@pytest.mark.parametrize("a,b", list(itertools.product(("s8", "u8"), repeat=2)))
+@pytest.mark.parametrize(
+    "a,b",
+    [("s8", "u8")]
+    + [
+        pytest.param(*p, marks=pytest.mark.full) for p in [("s8", "s8"), ("u8", "s8"), ("u8", "u8")]
+    ],
+)
 def test_integer_forms_match_the_oracle(a, b, sat):
     ins = jaxmma.instruction(f"{HEAD}.m64n16k32.s32.{a}.{b}" + (".satfinite" if sat else ""))
     rng = np.random.default_rng(3)
@@ -564,7 +584,15 @@ with np.load(GOLDEN) as _z:
     RECORDS = [json.loads(str(_z[f"{j}.text"])) for j in range(len(_z.files) // 6)]
 
 
-@pytest.mark.parametrize("j", range(len(RECORDS)), ids=[f"{r['text']}{r['imm']}" for r in RECORDS])
+@pytest.mark.parametrize(
+    "j",
+    params(
+        range(len(RECORDS)),
+        lambda j: _family(RECORDS[j]["text"]),
+        salt="h100",
+        ids=lambda j: f"{RECORDS[j]['text']}{RECORDS[j]['imm']}",
+    ),
+)
 def test_matches_the_h100(j):
     """Every D element that an H100 computed (jaxmma.conformance._wgmma_capture: random raw
     bits with NaN/Inf/subnormals, tiny rows, cancelling pairs, scale-d false in every

@@ -6,6 +6,7 @@ from fractions import Fraction
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from _suite import params
 
 from jaxmma.bits import _wide
 
@@ -55,8 +56,16 @@ def oracle_round(value: Fraction, man, ebits, bias, mode):
     return field | (int(neg) << (man + ebits))
 
 
-@pytest.mark.parametrize("fmt", list(FORMATS))
-@pytest.mark.parametrize("mode", ["rn", "rna", "rz", "rp", "rm"])
+@pytest.mark.parametrize(
+    "mode,fmt",
+    # the quick run: every mode, each with one format (another one the next day)
+    params(
+        [(m, f) for f in FORMATS for m in ("rn", "rna", "rz", "rp", "rm")],
+        lambda mf: mf[0],
+        salt="wide",
+        ids=lambda mf: f"{mf[0]}-{mf[1]}",
+    ),
+)
 def test_round_to_float_matches_exact_oracle(fmt, mode):
     rng = random.Random(hash((fmt, mode)) & 0xFFFF)
     man, ebits, bias = FORMATS[fmt]

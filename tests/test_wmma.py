@@ -8,6 +8,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from _suite import params
 
 import jaxmma
 
@@ -18,9 +19,24 @@ def _image(nbytes, batch=()):
     return jnp.asarray(RNG.integers(0, 256, batch + (nbytes,), dtype=np.uint8))
 
 
-@pytest.mark.parametrize("layout", ["row", "col"])
 @pytest.mark.parametrize(
-    "shape,typ", [("m16n16k16", "f32"), ("m32n8k16", "f16"), ("m8n32k16", "s32"), ("m8n8k4", "f64")]
+    "layout,shape,typ",
+    # the quick run: each shape and type with one layout (the other one the next day)
+    params(
+        [
+            (lay, s, t)
+            for s, t in [
+                ("m16n16k16", "f32"),
+                ("m32n8k16", "f16"),
+                ("m8n32k16", "s32"),
+                ("m8n8k4", "f64"),
+            ]
+            for lay in ("row", "col")
+        ],
+        lambda x: x[1:],
+        salt="wmma",
+        ids=lambda x: f"{x[1]}-{x[2]}-{x[0]}",
+    ),
 )
 def test_store_then_load_round_trips(layout, shape, typ):
     ld = jaxmma.instruction(f"wmma.load.c.sync.aligned.{layout}.{shape}.{typ}", arch="sm_90")
