@@ -30,7 +30,7 @@ GENERATOR = "jaxmma-library/1"
 FORMAT = 1
 TYPES = ("bf16", "f16", "tf32", "e4m3")
 OUTS = ("bf16", "f16", "f32")
-OPS = ("mm", "addmm", "scaled_mm")
+OPS = ("mm", "addmm", "scaled_mm", "linear")
 SCALINGS = (None, "tensor", "row", "block")
 
 
@@ -48,6 +48,8 @@ class Case:
     scaling: str | None = None
     fast_accum: bool = False
     seed: int = 0
+    alpha: float | None = None  # addmm's alpha and beta (None: the default 1)
+    beta: float | None = None
 
     def check(self) -> None:
         if self.op not in OPS or self.dtype not in TYPES or self.out not in OUTS:
@@ -62,6 +64,8 @@ class Case:
     @property
     def key(self) -> str:
         s = f"|{self.scaling}|fast={int(self.fast_accum)}" if self.op == "scaled_mm" else ""
+        if self.alpha is not None or self.beta is not None:
+            s += f"|alpha={self.alpha}|beta={self.beta}"
         return f"{self.op}|{self.dtype}->{self.out}|{self.M}x{self.N}x{self.K}{s}|seed={self.seed}"
 
     # the streams of _gemm._Streams are keyed by these two
@@ -91,6 +95,16 @@ def default_cases() -> list[Case]:
             out += [Case("scaled_mm", "e4m3", o, 64, 64, 4096, "tensor", fast)]
             out += [Case("scaled_mm", "e4m3", o, 128, 128, 1024, "row", fast)]
     out += [Case("scaled_mm", "e4m3", o, 128, 256, 1024, "block") for o in ("f32", "bf16")]
+    return out + second_cases()
+
+
+def second_cases() -> list[Case]:
+    """The second capture: addmm's alpha and beta; a linear layer's bias."""
+    ab = dict(alpha=0.7, beta=-1.3)
+    out = [Case("addmm", "bf16", o, 128, 128, 1024, **ab) for o in ("f32", "bf16")]
+    out += [Case("addmm", "bf16", "f32", 64, 64, 4096, **ab)]
+    out += [Case("linear", t, t, 128, 128, 1024) for t in ("bf16", "f16")]
+    out += [Case("linear", "bf16", "bf16", 64, 64, 4096)]
     return out
 
 
@@ -114,8 +128,9 @@ def inputs(case: Case) -> dict:
     for name, shape in (("A", (M, K)), ("B", (K, N))):
         codes = _codes(case.dtype, st.normal(f"{name}/z", shape) * amp)
         out[name] = codes.astype(np.uint8 if case.dtype == "e4m3" else _WIDTH[case.dtype])
-    if case.op == "addmm":
-        z = st.normal("C/z", (M, N)) * 2.0 ** (_gemm._log2(K) // 2)
+    if case.op in ("addmm", "linear"):
+        shape = (M, N) if case.op == "addmm" else (N,)
+        z = st.normal("C/z", shape) * 2.0 ** (_gemm._log2(K) // 2)
         out["C"] = _codes(case.out, z).astype(_WIDTH[case.out])
     if case.scaling is not None:
         shapes = {
@@ -145,7 +160,7 @@ def case_of(record: _golden.Record) -> Case:
     m = record.meta
     return Case(
         m["op"], m["dtype"], m["out"], m["M"], m["N"], m["K"], m["scaling"],
-        bool(m["fast_accum"]), m["seed"],
+        bool(m["fast_accum"]), m["seed"], m.get("alpha"), m.get("beta"),
     )  # fmt: skip
 
 
@@ -168,6 +183,61 @@ def load(directory: str) -> list:
         if n.startswith("library-") and n.endswith(".npz")
     )
     return [r for p in files for r in _golden.load_golden(p)]
+
+
+# ----------------------------------------------------------------------------- emulation
+#: the instruction each library kernel runs on sm_90 (docs/gemm.md): cuBLAS ``nvjet``
+#: kernels run ``wgmma``, for bf16/f16 the ``mma.sync`` k16 chain gives the same bits;
+#: cuBLAS tf32 runs CUTLASS ``s1688gemm`` (``mma.sync`` m16n8k8); fp8 runs ``wgmma`` k32
+INSTRUCTIONS = {
+    "bf16": ("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32", "sm_90"),
+    "f16": ("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32", "sm_90"),
+    "tf32": ("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32", "sm_90"),
+    "e4m3": ("wgmma.mma_async.sync.aligned.m64n64k32.f32.e4m3.e4m3", "sm_90a"),
+}
+#: split counts cuBLAS chose for the captured shapes (not in the kernel names: found by
+#: trying counts against the capture; every other count tried misses elements)
+SPLITS = {
+    **{("mm", t, o, 64, 64, 4096): 3 for t in ("bf16", "f16") for o in (t, "f32")},
+    **{("addmm", t, o, 64, 64, 4096): 2 for t in ("bf16", "f16") for o in (t, "f32")},
+    **{
+        ("mm", t, o, 128, 64, 8192): 6
+        for t, o in (("bf16", "f32"), ("f16", "f32"), ("bf16", "bf16"))
+    },
+    ("linear", "bf16", "bf16", 64, 64, 4096): 3,
+    ("mm", "tf32", "f32", 128, 128, 1024): 16,
+    ("mm", "tf32", "f32", 64, 64, 4096): 32,
+    ("mm", "tf32", "f32", 128, 64, 8192): 33,
+}
+
+
+def kernel_options(case: Case, kernels) -> dict:
+    """``matmul`` keywords that model the library call ``case`` run by ``kernels`` (the
+    kernel names the profiler saw)."""
+    text, arch = INSTRUCTIONS[case.dtype]
+    out = {"bf16": "bfloat16", "f16": "float16", "f32": "float32"}[case.out]
+    kw = {"instruction": text, "arch": arch, "out_dtype": out}
+    names = " ".join(kernels)
+    split = "splitK" in names
+    if split:
+        S = SPLITS[(case.op, case.dtype, case.out, case.M, case.N, case.K)]
+        if case.dtype == "tf32":  # CUTLASS: the K tile is in the kernel name (64x64_32x6)
+            tile = int(names.split("s1688gemm_")[1].split("_")[1].split("x")[0])
+            kw.update(split_k=S, k_tile=tile, split_rule="cutlass")
+        else:
+            kw.update(split_k=S, k_tile=64, split_rule="cublas")
+    if case.dtype == "tf32":
+        kw["input_rounding"] = "rn"
+    if case.op == "addmm":
+        # nvjet's own epilogue rounds a 16-bit result twice; the split-K reduce once
+        kw["epilogue"] = "rounded" if case.out != "f32" and not split else "f32"
+        if case.alpha is not None:
+            kw.update(alpha=case.alpha, beta=case.beta)
+    if case.op == "linear":  # the bias: one f32 add in the epilogue, one rounding
+        kw["epilogue"] = "f32"
+    if case.op == "scaled_mm" and case.scaling != "block" and not case.fast_accum:
+        kw["promote_every"] = 4
+    return kw
 
 
 # ----------------------------------------------------------------------------- capture
@@ -205,13 +275,22 @@ def _run(torch, case: Case, arrays: dict):
 
         def call():
             return torch.mm(A, B) if out == A.dtype else torch.mm(A, B, out_dtype=out)
+    elif case.op == "linear":
+        bias = tensor(arrays["C"], case.out)
+        W = B.t().contiguous()  # [N, K], as a layer stores its weight
+
+        def call():
+            return torch.nn.functional.linear(A, W, bias)
     else:
         C = tensor(arrays["C"], case.out)
+        ab = {}
+        if case.alpha is not None:
+            ab = {"alpha": case.alpha, "beta": case.beta}
 
         def call():
             if out == A.dtype:
-                return torch.addmm(C, A, B)
-            return torch.addmm(C, A, B, out_dtype=out)
+                return torch.addmm(C, A, B, **ab)
+            return torch.addmm(C, A, B, out_dtype=out, **ab)
 
     call()  # warm-up: handles and heuristics outside the profile
     torch.cuda.synchronize()
@@ -277,8 +356,9 @@ def save(directory: str, records) -> dict:
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--save", metavar="DIR", required=True)
+    p.add_argument("--second", action="store_true", help="only the second capture's cases")
     args = p.parse_args(argv)
-    records = capture(default_cases(), _gemm.now())
+    records = capture(second_cases() if args.second else default_cases(), _gemm.now())
     sizes = save(args.save, records)
     print(json.dumps(sizes, indent=1))
     return 0

@@ -95,7 +95,7 @@ def _gemm(cfg, opts, kind, chain, A, B, C, SA, SB):
             d = d * F32(opts.alpha)
         if c is not None:
             beta = opts.beta if (opts.beta is not None and opts.epilogue is not None) else 1.0
-            d = d + F32(beta) * c
+            d = d + jnp.broadcast_to(F32(beta) * c, d.shape)
         return d
 
     @jax.custom_jvp
