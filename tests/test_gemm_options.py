@@ -318,8 +318,10 @@ def test_row_wise_scales():
     A, B = _operands(jnp.float8_e4m3fn, 256, seed=28, scale=2.0)
     sa, sb = _scales((M, 1), 29), _scales((1, N), 30)
     got = jaxmma.matmul(A, B, instruction=E4M3, arch=ARCH, scale_a=sa, scale_b=sb)
-    want = _f32(chain(E4M3, A, B)) * (sa * sb)
+    acc = _f32(chain(E4M3, A, B))
+    want = (acc * sb) * sa  # B's scale first, as the H100 capture shows
     assert np.array_equal(_bits(got), want.view(np.uint32))
+    assert not np.array_equal(want, acc * (sa * sb))
 
 
 def _fma_f32(x, y, z):

@@ -6,8 +6,8 @@ so the bits do not depend on the host. With ``acc`` the chain (after the split-K
 reduction), ``s`` the product of the fp8 scales, ``out`` the conversion to the output
 type, and each ``*`` / ``+`` one f32 operation:
 
-* ``epilogue=None``: C was the chain's start; ``D = out(acc)`` (``acc * s`` first when
-  scaled). A hand-written ``mma.sync`` loop, ``torch.mm``.
+* ``epilogue=None``: C was the chain's start; ``D = out(acc)`` (scaled first, see
+  :mod:`._recipes`). A hand-written ``mma.sync`` loop, ``torch.mm``.
 * ``epilogue="f32"``: ``D = out(alpha * acc + beta * C)``. cuBLAS ``addmm`` with an f32
   C, any split-K reduce kernel, a linear layer's bias.
 * ``epilogue="rounded"``: ``D = out(f32(out(alpha * acc)) + beta * C)``: cuBLAS ``addmm``
@@ -53,13 +53,14 @@ def c_bits(C, out: str, name: str = "C"):
 
 
 def finish(opts, acc, acc_type: str, C32=None, scale=None):
-    """Output bits and their format from the accumulator ``acc`` (``acc_type`` bits)."""
+    """Output bits and their format from the accumulator ``acc`` (``acc_type`` bits);
+    ``scale``: f32 factors (bits) that multiply it first, one FMUL each, in order."""
     out = opts.out_dtype or acc_type
     if opts.epilogue is None and scale is None:
         return (acc, acc_type) if out == acc_type else (to_out(to_f32(acc, acc_type), out), out)
     t = to_f32(acc, acc_type)
-    if scale is not None:
-        t = _ieee.fmul_f32(t, scale)
+    for factor in scale or ():
+        t = _ieee.fmul_f32(t, factor)
     if opts.alpha is not None:
         t = _ieee.fmul_f32(t, f32_bits(opts.alpha))
     if opts.epilogue == "rounded":

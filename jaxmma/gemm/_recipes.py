@@ -5,7 +5,8 @@
 * per-tensor, ``()`` and ``()`` (``torch._scaled_mm`` with scalar scales):
   ``D = out(acc * f32(sa * sb))``, the two scales multiplied first, once after the chain;
 * row-wise, ``[M, 1]`` and ``[1, N]`` (torchao's float8 rowwise):
-  ``D = out(acc * f32(sa[i] * sb[j]))``;
+  ``D = out((acc * sb[j]) * sa[i])``, B's scale first (an f32 output shows the order:
+  ``acc * f32(sa[i] * sb[j])`` matches only about two thirds of the elements);
 * block, ``[M, ceil(K / 128)]`` and ``[ceil(K / 128), ceil(N / 128)]`` (DeepSeek-V3 /
   DeepGEMM: 1x128 activation and 128x128 weight scales): per 128-wide K group g, the chain
   over the group from +0 gives ``P_g``; ``total = fma(P_g, f32(sa[i, g] * sb[g, j // 128]),
@@ -59,10 +60,13 @@ def _bits(x):
     return jax.lax.bitcast_convert_type(jnp.asarray(x, jnp.float32), jnp.uint32)
 
 
-def scale_bits(kind: str, scale_a, scale_b):
-    """``f32(sa * sb)`` per output element (broadcastable to ``[..., M, N]``)."""
+def scale_bits(kind: str, scale_a, scale_b) -> tuple:
+    """The f32 factors that multiply the accumulator, in order (broadcastable to
+    ``[..., M, N]``): ``(f32(sa * sb),)`` per tensor, ``(sb, sa)`` row-wise."""
     sa, sb = _bits(scale_a), _bits(scale_b)
-    return _ieee.fmul_f32(sa, sb)  # () x (), or [M, 1] x [1, N] -> [M, N]
+    if kind == "row":
+        return (sb, sa)
+    return (_ieee.fmul_f32(sa, sb),)
 
 
 def expand(kind: str, scale_a, scale_b, K: int, N: int):
