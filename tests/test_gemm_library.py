@@ -49,6 +49,9 @@ def emulate(rec, rows=None, cols=None):
     A, B = _array(x["A"][r], case.dtype), _array(x["B"][:, c], case.dtype)
     kw = _library.kernel_options(case, rec.meta["kernels"])
     C = _array(x["C"][r, c], case.out) if case.op == "addmm" else None
+    if case.op == "linear":  # the bias, broadcast over the rows
+        bias = _array(x["C"][c], case.out)
+        C = jnp.broadcast_to(bias[None, :], (A.shape[0], bias.shape[0]))
     if case.op == "scaled_mm":
         sa, sb = x["SA"], x["SB"]
         if case.scaling == "row":
@@ -66,7 +69,21 @@ def test_every_case_was_captured():
         assert "H100" in r.meta["device"] and r.meta["kernels"]
 
 
-@pytest.mark.parametrize("rec", RECORDS, ids=_ids)
+#: captures the options do not reproduce yet (docs/gemm.md, "Not reproduced")
+NOT_REPRODUCED = {
+    "mm|tf32->f32|128x64x8192|seed=0": "CUTLASS 64x64_32x6 split-K: no split count found",
+    "addmm|bf16->f32|64x64x4096|alpha=0.7|beta=-1.3|seed=0": "split-K with alpha and beta",
+}
+
+
+def _param(rec):
+    key = rec.meta["key"]
+    if key in NOT_REPRODUCED:
+        return pytest.param(rec, marks=pytest.mark.xfail(reason=NOT_REPRODUCED[key], strict=True))
+    return rec
+
+
+@pytest.mark.parametrize("rec", [_param(r) for r in RECORDS], ids=_ids)
 def test_capture_reproduced(rec):
     got, want = emulate(rec, CORNER, CORNER)
     assert got.dtype == want.dtype and got.shape == want.shape

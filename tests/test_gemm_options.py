@@ -264,15 +264,21 @@ def test_epilogue_rounded_rounds_twice():
     assert not np.array_equal(want.view(np.uint16), once.view(np.uint16))
 
 
-def test_alpha_beta_are_f32_multiplies():
+def test_alpha_beta_beta_c_then_one_fma():
     A, B = _operands(jnp.bfloat16, 512, seed=20)
     C = (np.random.default_rng(21).standard_normal((M, N)) * 4).astype(np.float32)
     alpha, beta = 0.7, -1.3
     got = jaxmma.matmul(
         A, B, C, instruction=BF16, arch=ARCH, epilogue="f32", alpha=alpha, beta=beta
     )
-    want = np.float32(alpha) * _f32(chain(BF16, A, B)) + np.float32(beta) * C
+    acc = _f32(chain(BF16, A, B))
+    bc = np.float32(beta) * C  # one f32 multiply
+    want = np.array(
+        [[_fma_f32(np.float32(alpha), acc[i, j], bc[i, j]) for j in range(N)] for i in range(M)],
+        np.float32,
+    )
     assert np.array_equal(_bits(got), want.view(np.uint32))
+    assert not np.array_equal(want, np.float32(alpha) * acc + bc)
 
 
 def test_out_dtype_converts_once():

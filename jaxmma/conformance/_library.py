@@ -229,8 +229,9 @@ def kernel_options(case: Case, kernels) -> dict:
     if case.dtype == "tf32":
         kw["input_rounding"] = "rn"
     if case.op == "addmm":
-        # nvjet's own epilogue rounds a 16-bit result twice; the split-K reduce once
-        kw["epilogue"] = "rounded" if case.out != "f32" and not split else "f32"
+        # nvjet's "badd" epilogue rounds a 16-bit result twice; "bx" (alpha/beta) and
+        # the split-K reduce round once
+        kw["epilogue"] = "rounded" if case.out != "f32" and "_badd_" in names else "f32"
         if case.alpha is not None:
             kw.update(alpha=case.alpha, beta=case.beta)
     if case.op == "linear":  # the bias: one f32 add in the epilogue, one rounding

@@ -8,8 +8,9 @@ type, and each ``*`` / ``+`` one f32 operation:
 
 * ``epilogue=None``: C was the chain's start; ``D = out(acc)`` (scaled first, see
   :mod:`._recipes`). A hand-written ``mma.sync`` loop, ``torch.mm``.
-* ``epilogue="f32"``: ``D = out(alpha * acc + beta * C)``. cuBLAS ``addmm`` with an f32
-  C, any split-K reduce kernel, a linear layer's bias.
+* ``epilogue="f32"``: ``D = out(fma(alpha, acc, beta * C))`` (``acc + beta * C`` without
+  alpha): cuBLAS ``addmm`` with an f32 C or with alpha/beta, any split-K reduce kernel, a
+  linear layer's bias.
 * ``epilogue="rounded"``: ``D = out(f32(out(alpha * acc)) + beta * C)``: cuBLAS ``addmm``
   with a bf16/f16 C and no split-K (the result rounded twice).
 
@@ -61,12 +62,19 @@ def finish(opts, acc, acc_type: str, C32=None, scale=None):
     t = to_f32(acc, acc_type)
     for factor in scale or ():
         t = _ieee.fmul_f32(t, factor)
-    if opts.alpha is not None:
-        t = _ieee.fmul_f32(t, f32_bits(opts.alpha))
+    alpha = None if opts.alpha is None else f32_bits(opts.alpha)
     if opts.epilogue == "rounded":
-        t = to_f32(to_out(t, out), out)
+        if alpha is not None:
+            t = _ieee.fmul_f32(t, alpha)
+        t, alpha = to_f32(to_out(t, out), out), None
     if C32 is not None and opts.epilogue is not None:
         c = C32 if opts.beta is None else _ieee.fmul_f32(C32, f32_bits(opts.beta))
         shape = jnp.broadcast_shapes(t.shape, c.shape)
-        t = _numerics.ieee_add(jnp.broadcast_to(t, shape), jnp.broadcast_to(c, shape), "f32")
+        t, c = jnp.broadcast_to(t, shape), jnp.broadcast_to(c, shape)
+        if alpha is None:
+            t = _numerics.ieee_add(t, c, "f32")
+        else:  # cuBLAS: beta * C first, then one fma with alpha
+            t = _ieee.ffma_f32(alpha, t, c)
+    elif alpha is not None:
+        t = _ieee.fmul_f32(t, alpha)
     return to_out(t, out), out
