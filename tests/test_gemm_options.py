@@ -509,3 +509,11 @@ def test_grad_is_straight_through_including_the_scales():
     dsb = dEB.reshape(2, 128, N).sum((1, 2))[:, None]
     for got, want in zip(grads, (dA, dB, dsa, dsb, G64), strict=True):
         np.testing.assert_allclose(np.asarray(got, np.float64), want, rtol=2e-5, atol=1e-5)
+
+
+def test_dot_general_takes_the_options():
+    A, B = _operands(jnp.bfloat16, 1000, seed=60)
+    kw = dict(instruction=BF16, arch=ARCH, split_k=3, k_tile=64, out_dtype=jnp.bfloat16)
+    got = jaxmma.dot_general(A, B, (((1,), (0,)), ((), ())), **kw)
+    parts = [chain(BF16, A[:, a:b], B[a:b]) for a, b in ((0, 384), (384, 768), (768, 1000))]
+    assert np.array_equal(_bits(got), _bf16(_f32(add_in_order(parts))).view(np.uint16))
