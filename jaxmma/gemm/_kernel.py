@@ -139,7 +139,8 @@ def matmul(cfg, opts, A, B, C, scale_a, scale_b, *, chain, check_shapes, quantiz
     opts = DEFAULT if opts is None else opts
     if ins.stype or ins.sparse:
         form = "block-scaled" if ins.stype else "sparse"
-        raise ValueError(f"scale_a: kernel options are not modelled for {form} forms ({ins.text})")
+        name = "scale_a" if opts is DEFAULT else "kernel options"
+        raise ValueError(f"{name}: not modelled for {form} forms ({ins.text})")
     if quantize is not None:
         raise ValueError(f"quantize: only block-scaled forms quantize; {ins.text} does not")
     if cfg.grad_ins is not None:
