@@ -198,8 +198,12 @@ INSTRUCTIONS = {
 #: split counts cuBLAS chose for the captured shapes (not in the kernel names: found by
 #: trying counts against the capture; every other count tried misses elements)
 SPLITS = {
-    **{("mm", t, o, 64, 64, 4096): 3 for t in ("bf16", "f16") for o in (t, "f32")},
-    **{("addmm", t, o, 64, 64, 4096): 2 for t in ("bf16", "f16") for o in (t, "f32")},
+    **{
+        (op, t, o, 64, 64, 4096): 3
+        for op in ("mm", "addmm")
+        for t in ("bf16", "f16")
+        for o in (t, "f32")
+    },
     **{
         ("mm", t, o, 128, 64, 8192): 6
         for t, o in (("bf16", "f32"), ("f16", "f32"), ("bf16", "bf16"))
