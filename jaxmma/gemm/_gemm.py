@@ -425,9 +425,10 @@ def matmul(
         ``"halving"`` or a pairing tree). docs/gemm.md says which rule models which call.
       input_rounding: ``"rn"``, ``"rna"`` or ``"rz"``: float inputs rounded to the element
         type so (``.tf32`` from float32 too: ``"rn"`` as cuBLAS does); None: as above.
-      epilogue: None (C starts the chain), ``"f32"`` (``out(alpha * acc + beta * C)`` in
-        f32) or ``"rounded"`` (``out(f32(out(alpha * acc)) + beta * C)``); ``alpha``,
-        ``beta``: Python floats (f32), with an epilogue only.
+      epilogue: None (C starts the chain), ``"f32"`` (``out(fma(alpha, acc, beta * C))``
+        in f32, one rounding to the output) or ``"rounded"``
+        (``out(f32(out(alpha * acc)) + beta * C)``: rounded twice); ``alpha``, ``beta``:
+        Python floats (f32), with an epilogue only.
       out_dtype: ``jnp.float32``, ``jnp.bfloat16`` or ``jnp.float16``: the result type,
         one round to nearest even at the end (None: the accumulator's).
       scale_a, scale_b: float32 fp8 scales beside A and B; their shapes name the recipe:
