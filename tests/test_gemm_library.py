@@ -115,7 +115,7 @@ def test_the_options_matter():
         ("addmm|bf16->f32|128x128x1024|seed=0", {"epilogue": None}),
         ("addmm|bf16->bf16|128x128x1024|seed=0", {"epilogue": "f32"}),
         ("mm|tf32->f32|128x128x1024|seed=0", {"input_rounding": None}),
-        ("mm|tf32->f32|128x128x1024|seed=0", {"split_rule": "cublas"}),
+        ("mm|tf32->f32|64x64x4096|seed=0", {"split_k": 16}),
         ("scaled_mm|e4m3->f32|64x64x4096|tensor|fast=0|seed=0", {"promote_every": None}),
     ]
     for key, change in cases:
