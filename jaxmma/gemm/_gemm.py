@@ -40,7 +40,7 @@ from ..models import _models
 from ..operands import _operands, _quant, _scaling, _sparse
 from ..spec._ptx import shown as _shown
 from ..util import _errors, _ste
-from . import _native, _pallas
+from . import _kernel, _native, _options, _pallas
 
 #: opcodes whose instruction is a matrix product
 PRODUCTS = ("mma", "wmma.mma", "wgmma.mma_async")
@@ -400,6 +400,17 @@ def matmul(
     grad_instruction=None,
     executor="auto",
     check=None,
+    split_k=None,
+    k_tile=None,
+    split_rule=None,
+    split_reduce=None,
+    input_rounding=None,
+    epilogue=None,
+    alpha=None,
+    beta=None,
+    out_dtype=None,
+    scale_a=None,
+    scale_b=None,
 ):
     """``D = A @ B + C`` computed as a GEMM kernel built on one PTX instruction computes it.
 
@@ -449,6 +460,22 @@ def matmul(
         naming the tile, row and chunk); ``None``/``False``: not checked, and every row of
         D whose row of A lacks the structure is poison: NaN (``0x7FFFFFFF`` /
         ``0x7FFF``) for float accumulators, ``-2**31`` for ``.s32`` (docs/gemm.md).
+      split_k, k_tile, split_rule, split_reduce: split-K as library kernels run it: K cut
+        into ``split_k`` slices (``split_rule`` ``"cublas"``, ``"cutlass"`` or ``"xla"``;
+        ``k_tile``: the kernel's K tile, default the instruction's k), each chained from
+        +0, the f32 partials added in ``split_reduce`` order (``"sequential"``,
+        ``"halving"`` or a pairing tree). docs/gemm.md says which rule models which call.
+      input_rounding: ``"rn"``, ``"rna"`` or ``"rz"``: float inputs rounded to the element
+        type so (``.tf32`` from float32 too: ``"rn"`` as cuBLAS does); None: as above.
+      epilogue: None (C starts the chain), ``"f32"`` (``out(fma(alpha, acc, beta * C))``
+        in f32, one rounding to the output) or ``"rounded"``
+        (``out(f32(out(alpha * acc)) + beta * C)``: rounded twice); ``alpha``, ``beta``:
+        Python floats (f32), with an epilogue only.
+      out_dtype: ``jnp.float32``, ``jnp.bfloat16`` or ``jnp.float16``: the result type,
+        one round to nearest even at the end (None: the accumulator's).
+      scale_a, scale_b: float32 fp8 scales beside A and B; their shapes name the recipe:
+        per-tensor ``()``, row-wise ``[M, 1]`` / ``[1, N]``, DeepSeek-V3 block
+        ``[M, ceil(K/128)]`` / ``[ceil(K/128), ceil(N/128)]`` (docs/gemm.md).
 
     Returns:
       D ``[..., M, N]`` in the accumulator type (float32, float16, int32, float64).
@@ -480,6 +507,16 @@ def matmul(
         if C is not None:
             C = _operands.float64_operand(ins, ins.ctype, C, "C")
     _check_flag(ins, check)
+    opts = _options.kernel_options(
+        ins, split_k=split_k, k_tile=k_tile, split_rule=split_rule, split_reduce=split_reduce,
+        input_rounding=input_rounding, epilogue=epilogue, alpha=alpha, beta=beta,
+        out_dtype=out_dtype,
+    )  # fmt: skip
+    if opts is not None or scale_a is not None or scale_b is not None:
+        return _kernel.matmul(
+            cfg, opts, A, B, C, scale_a, scale_b, chain=gemm_bits,
+            check_shapes=_check_shapes, quantize=quantize,
+        )  # fmt: skip
     q = None
     if ins.stype:
         A, B, q = _quantize_operands(ins, A, B, quantize)

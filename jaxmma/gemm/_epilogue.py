@@ -1,0 +1,80 @@
+"""GEMM epilogues: how the accumulator, C, alpha/beta and scales reach the output type.
+
+Every step is one IEEE f32 operation on raw bits (:mod:`jaxmma.arith._ieee`,
+:func:`jaxmma.arith._numerics.ieee_add`) and every conversion one round to nearest even,
+so the bits do not depend on the host. With ``acc`` the chain (after the split-K
+reduction), ``s`` the product of the fp8 scales, ``out`` the conversion to the output
+type, and each ``*`` / ``+`` one f32 operation:
+
+* ``epilogue=None``: C was the chain's start; ``D = out(acc)`` (scaled first, see
+  :mod:`._recipes`). A hand-written ``mma.sync`` loop, ``torch.mm``.
+* ``epilogue="f32"``: ``D = out(fma(alpha, acc, beta * C))`` (``acc + beta * C`` without
+  alpha): cuBLAS ``addmm`` with an f32 C or with alpha/beta, any split-K reduce kernel, a
+  linear layer's bias.
+* ``epilogue="rounded"``: ``D = out(f32(out(alpha * acc)) + beta * C)``: cuBLAS ``addmm``
+  with a bf16/f16 C and no split-K (the result rounded twice).
+
+An absent alpha or beta is no operation (not a multiply by 1, which would be exact too).
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from ..arith import _ieee, _numerics
+from ..bits import _formats
+
+
+def f32_bits(x: float):
+    return jnp.uint32(np.float32(x).view(np.uint32))
+
+
+def to_f32(bits, fmt: str):
+    return bits if fmt == "f32" else _numerics.convert(bits, fmt, "f32")
+
+
+def to_out(bits_f32, out: str):
+    return bits_f32 if out == "f32" else _numerics.convert(bits_f32, "f32", out)
+
+
+def c_bits(C, out: str, name: str = "C"):
+    """C as f32 bits, after rounding it to the output type as the library stores it (a
+    C already in the output type, or unsigned raw bits of it, is taken as it is)."""
+    C = jnp.asarray(C)
+    if C.dtype.type in (np.uint16, np.uint32):
+        return to_f32(C.astype(jnp.uint32), out)
+    if not jnp.issubdtype(C.dtype, jnp.floating):
+        raise TypeError(f"{name}: expected a float array (the epilogue's addend), got {C.dtype}")
+    x = C if C.dtype.itemsize >= 2 else C.astype(jnp.float32)
+    if out == "f32" and x.dtype == jnp.float32:
+        return jax.lax.bitcast_convert_type(x, jnp.uint32)
+    return to_f32(_formats.encode(out, x.astype(jnp.float32), rounding="rn"), out)
+
+
+def finish(opts, acc, acc_type: str, C32=None, scale=None):
+    """Output bits and their format from the accumulator ``acc`` (``acc_type`` bits);
+    ``scale``: f32 factors (bits) that multiply it first, one FMUL each, in order."""
+    out = opts.out_dtype or acc_type
+    if opts.epilogue is None and scale is None:
+        return (acc, acc_type) if out == acc_type else (to_out(to_f32(acc, acc_type), out), out)
+    t = to_f32(acc, acc_type)
+    for factor in scale or ():
+        t = _ieee.fmul_f32(t, factor)
+    alpha = None if opts.alpha is None else f32_bits(opts.alpha)
+    if opts.epilogue == "rounded":
+        if alpha is not None:
+            t = _ieee.fmul_f32(t, alpha)
+        t, alpha = to_f32(to_out(t, out), out), None
+    if C32 is not None and opts.epilogue is not None:
+        c = C32 if opts.beta is None else _ieee.fmul_f32(C32, f32_bits(opts.beta))
+        shape = jnp.broadcast_shapes(t.shape, c.shape)
+        t, c = jnp.broadcast_to(t, shape), jnp.broadcast_to(c, shape)
+        if alpha is None:
+            t = _numerics.ieee_add(t, c, "f32")
+        else:  # cuBLAS: beta * C first, then one fma with alpha
+            t = _ieee.ffma_f32(alpha, t, c)
+    elif alpha is not None:
+        t = _ieee.fmul_f32(t, alpha)
+    return to_out(t, out), out

@@ -1,0 +1,175 @@
+"""A GEMM with library kernel options: input rounding, split-K, fp8 scaling recipes and
+the epilogue, around the instruction chain of :mod:`._gemm` (passed in as ``chain``).
+
+The forward pass works on raw bits: operands -> bits (``input_rounding``), the chain per
+slice or per 128-wide group, the f32 reduction, the scales, the epilogue, the output
+type. Derivatives are straight-through: the tangent of the exact value
+``alpha * (A_s @ B_s) + beta * C``, with ``A_s``, ``B_s`` the values the instruction
+reads times their scales (differentiable in the scales too).
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+from ..bits import _formats, _packing, _values
+from ..models import _models
+from ..operands import _operands
+from . import _epilogue, _recipes, _split
+from ._options import KernelOptions
+
+F32 = jnp.float32
+HIGHEST = jax.lax.Precision.HIGHEST
+DEFAULT = KernelOptions()
+
+
+def operand_bits(ins, fmt: str, x, name: str, rounding):
+    """:func:`jaxmma.operands._operands.to_bits`, with float inputs rounded to ``fmt`` by
+    ``rounding`` (``.tf32`` from float32 included; inputs already in an element dtype
+    other than float32 are taken as they are)."""
+    x = jnp.asarray(x)
+    if rounding is None or not jnp.issubdtype(x.dtype, jnp.floating):
+        return _operands.to_bits(ins, fmt, x, name)
+    want = _operands.element_dtype(fmt)
+    if fmt != "tf32" and want is not None and x.dtype == jnp.dtype(want):
+        return _operands.to_bits(ins, fmt, x, name)
+    if x.dtype.itemsize < 2:
+        x = x.astype(F32)
+    bits = _formats.encode(fmt, x, rounding=rounding, saturate=fmt in _operands.SATURATE)
+    return _packing.to_container(bits, fmt) if ins.kind == "f8f6f4" else bits
+
+
+def _bits_forward(cfg, opts, kind, chain, A, B, C, SA, SB):
+    ins = cfg.ins
+    Ab = operand_bits(ins, ins.atype, A, "A", opts.input_rounding)
+    Bb = operand_bits(ins, ins.btype, B, "B", opts.input_rounding)
+    lead = jnp.broadcast_shapes(Ab.shape[:-2], Bb.shape[:-2])
+    shape = lead + (Ab.shape[-2], Bb.shape[-1])
+    Ab = jnp.broadcast_to(Ab, lead + Ab.shape[-2:])
+    Bb = jnp.broadcast_to(Bb, lead + Bb.shape[-2:])
+    zero = _models._zeros(shape)
+    run = lambda a, b, c: chain(cfg, a, b, c)  # noqa: E731
+    in_chain = opts.epilogue is None and C is not None
+    C0 = _operands.to_bits(ins, ins.ctype, C, "C") if in_chain else zero
+    C0 = jnp.broadcast_to(C0, shape)
+    if kind == "block":
+        acc, acc_type = _recipes.block_bits(run, Ab, Bb, zero, SA, SB), "f32"
+    elif opts.splits:
+        T = opts.k_tile or ins.k
+        plan = _split.slices(opts.split_rule, Ab.shape[-1], opts.split_k, T)
+        parts = _split.partials(run, Ab, Bb, C0, zero, plan, T)
+        acc, acc_type = _split.reduce(parts, opts.split_reduce), "f32"
+    else:
+        acc, acc_type = run(Ab, Bb, C0), ins.dtype
+    scale = _recipes.scale_bits(kind, SA, SB) if kind in ("tensor", "row") else None
+    out = opts.out_dtype or acc_type
+    C32 = None
+    if C is not None and opts.epilogue is not None:
+        C32 = _epilogue.c_bits(C, out)
+    bits, fmt = _epilogue.finish(opts, acc, acc_type, C32, scale)
+    return _values.from_bits(fmt, bits)
+
+
+_forward_jit = jax.jit(_bits_forward, static_argnums=(0, 1, 2, 3))
+
+
+def _is_float(x) -> bool:
+    return x is not None and jnp.issubdtype(jnp.result_type(x), jnp.floating)
+
+
+def _gemm(cfg, opts, kind, chain, A, B, C, SA, SB):
+    """Values in, values out, with the straight-through tangent."""
+    ins = cfg.ins
+    K, N = jnp.shape(A)[-1], jnp.shape(B)[-1]
+
+    def exact(va, vb, c, sa, sb):
+        if kind is not None:
+            ea, eb = _recipes.expand(kind, sa, sb, K, N)
+            va, vb = va * ea, vb * eb
+        lead = jnp.broadcast_shapes(va.shape[:-2], vb.shape[:-2])
+        va = jnp.broadcast_to(va, lead + va.shape[-2:])
+        vb = jnp.broadcast_to(vb, lead + vb.shape[-2:])
+        d = jnp.matmul(va, vb, precision=HIGHEST)
+        if opts.alpha is not None and opts.epilogue is not None:
+            d = d * F32(opts.alpha)
+        if c is not None:
+            beta = opts.beta if (opts.beta is not None and opts.epilogue is not None) else 1.0
+            d = d + jnp.broadcast_to(F32(beta) * c, d.shape)
+        return d
+
+    @jax.custom_jvp
+    def f(A, B, C, SA, SB):
+        return _forward_jit(cfg, opts, kind, chain, A, B, C, SA, SB)
+
+    @f.defjvp
+    def f_jvp(primals, tangents):
+        out = f(*primals)
+        A, B, C, SA, SB = primals
+        rnd = opts.input_rounding
+        va = _operands.values(ins, ins.atype, operand_bits(ins, ins.atype, A, "A", rnd))
+        vb = _operands.values(ins, ins.btype, operand_bits(ins, ins.btype, B, "B", rnd))
+        prim = [va, vb, None if C is None else jnp.asarray(C, F32), SA, SB]
+        prim = [None if p is None else jnp.asarray(p, F32) for p in prim]
+        tans = []
+        for x, p, t in zip(primals, prim, tangents, strict=True):
+            if p is None:
+                tans.append(None)
+            elif _is_float(x) and _is_float(t):
+                tans.append(jnp.broadcast_to(jnp.asarray(t, F32), p.shape))
+            else:
+                tans.append(jnp.zeros(p.shape, F32))
+        keep = [i for i, p in enumerate(prim) if p is not None]
+
+        def g(*xs):
+            full = [None] * 5
+            for i, x in zip(keep, xs, strict=True):
+                full[i] = x
+            return exact(*full)
+
+        _, t = jax.jvp(g, tuple(prim[i] for i in keep), tuple(tans[i] for i in keep))
+        return out, jnp.broadcast_to(t, out.shape).astype(out.dtype)
+
+    return f(A, B, C, SA, SB)
+
+
+def matmul(cfg, opts, A, B, C, scale_a, scale_b, *, chain, check_shapes, quantize):
+    """:func:`jaxmma.matmul` with kernel options (``opts``) or fp8 scales."""
+    ins = cfg.ins
+    opts = DEFAULT if opts is None else opts
+    if ins.stype or ins.sparse:
+        form = "block-scaled" if ins.stype else "sparse"
+        name = "scale_a" if opts is DEFAULT else "kernel options"
+        raise ValueError(f"{name}: not modelled for {form} forms ({ins.text})")
+    if quantize is not None:
+        raise ValueError(f"quantize: only block-scaled forms quantize; {ins.text} does not")
+    if cfg.grad_ins is not None:
+        raise ValueError("grad_instruction: not combined with kernel options or fp8 scales")
+    A, B = jnp.asarray(A), jnp.asarray(B)
+    check_shapes(ins, A, B, None if C is None else jnp.asarray(C))
+    M, K, N = A.shape[-2], A.shape[-1], B.shape[-1]
+    kind = _recipes.recipe(scale_a, scale_b, M, K, N)
+    if kind is not None:
+        if ins.dtype != "f32":
+            raise ValueError(
+                f"scale_a: the scaling recipes scale an f32 accumulator; {ins.text} has "
+                f".{ins.dtype}"
+            )
+        if C is not None and opts.epilogue is None:
+            raise ValueError(
+                "C: with scales, C enters the epilogue: give epilogue='f32' or 'rounded'"
+            )
+    if kind == "block":
+        if cfg.promote_every is not None:
+            raise ValueError(
+                "promote_every: the block recipe promotes each 128-wide K group itself"
+            )
+        if opts.splits:
+            raise ValueError("split_k: not modelled together with block scales")
+        if _recipes.GROUP % ins.k:
+            raise ValueError(
+                f"scale_a: block scales need an instruction k dividing 128, got {ins.text}"
+            )
+    if opts.splits:
+        _split.slices(opts.split_rule, K, opts.split_k, opts.k_tile or ins.k)  # errors now
+    return _gemm(cfg, opts, kind, chain, A, B, C, scale_a, scale_b)

@@ -1,0 +1,175 @@
+"""Kernel options of ``matmul`` / ``dot_general``: what a library kernel adds to the chain.
+
+One frozen, hashable :class:`KernelOptions` (a ``jit`` static argument) holds them,
+validated once at trace time with the argument named in every error:
+
+* split-K (``split_k``, ``k_tile``, ``split_rule``, ``split_reduce``): K cut into slices,
+  each chained from +0, the f32 partials reduced (:mod:`._split`);
+* ``input_rounding``: how float inputs are rounded to the element type;
+* the epilogue (``epilogue``, ``alpha``, ``beta``, ``out_dtype``): where C enters and with
+  which roundings the result reaches the output type (:mod:`._epilogue`).
+
+The facts behind each rule are in ``docs/gemm.md`` (measured on an H100).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jax.numpy as jnp
+import numpy as np
+
+#: how K is cut into slices (docs/gemm.md, "Split-K")
+SPLIT_RULES = ("cublas", "cutlass", "xla")
+#: orders in which the f32 partials are added (a nested tuple of slice indices also works)
+REDUCES = ("sequential", "halving")
+INPUT_ROUNDINGS = ("rn", "rna", "rz")
+#: where C enters: None (the chain's start), "f32" (one f32 epilogue), "rounded" (the
+#: accumulator rounded to the output type first, then C added in f32 and rounded again)
+EPILOGUES = (None, "f32", "rounded")
+OUT_DTYPES = {"float32": "f32", "bfloat16": "bf16", "float16": "f16"}
+
+
+@dataclasses.dataclass(frozen=True)
+class KernelOptions:
+    """The kernel options of one GEMM (see :func:`jaxmma.matmul`)."""
+
+    split_k: int = 1
+    k_tile: int | None = None
+    split_rule: str = "cublas"
+    split_reduce: str | tuple = "sequential"
+    input_rounding: str | None = None
+    epilogue: str | None = None
+    alpha: float | None = None
+    beta: float | None = None
+    out_dtype: str | None = None  # "f32", "bf16", "f16" or None (the accumulator's)
+
+    @property
+    def splits(self) -> bool:
+        return self.split_k > 1
+
+
+def _is_int(x) -> bool:
+    return isinstance(x, (int, np.integer)) and not isinstance(x, bool)
+
+
+def _tree_leaves(tree, S: int, path="split_reduce"):
+    if _is_int(tree):
+        return [int(tree)]
+    if isinstance(tree, tuple) and len(tree) == 2:
+        return _tree_leaves(tree[0], S) + _tree_leaves(tree[1], S)
+    raise ValueError(
+        f"{path}: expected 'sequential', 'halving' or a pairing tree of slice indices "
+        f"(nested pairs such as ((0, 1), (2, 3))), got {tree!r}"
+    )
+
+
+def _scalar(name, x):
+    if x is None:
+        return None
+    if isinstance(x, bool) or not isinstance(x, (int, float, np.integer, np.floating)):
+        raise TypeError(f"{name}: expected None or a Python float, got {type(x).__name__}")
+    return float(np.float32(x))
+
+
+def kernel_options(
+    ins,
+    *,
+    split_k=None,
+    k_tile=None,
+    split_rule=None,
+    split_reduce=None,
+    input_rounding=None,
+    epilogue=None,
+    alpha=None,
+    beta=None,
+    out_dtype=None,
+) -> KernelOptions | None:
+    """Validated :class:`KernelOptions` for instruction ``ins``; None when every option
+    is at its default (the GEMM then runs exactly as without options)."""
+    given = dict(
+        split_k=split_k, k_tile=k_tile, split_rule=split_rule, split_reduce=split_reduce,
+        input_rounding=input_rounding, epilogue=epilogue, alpha=alpha, beta=beta,
+        out_dtype=out_dtype,
+    )  # fmt: skip
+    if all(v is None for v in given.values()):
+        return None
+    if ins.stype or ins.atype == "f64":
+        bad = next(k for k, v in given.items() if v is not None)
+        kind = "block-scaled" if ins.stype else ".f64"
+        raise ValueError(f"{bad}: kernel options are not modelled for {kind} forms ({ins.text})")
+    S = 1
+    if split_k is not None:
+        if not _is_int(split_k):
+            raise TypeError(f"split_k: expected a positive int, got {split_k!r}")
+        if split_k < 1:
+            raise ValueError(f"split_k: expected a positive number of slices, got {split_k}")
+        S = int(split_k)
+    if k_tile is not None:
+        if not _is_int(k_tile) or k_tile <= 0 or k_tile % ins.k:
+            raise ValueError(
+                f"k_tile: expected a positive multiple of the instruction's k = {ins.k} "
+                f"({ins.text}), got {k_tile!r}"
+            )
+        k_tile = int(k_tile)
+    rule = "cublas" if split_rule is None else split_rule
+    if rule not in SPLIT_RULES:
+        raise ValueError(f"split_rule: expected one of {list(SPLIT_RULES)}, got {split_rule!r}")
+    red = "sequential" if split_reduce is None else split_reduce
+    if not (isinstance(red, str) and red in REDUCES):
+        if isinstance(red, str):
+            raise ValueError(
+                f"split_reduce: expected one of {list(REDUCES)} or a pairing tree, got {red!r}"
+            )
+        leaves = _tree_leaves(red, S)
+        if sorted(leaves) != list(range(S)):
+            raise ValueError(
+                f"split_reduce: the tree must name each slice 0 .. {S - 1} once, got {red!r}"
+            )
+    if red == "halving" and S & (S - 1):
+        raise ValueError(f"split_reduce: 'halving' needs a power-of-two split_k, got {S}")
+    if input_rounding is not None:
+        if input_rounding not in INPUT_ROUNDINGS:
+            raise ValueError(
+                f"input_rounding: expected None or one of {list(INPUT_ROUNDINGS)}, got "
+                f"{input_rounding!r}"
+            )
+        if ins.atype not in ("f16", "bf16", "tf32", "e4m3", "e5m2", "e3m2", "e2m3", "e2m1"):
+            raise ValueError(
+                f"input_rounding: only float element types are rounded; {ins.text} takes "
+                f".{ins.atype} inputs"
+            )
+    if epilogue not in EPILOGUES:
+        raise ValueError(f"epilogue: expected one of {list(EPILOGUES)}, got {epilogue!r}")
+    if ins.dtype not in ("f32", "f16"):
+        for name in ("split_k", "epilogue", "alpha", "beta", "out_dtype"):
+            if given[name] is not None and not (name == "split_k" and S == 1):
+                raise ValueError(
+                    f"{name}: kernel epilogues and split-K are modelled for float "
+                    f"accumulators; {ins.text} accumulates in .{ins.dtype}"
+                )
+    if S > 1 and ins.dtype != "f32":
+        raise ValueError(
+            f"split_k: the partials are reduced in f32; {ins.text} has .{ins.dtype} accumulators"
+        )
+    if (alpha is not None or beta is not None) and epilogue is None:
+        raise ValueError(
+            "alpha, beta: they scale the epilogue's terms; give epilogue='f32' or 'rounded'"
+        )
+    out = None
+    if out_dtype is not None:
+        try:
+            name = jnp.dtype(out_dtype).name
+        except TypeError:
+            name = str(out_dtype)
+        if name not in OUT_DTYPES:
+            raise ValueError(
+                f"out_dtype: expected one of {list(OUT_DTYPES)} or None, got {out_dtype!r}"
+            )
+        out = OUT_DTYPES[name]
+    if epilogue == "rounded" and out is None:
+        raise ValueError("epilogue: 'rounded' rounds to the output type; give out_dtype too")
+    return KernelOptions(
+        S, k_tile, rule, red, input_rounding, epilogue, _scalar("alpha", alpha),
+        _scalar("beta", beta), out,
+    )  # fmt: skip

@@ -1,0 +1,93 @@
+"""The exact f32 multiply and fused multiply-add of ``jaxmma.arith._ieee``.
+
+Oracles: NumPy's float64 product of two float32 values is exact (48 significant bits),
+so casting it to float32 is the correctly rounded FMUL (subnormals included); FFMA is
+checked against exact fractions rounded to the nearest float32 (ties to even).
+"""
+
+import math
+from fractions import Fraction
+
+import jax
+import numpy as np
+import pytest
+
+from jaxmma.arith import _ieee
+
+F32_MAX = Fraction(float(np.finfo(np.float32).max))
+HALF_ULP_MAX = Fraction(2) ** (127 - 24)
+
+
+def _inputs(n, seed):
+    rng = np.random.default_rng(seed)
+    raw = rng.integers(0, 2**32, n, dtype=np.uint64).astype(np.uint32)
+    exp = rng.integers(-40, 41, n) + 127
+    mod = (rng.integers(0, 2, n) << 31) | (exp << 23) | rng.integers(0, 2**23, n)
+    tiny = rng.integers(0, 2**23, n) | (rng.integers(0, 30, n) << 23)  # subnormal results
+    pick = rng.integers(0, 4, n)
+    x = np.where(pick == 0, raw, np.where(pick == 1, tiny, mod)).astype(np.uint32)
+    x[:8] = [0, 0x80000000, 0x7F800000, 0xFF800000, 0x7FC00001, 1, 0x7F7FFFFF, 0x00800000]
+    return x
+
+
+def test_fmul_is_correctly_rounded():
+    x, y = _inputs(100_000, 1), _inputs(100_000, 2)
+    got = np.asarray(jax.jit(_ieee.fmul_f32)(x, y))
+    with np.errstate(all="ignore"):
+        prod = x.view(np.float32).astype(np.float64) * y.view(np.float32).astype(np.float64)
+        want = prod.astype(np.float32).view(np.uint32)
+    nan = np.isnan(prod)
+    assert np.array_equal(got[~nan], want[~nan])
+    assert np.all(got[nan] == 0x7FFFFFFF) and nan.any()
+    assert np.any((want & 0x7F800000) == 0) and np.any(want == 0x80000000)  # subnormals, -0
+
+
+def _round_f32(exact: Fraction, neg_zero: bool) -> int:
+    if exact == 0:
+        return 0x80000000 if neg_zero else 0
+    if abs(exact) >= F32_MAX + HALF_ULP_MAX:
+        return 0x7F800000 if exact > 0 else 0xFF800000
+    c = np.float32(float(exact))
+    cands = [c, np.nextafter(c, np.float32(np.inf)), np.nextafter(c, np.float32(-np.inf))]
+    cands = [v for v in cands if np.isfinite(v)]
+    best = min(
+        cands,
+        key=lambda v: (abs(Fraction(float(v)) - exact), int(np.float32(v).view(np.uint32)) & 1),
+    )
+    return int(np.float32(best).view(np.uint32))
+
+
+@pytest.mark.parametrize("seed", [3, 4])
+def test_ffma_rounds_once(seed):
+    n = 3000
+    x, y, z = _inputs(n, seed), _inputs(n, seed + 10), _inputs(n, seed + 20)
+    # near-cancellation: z close to -x*y for a third of the cases
+    with np.errstate(all="ignore"):
+        p = (x.view(np.float32).astype(np.float64) * y.view(np.float32).astype(np.float64)).astype(
+            np.float32
+        )
+    z[::3] = (-p[::3]).view(np.uint32)
+    got = np.asarray(jax.jit(_ieee.ffma_f32)(x, y, z))
+    checked = 0
+    for i in range(n):
+        xf, yf, zf = (float(a[i : i + 1].view(np.float32)[0]) for a in (x, y, z))
+        if not all(np.isfinite(v) for v in (xf, yf, zf)):
+            continue
+        exact = Fraction(xf) * Fraction(yf) + Fraction(zf)
+        zero_prod = xf == 0 or yf == 0
+        neg_prod = math.copysign(1, xf) * math.copysign(1, yf) < 0
+        neg_zero = zero_prod and neg_prod and math.copysign(1, zf) < 0
+        assert int(got[i]) == _round_f32(exact, neg_zero), (hex(x[i]), hex(y[i]), hex(z[i]))
+        checked += 1
+    assert checked > n // 2
+
+
+def test_ffma_specials():
+    inf, nan = 0x7F800000, 0x7FC00000
+    one, zero = 0x3F800000, 0
+    got = np.asarray(_ieee.ffma_f32(
+        np.array([inf, inf, one, nan, inf], np.uint32),
+        np.array([zero, one, one, one, one], np.uint32),
+        np.array([one, 0xFF800000, inf, one, one], np.uint32),
+    ))  # fmt: skip
+    assert got.tolist() == [0x7FFFFFFF, 0x7FFFFFFF, inf, 0x7FFFFFFF, inf]
