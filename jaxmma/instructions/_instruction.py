@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 from ..operands import _fragments
 from ..spec import _ptx, _spec
 from ..spec._spec import Form
-from . import _dispatch, _mma, _movement, _wgmma, _wmma
+from . import _dispatch, _mma, _movement, _tcgen05, _wgmma, _wmma
 
 if TYPE_CHECKING:
     import jax
@@ -25,6 +25,7 @@ _IMPLEMENTATIONS = {
     "stmatrix": _movement,
     "movmatrix": _movement,
     "wgmma.mma_async": _wgmma,
+    "tcgen05.mma": _tcgen05,
 }
 
 
@@ -66,6 +67,8 @@ class Instruction:
     scale_vec: str | None = None
     trans: bool = False
     ss: str | None = None
+    negate_a: bool = False  # tcgen05.mma: idesc bits 13 / 14
+    negate_b: bool = False
 
     # -- descriptive properties ------------------------------------------------------
     @property
@@ -119,6 +122,10 @@ class Instruction:
     @property
     def sparse(self) -> str | None:
         return self.form.sparse
+
+    @property
+    def cta_group(self) -> int | None:
+        return self.form.cta_group
 
     @property
     def arch_number(self) -> int:
