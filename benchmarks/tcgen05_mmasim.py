@@ -16,7 +16,8 @@ and columns of B come in four bands of inputs: moderate values, raw bits of any 
 second half of a cancel row of A repeats the first, the second half of a cancel column
 of B negates it, so their products cancel exactly and the truncation of C shows); a few
 rows of A are zero. Block scales: moderate, any byte (with NaN and zero scales forced in),
-small, and 1.0 in the same bands.
+small, and 1.0 in the same bands. GEMMs (``tcgen05-gemm.npz``): seven forms chained over
+4 or 8 k-steps, each step MMA-Sim's instruction with the previous D as C.
 
 Operand conventions (as jaxmma's): ``kind::f8f6f4``/``mxf8f6f4`` elements sit in a byte,
 fp6 in bits 5:0 and fp4 in bits 5:2; ``mxf4*`` elements are stored one e2m1 nibble per
@@ -185,6 +186,53 @@ def scaled_forms():
     yield "kind::mxf4nvf4", "block16", "e2m1", "e2m1", "ue4m3", 64, 4
 
 
+def gemm_forms():
+    """(MMA-Sim name of one k-step, steps, block-scale (scale type, scales per step))."""
+    yield f"m{M}n{N}k16.kind::f16.f32.bf16.bf16", 8, None
+    yield f"m{M}n{N}k16.kind::f16.f16.f16.f16", 4, None
+    yield f"m{M}n{N}k8.kind::tf32.f32.tf32.tf32", 8, None
+    yield f"m{M}n{N}k32.kind::f8f6f4.f32.e4m3.e2m1", 4, None
+    yield f"m{M}n{N}k32.kind::mxf8f6f4.block32.f32.e4m3.e5m2.ue8m0", 4, ("ue8m0", 1)
+    yield f"m{M}n{N}k64.kind::mxf4.block32.f32.e2m1.e2m1.ue8m0", 4, ("ue8m0", 2)
+    yield f"m{M}n{N}k64.kind::mxf4nvf4.block16.f32.e2m1.e2m1.ue4m3", 4, ("ue4m3", 4)
+
+
+def gemm(rng, C, out) -> None:
+    """A GEMM along K = steps * k: MMA-Sim's instruction chained, D of a step the C of
+    the next, as a kernel's k-loop runs it (the GEMM layer's contract)."""
+    for name, steps, scaled in gemm_forms():
+        shape, kind, *rest = name.split(".")
+        k = int(shape.split("k")[1])
+        d = rest[1] if scaled else rest[0]
+        a, b = (rest[2], rest[3]) if scaled else (rest[1], rest[2])
+        A = operand(rng, a, M, k * steps, "a")
+        B = operand(rng, b, k * steps, N, "b")
+        sim = (TCGen05MMABlockScale if scaled else TCGen05MMA)("Blackwell", name)
+        D = to_torch(C[d], d, None)
+        if scaled:
+            st, nblk = scaled
+            SA = scales(rng, st, (M, nblk * steps), _bands(M), 0)
+            SB = scales(rng, st, (nblk * steps, N), _bands(N), 1)
+            out[f"gemm:{name}:SA"], out[f"gemm:{name}:SB"] = SA, SB
+            sfmt = torch.float8_e8m0fnu if st == "ue8m0" else torch.float8_e4m3fn
+        for s in range(steps):
+            As, Bs = A[:, s * k : (s + 1) * k], B[s * k : (s + 1) * k]
+            if not scaled:
+                container = "f8f6f4" if kind == "kind::f8f6f4" else None
+                D = sim(to_torch(As, a, container), to_torch(Bs, b, container), D)
+                continue
+            if kind == "kind::mxf8f6f4":
+                ta, tb = to_torch(As, a, "f8f6f4"), to_torch(Bs, b, "f8f6f4")
+            else:
+                ta, tb = pack_fp4(As, 1), pack_fp4(Bs, 0)
+            sa = torch.from_numpy(np.ascontiguousarray(SA[:, s * nblk : (s + 1) * nblk]))
+            sb = torch.from_numpy(np.ascontiguousarray(SB[s * nblk : (s + 1) * nblk]))
+            D = sim(ta, tb, D, sa.view(sfmt), sb.view(sfmt))
+        out[f"gemm:{name}:A"], out[f"gemm:{name}:B"] = A, B
+        out[f"gemm:{name}:D"] = from_torch(D)
+        print("gemm", name, file=sys.stderr)
+
+
 def main() -> None:
     rng = np.random.default_rng(20261124)
     C = {"f32": accumulator(rng, "f32"), "f16": accumulator(rng, "f16")}
@@ -224,6 +272,7 @@ def main() -> None:
         out[f"{name}:A"], out[f"{name}:B"], out[f"{name}:D"] = A, B, from_torch(D)
         out[f"{name}:SA"], out[f"{name}:SB"] = SA, SB
         print(name, file=sys.stderr)
+    gemm(rng, C, files.setdefault("gemm", {"C_f32": C["f32"], "C_f16": C["f16"]}))
     OUT.mkdir(parents=True, exist_ok=True)
     for group, arrays in files.items():
         small = {
