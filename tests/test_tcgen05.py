@@ -6,6 +6,7 @@ The numerics are checked bit for bit against golden files of MMA-Sim's Blackwell
 comparison with MMA-Sim runs where ``mmasim`` is installed.
 """
 
+import doctest
 import pathlib
 
 import jax
@@ -14,6 +15,7 @@ import numpy as np
 import pytest
 
 import jaxmma
+from jaxmma.instructions import _instruction, _tcgen05
 from jaxmma.spec import _spec
 
 GOLDEN = pathlib.Path(__file__).parent / "golden" / "sm_100"
@@ -401,3 +403,12 @@ def test_idesc_errors(idesc, kw, needle):
     assert needle in str(e.value)
     with pytest.raises(TypeError, match="idesc"):
         jaxmma.tcgen05_instruction(1.5, kind="f16")
+
+
+def test_doctests():
+    assert doctest.testmod(_tcgen05).failed == 0
+    finder = doctest.DocTestFinder()
+    runner = doctest.DocTestRunner()
+    for test in finder.find(_instruction.tcgen05_instruction, globs={}):
+        runner.run(test)
+    assert runner.failures == 0 and runner.tries >= 3
