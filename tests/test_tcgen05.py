@@ -113,6 +113,22 @@ def test_form_count_follows_the_shape_table():
     assert len(forms) == count == 7248
 
 
+def test_all_instructions_round_trip():
+    every = jaxmma.all_instructions("tcgen05.mma")
+    assert len(every) == len({i.text for i in every}) == 7456
+    for ins in every[::37]:  # a spread sample: parsing all takes a while
+        assert jaxmma.instruction(ins.text) == ins
+        assert (
+            jaxmma.tcgen05_instruction(
+                ins.idesc,
+                kind=ins.kind,
+                cta_group=ins.cta_group,
+                scale_vec=f"scale_vec::{ins.scale_vec}" if ins.scale_vec else None,
+            )
+            == ins
+        )
+
+
 @pytest.mark.parametrize(
     "text,canonical",
     [
@@ -412,3 +428,27 @@ def test_doctests():
     for test in finder.find(_instruction.tcgen05_instruction, globs={}):
         runner.run(test)
     assert runner.failures == 0 and runner.tries >= 3
+
+
+def test_block_scaled_jit_vmap_grad():
+    text = f"{HEAD}.kind::mxf8f6f4.block_scale.m128n16k32.f32.e4m3.e4m3.ue8m0"
+    ins = jaxmma.instruction(text)
+    keys = jax.random.split(jax.random.key(3), 2)
+    A = jax.random.normal(keys[0], (2, 128, 32)).astype(jnp.float8_e4m3fn)
+    B = jax.random.normal(keys[1], (32, 16)).astype(jnp.float8_e4m3fn)
+    C = jnp.zeros((128, 16), jnp.float32)
+    SA = np.full((128, 1), 0x80, np.uint8)  # 2.0
+    SB = np.full((1, 16), 0x7E, np.uint8)  # 0.5
+    SA[:64] = 0x81  # 4.0
+    one = ins.mma(A[0], B, C, scale_a=SA, scale_b=SB)
+    assert np.array_equal(
+        np.asarray(jax.jit(ins.mma)(A[0], B, C, scale_a=SA, scale_b=SB)), np.asarray(one)
+    )
+    mapped = jax.vmap(lambda a: ins.mma(a, B, C, scale_a=SA, scale_b=SB))(A)
+    assert np.array_equal(np.asarray(mapped[0]), np.asarray(one))
+    gA = jax.grad(lambda a: jnp.sum(ins.mma(a, B, C, scale_a=SA, scale_b=SB)))(
+        A[0].astype(jnp.float32).astype(jnp.float8_e4m3fn)
+    )
+    sa = np.where(np.arange(128) < 64, 4.0, 2.0)[:, None]
+    want = sa * (np.ones((128, 16)) @ (0.5 * np.asarray(B, np.float64)).T)
+    assert np.allclose(np.asarray(gA, np.float64), want.astype(jnp.float8_e4m3fn), rtol=0.07)

@@ -320,5 +320,7 @@ def all_instructions(opcode: str | None = None, arch: str | None = None) -> tupl
                 q["layout"] = al
             elif f.opcode in ("mma", "wmma.mma"):
                 q.update(alayout=al, blayout=bl, scale_vec=f.scale_vec)
+            elif f.opcode == "tcgen05.mma":
+                q["scale_vec"] = f.scale_vec
             out.append(Instruction(form=f, arch=a, **q))
     return tuple(out)
