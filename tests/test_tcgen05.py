@@ -452,3 +452,22 @@ def test_block_scaled_jit_vmap_grad():
     sa = np.where(np.arange(128) < 64, 4.0, 2.0)[:, None]
     want = sa * (np.ones((128, 16)) @ (0.5 * np.asarray(B, np.float64)).T)
     assert np.allclose(np.asarray(gA, np.float64), want.astype(jnp.float8_e4m3fn), rtol=0.07)
+
+
+def test_nvfp4_gemm_same_bits_as_sm120_mma():
+    """In MMA-Sim's models a B200 ``tcgen05.mma`` NVFP4 instruction and an RTX 50
+    (``sm_120a``) ``mma.sync`` one compute alike (groups of 16, F = 35; both K = 64): an
+    NVFP4 GEMM gives the same bits on either (docs/tcgen05.md)."""
+    x = jax.random.normal(jax.random.key(5), (48, 320))
+    w = jax.random.normal(jax.random.key(6), (320, 40))
+    tc = f"{HEAD}.kind::mxf4nvf4.block_scale.block16.m128n8k64.f32.e2m1.e2m1.ue4m3"
+    mma = (
+        "mma.sync.aligned.m16n8k64.row.col.kind::mxf4nvf4.block_scale.scale_vec::4X"
+        ".f32.e2m1.e2m1.f32.ue4m3"
+    )
+    a = jaxmma.matmul(x, w, instruction=tc)
+    b = jaxmma.matmul(x, w, instruction=mma, arch="sm_120a")
+    assert np.array_equal(np.asarray(a).view(np.uint32), np.asarray(b).view(np.uint32))
+    fp8 = jaxmma.matmul(x, w, instruction=f"{HEAD}.kind::f8f6f4.m128n8k32.f32.e4m3.e4m3")
+    hopper = jaxmma.matmul(x, w, instruction="wgmma.mma_async.sync.aligned.m64n8k32.f32.e4m3.e4m3")
+    assert not np.array_equal(np.asarray(fp8), np.asarray(hopper))  # Hopper keeps 13 bits
