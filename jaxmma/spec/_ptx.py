@@ -556,21 +556,10 @@ def _match_tcgen05(word: str) -> tuple[Form, dict]:
             nx = vec[len("scale_vec::") :] if vec.startswith("scale_vec::") else None
             nx = nx or BLOCK_ALIASES.get((vec, kind))
             allowed = {f".scale_vec::{f.scale_vec}" for f in cands}
-            allowed |= {f".{blk}" for (blk, k), v in BLOCK_ALIASES.items() if k == kind}
-            cands = (
-                _narrow(
-                    cands,
-                    lambda f: f.scale_vec == nx,
-                    ".scale_vec_size",
-                    vec,
-                    lambda f: f.scale_vec,
-                    ctx,
-                )
-                if nx
-                else []
-            )
-            if not cands:
+            allowed |= {f".{blk}" for blk, k in BLOCK_ALIASES if k == kind}
+            if nx is None or not any(f.scale_vec == nx for f in cands):
                 raise _fail(".scale_vec_size", vec, allowed, ctx)
+            cands = [f for f in cands if f.scale_vec == nx]
         cands = _narrow(
             cands,
             lambda f: f.stype == stype,
