@@ -9,6 +9,7 @@ from .gemm._gemm import matmul as matmul
 from .instructions._instruction import Instruction as Instruction
 from .instructions._instruction import all_instructions as all_instructions
 from .instructions._instruction import instruction as instruction
+from .instructions._instruction import tcgen05_instruction as tcgen05_instruction
 
 __version__ = "0.1.0"
 
@@ -22,4 +23,5 @@ __all__ = [
     "matmul",
     "quant",
     "sparse",
+    "tcgen05_instruction",
 ]

@@ -43,7 +43,7 @@ from ..util import _errors, _ste
 from . import _kernel, _native, _options, _pallas
 
 #: opcodes whose instruction is a matrix product
-PRODUCTS = ("mma", "wmma.mma", "wgmma.mma_async")
+PRODUCTS = ("mma", "wmma.mma", "wgmma.mma_async", "tcgen05.mma")
 
 
 @functools.lru_cache(maxsize=512)
@@ -70,6 +70,12 @@ def resolve(instruction, arch=None) -> Instruction:
         raise ValueError(
             f"instruction: {ins.text!r} has no matrix product; expected one of "
             f"{', '.join(PRODUCTS)} (with .sp and .block_scale forms)"
+        )
+    if ins.negate_a or ins.negate_b:
+        raise ValueError(
+            f"instruction: {ins.text!r} negates A or B (idesc bits 13-14); a GEMM takes "
+            "the instruction without negation (negate the operand instead): allowed: "
+            "negate_a=False, negate_b=False"
         )
     return ins
 
@@ -437,7 +443,8 @@ def matmul(
         multiply the accumulator in f32 afterwards, and C is then added (one f32 add),
         as a kernel's epilogue does.
       instruction: PTX text of an ``mma`` / ``mma.sp`` / block-scaled ``mma`` /
-        ``wmma.mma`` form, or a :class:`jaxmma.Instruction`.
+        ``wmma.mma`` / ``wgmma.mma_async`` / ``tcgen05.mma`` form, or a
+        :class:`jaxmma.Instruction`.
       arch: the architecture whose arithmetic is emulated (default: the instruction's).
       promote_every: P k-steps between promotions of the instruction accumulator into an
         f32 total (f32 accumulators only); None: no promotion. P at least the number

@@ -7,9 +7,9 @@ import itertools
 from typing import TYPE_CHECKING, Any
 
 from ..operands import _fragments
-from ..spec import _ptx, _spec
+from ..spec import _idesc, _ptx, _spec
 from ..spec._spec import Form
-from . import _dispatch, _mma, _movement, _wgmma, _wmma
+from . import _dispatch, _mma, _movement, _tcgen05, _wgmma, _wmma
 
 if TYPE_CHECKING:
     import jax
@@ -25,6 +25,7 @@ _IMPLEMENTATIONS = {
     "stmatrix": _movement,
     "movmatrix": _movement,
     "wgmma.mma_async": _wgmma,
+    "tcgen05.mma": _tcgen05,
 }
 
 
@@ -66,6 +67,8 @@ class Instruction:
     scale_vec: str | None = None
     trans: bool = False
     ss: str | None = None
+    negate_a: bool = False  # tcgen05.mma: idesc bits 13 / 14
+    negate_b: bool = False
 
     # -- descriptive properties ------------------------------------------------------
     @property
@@ -119,6 +122,31 @@ class Instruction:
     @property
     def sparse(self) -> str | None:
         return self.form.sparse
+
+    @property
+    def cta_group(self) -> int | None:
+        return self.form.cta_group
+
+    @property
+    def idesc(self) -> int:
+        """``tcgen05.mma``: the 32-bit instruction descriptor of this form (no transposes,
+        scale factor IDs 0); see :func:`tcgen05_instruction` for the reverse."""
+        if self.opcode != "tcgen05.mma":
+            raise ValueError(
+                f"idesc: only tcgen05.mma has an instruction descriptor, not {self.text}"
+            )
+        return _idesc.encode(
+            self.kind,
+            m=self.m,
+            n=self.n,
+            dtype=self.dtype,
+            atype=self.atype,
+            btype=self.btype,
+            stype=self.stype,
+            satfinite=self.satfinite,
+            negate_a=self.negate_a,
+            negate_b=self.negate_b,
+        )
 
     @property
     def arch_number(self) -> int:
@@ -220,6 +248,54 @@ def instruction(text: str, arch: str | None = None) -> Instruction:
     return Instruction(form=form, arch=arch_.name, **quals)
 
 
+def tcgen05_instruction(
+    idesc: int,
+    *,
+    kind: str,
+    cta_group: int = 1,
+    scale_vec: str | None = None,
+    arch: str | None = None,
+) -> Instruction:
+    """A ``tcgen05.mma`` form from its raw 32-bit instruction descriptor (PTX ISA 9.7.16).
+
+    Args:
+      idesc: the 32-bit ``idesc`` operand (docs/tcgen05.md has its fields).
+      kind: the ``.kind`` of the text: ``"f16"``, ``"tf32"``, ``"f8f6f4"``, ``"i8"``,
+        ``"mxf8f6f4"``, ``"mxf4"`` or ``"mxf4nvf4"``.
+      cta_group: 1 or 2 (``.cta_group::1`` / ``::2``).
+      scale_vec: the block-scaled kinds' ``.scale_vectorsize`` (``"block16"``,
+        ``"block32"``, ``"scale_vec::2X"``, ...; required for ``mxf4nvf4``).
+      arch: as for :func:`instruction` (default ``sm_100a``).
+
+    Returns:
+      The :class:`Instruction`, whose ``idesc`` gives the descriptor back (transposes and
+      scale factor IDs, which do not change the product, set to 0).
+
+    Raises:
+      ValueError: reserved bits set, an unknown type code, a shape the table lacks, a
+        sparse or ``.ws``-only field; the message names the field and the allowed values.
+
+    Example:
+      >>> import jaxmma
+      >>> ins = jaxmma.tcgen05_instruction(0x08400490, kind="f16")
+      >>> ins.text
+      'tcgen05.mma.cta_group::1.kind::f16.m128n256k16.f32.bf16.bf16'
+      >>> hex(ins.idesc)
+      '0x8400490'
+    """
+    fields = _idesc.decode(idesc, kind)
+    head = f"tcgen05.mma.cta_group::{cta_group}.kind::{kind}"
+    if kind.startswith("mx"):
+        head += ".block_scale" + (f".{scale_vec}" if scale_vec else "")
+    elif scale_vec is not None:
+        raise ValueError(f"scale_vec: only the block-scaled kinds take one, not .kind::{kind}")
+    k = _spec.TCGEN05_K[kind]
+    text = f"{head}.m{fields['m']}n{fields['n']}k{k}.{fields['dtype']}.{fields['atype']}"
+    text += f".{fields['btype']}" + (f".{fields['stype']}" if "stype" in fields else "")
+    text += "".join(f".{x}" for x in ("satfinite", "negate_a", "negate_b") if fields[x])
+    return instruction(text, arch)
+
+
 def all_instructions(opcode: str | None = None, arch: str | None = None) -> tuple[Instruction, ...]:
     """Every instruction text the spec allows, as :class:`Instruction` objects.
 
@@ -253,5 +329,7 @@ def all_instructions(opcode: str | None = None, arch: str | None = None) -> tupl
                 q["layout"] = al
             elif f.opcode in ("mma", "wmma.mma"):
                 q.update(alayout=al, blayout=bl, scale_vec=f.scale_vec)
+            elif f.opcode == "tcgen05.mma":
+                q["scale_vec"] = f.scale_vec
             out.append(Instruction(form=f, arch=a, **q))
     return tuple(out)

@@ -6,7 +6,8 @@
 :mod:`jaxmma.arith._numerics` with the parameters of :mod:`jaxmma.models._table`, chained
 along k by :func:`jaxmma.models._chain.chain`; sm_90 runs ``.e4m3``/``.e5m2`` through two
 f16 MMAs and a final add, as its compiler emits it; block-scaled forms go to
-:mod:`jaxmma.models._scaled`, ``wgmma`` to :mod:`jaxmma.models._wgmma`; integer and
+:mod:`jaxmma.models._scaled`, ``wgmma`` to :mod:`jaxmma.models._wgmma`, ``tcgen05.mma``
+to :mod:`jaxmma.models._tcgen05`; integer and
 single-bit forms are exact integer arithmetic (:mod:`jaxmma.arith._integer`); ``.f64`` is
 an fma chain (:mod:`jaxmma.arith._float64`).
 """
@@ -21,7 +22,7 @@ import numpy as np
 
 from ..arith import _float64, _integer, _numerics
 from ..bits import _formats, _packing
-from . import _scaled, _wgmma
+from . import _scaled, _tcgen05, _wgmma
 from ._chain import chain
 from ._table import F8F6F4, FP8, block_model, family
 
@@ -43,6 +44,8 @@ def mma_bits(ins, A, B, C, *, scales=None, model=None, sparse_idx=None):
         return sm90_wmma(ins, A, B, C)
     if ins.opcode == "wgmma.mma_async":  # Hopper's warpgroup MMA has its own parameters
         return _wgmma.mma_bits(ins, A, B, C, model=model)
+    if ins.opcode == "tcgen05.mma":  # Blackwell's 5th-generation tensor core
+        return _tcgen05.mma_bits(ins, A, B, C, scales=scales, model=model)
     a = ins.atype
     B = gather_rows(B, sparse_idx)
     rows = sparse_idx is not None

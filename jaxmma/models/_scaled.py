@@ -24,10 +24,14 @@ HIGHEST = jax.lax.Precision.HIGHEST
 
 
 def check_ins(ins) -> None:
-    """A ``ValueError`` unless ``ins`` is a ``.block_scale`` ``mma`` instruction."""
-    if getattr(ins, "opcode", None) != "mma" or getattr(ins, "kind", None) not in KINDS:
+    """A ``ValueError`` unless ``ins`` is a ``.block_scale`` ``mma`` or ``tcgen05.mma``
+    instruction."""
+    opcode = getattr(ins, "opcode", None)
+    if opcode not in ("mma", "tcgen05.mma") or getattr(ins, "kind", None) not in KINDS:
         text = getattr(ins, "text", ins)
-        raise ValueError(f"ins: expected a .block_scale mma instruction, got {text!r}")
+        raise ValueError(
+            f"ins: expected a .block_scale mma or tcgen05.mma instruction, got {text!r}"
+        )
 
 
 def _element_fields(ins, fmt: str, bits):

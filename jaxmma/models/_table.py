@@ -1,9 +1,10 @@
 """Which fused-block model each form uses on each architecture: the one table.
 
 ``mma`` (:func:`block_model`, per numerics generation), Hopper's ``wgmma``
-(:func:`wgmma_block_model`) and the block-scaled ``mma`` forms (:data:`PRODUCT_MODEL`,
-the group model's constants) with their parameters F, L, e_zero and the f32 output width
-(docs/numerics.md, docs/wgmma.md, docs/block_scaling.md). The arithmetic itself is the
+(:func:`wgmma_block_model`), Blackwell's ``tcgen05.mma`` (:func:`tcgen05_block_model`)
+and the block-scaled ``mma`` forms (:data:`PRODUCT_MODEL`, the group model's constants)
+with their parameters F, L, e_zero and the f32 output width (docs/numerics.md,
+docs/wgmma.md, docs/tcgen05.md, docs/block_scaling.md). The arithmetic itself is the
 kernel-neutral core of :mod:`jaxmma.arith`.
 """
 
@@ -65,9 +66,26 @@ def wgmma_block_model(ins) -> BlockModel:
 
 
 # ---------------------------------------------------------------------------------------
-# Block-scaled mma (sm_120)
+# tcgen05.mma (sm_100a family)
+def tcgen05_block_model(ins) -> BlockModel:
+    """F, L and e_zero of ``tcgen05.mma`` ``.kind::tf32/f16/f8f6f4`` (MMA-Sim's Blackwell
+    ``TCGen05MMA``): one fused block of 32 bytes of A per row (L = K: 8 tf32, 16 f16/bf16,
+    32 fp8/fp6/fp4 products), F = 25, f32 results truncated to 23 bits, f16 results to
+    nearest even, e_zero = -133 / -21. fp8 keeps F = 25, unlike Hopper's ``wgmma``."""
+    return BlockModel(
+        F=25,
+        L={"tf32": 8, "f16": 16, "bf16": 16}.get(ins.atype, 32),
+        e_zero_f32=-133,
+        e_zero_f16=-21,
+    )
+
+
+# ---------------------------------------------------------------------------------------
+# Block-scaled mma (sm_120) and tcgen05.mma (sm_100a): the same models
 KINDS = ("mxf8f6f4", "mxf4", "mxf4nvf4")
-#: kind::mxf8f6f4 (MMA-Sim ``MMA_ST_FDPA``, sm_120): one fused block of 32 scaled products.
+#: kind::mxf8f6f4 (MMA-Sim ``MMA_ST_FDPA``, sm_120 and tcgen05): one fused block of 32
+#: scaled products.
 PRODUCT_MODEL = BlockModel(F=25, L=32, e_zero_f32=-133, e_zero_f16=-21)
-#: kind::mxf4 / mxf4nvf4 (MMA-Sim ``MMA_GST_FDPA``, sm_120): groups of 16, F = 35.
+#: kind::mxf4 / mxf4nvf4 (MMA-Sim ``MMA_GST_FDPA``, sm_120 and tcgen05): groups of 16,
+#: F = 35.
 GROUP, GROUP_F, GROUP_E_ZERO = 16, 35, -139

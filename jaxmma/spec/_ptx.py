@@ -104,7 +104,9 @@ def _check_arch(form: Form, arch: Arch, text: str) -> None:
 
 
 def default_arch(form: Form) -> Arch:
-    """The newest architecture that runs the form."""
+    """The newest architecture that runs the form (``tcgen05.mma``: ``sm_100a``, B200)."""
+    if form.opcode == "tcgen05.mma":
+        return Arch(100, "a")
     for n in reversed([x for x in ARCH_NUMBERS if x <= NEWEST]):
         for suffix in ("", "a"):
             a = Arch(n, suffix)
@@ -476,6 +478,122 @@ def _match_movement(t: _Tokens) -> tuple[Form, dict]:
     return form, {"trans": t.trans, "ss": t.ss}
 
 
+# ------------------------------------------------------------------------------- tcgen05
+#: ``.blockN`` aliases of ``.scale_vec::NX`` per kind (9.7.16.10.9.1)
+BLOCK_ALIASES = {
+    ("block32", "mxf8f6f4"): "1X",
+    ("block32", "mxf4"): "2X",
+    ("block32", "mxf4nvf4"): "2X",
+    ("block16", "mxf4nvf4"): "4X",
+}
+TCGEN05_KINDS = ("f16", "tf32", "f8f6f4", "i8", "mxf8f6f4", "mxf4", "mxf4nvf4")
+
+
+@functools.cache
+def _tcgen05_index() -> dict:
+    index: dict = {}
+    for f in _spec.forms("tcgen05.mma"):
+        index.setdefault((f.cta_group, f.kind), []).append(f)
+    return index
+
+
+def _match_tcgen05(word: str) -> tuple[Form, dict]:
+    """``tcgen05.mma.cta_group::C.kind::K{.block_scale{.scale_vec}}`` followed by the
+    fields of the instruction descriptor spelled out: ``.mMnNkK.dtype.atype.btype``, the
+    scale type of block-scaled kinds, and optionally ``.satfinite`` (``.kind::i8``),
+    ``.negate_a``, ``.negate_b``."""
+    parts = word.split(".")
+    if parts[:2] != ["tcgen05", "mma"]:
+        raise _fail("opcode", word, _spec.OPCODES)
+    rest = parts[2:]
+    if rest and rest[0] in ("sp", "ws"):
+        raise ValueError(
+            f"{word!r}: tcgen05.mma.{rest[0]} is not emulated yet; the dense tcgen05.mma forms are"
+        )
+    cta = kind = shape = stype = vec = None
+    types: list[str] = []
+    flags = {"block_scale": False, "satfinite": False, "negate_a": False, "negate_b": False}
+    for q in rest:
+        if q.startswith("cta_group::"):
+            if q not in ("cta_group::1", "cta_group::2"):
+                raise _fail(".cta_group", q, ("cta_group::1", "cta_group::2"), word)
+            cta = int(q[-1])
+        elif q.startswith("kind::"):
+            kind = q[len("kind::") :]
+            if kind not in TCGEN05_KINDS:
+                raise _fail(".kind", q, [f"kind::{k}" for k in TCGEN05_KINDS], word)
+        elif q.startswith("scale_vec::") or q in ("block16", "block32"):
+            vec = q
+        elif _SHAPE_RE.match(q):
+            shape = q
+        elif q in ELEMENT_TYPES:
+            types.append(q)
+        elif q in SCALE_TYPES:
+            stype = q
+        elif q in flags:
+            flags[q] = True
+        else:
+            raise ValueError(f"unknown qualifier .{q} in {word!r}")
+    if cta is None:
+        raise ValueError(f"{word!r}: missing .cta_group; allowed: .cta_group::1, .cta_group::2")
+    if kind is None:
+        raise _fail(".kind", None, [f"kind::{k}" for k in TCGEN05_KINDS], word)
+    scaled = kind.startswith("mx")
+    if flags["block_scale"] != scaled:
+        what = "requires" if scaled else "does not take"
+        raise ValueError(f"{word!r}: .kind::{kind} {what} the .block_scale qualifier")
+    if shape is None or len(types) != 3:
+        raise ValueError(
+            f"{word!r}: expected the instruction descriptor's fields after the qualifiers: "
+            f".mMnNkK.dtype.atype.btype (e.g. "
+            f"'tcgen05.mma.cta_group::1.kind::f16.m128n256k16.f32.bf16.bf16'), got "
+            f"shape {shape!r} and types {types}"
+        )
+    ctx = f"tcgen05.mma.cta_group::{cta}.kind::{kind}"
+    cands = _tcgen05_index()[(cta, kind)]
+    d, a, b = types
+    cands = _narrow(cands, lambda f: f.atype == a, "atype", a, lambda f: f.atype, ctx)
+    cands = _narrow(cands, lambda f: f.btype == b, "btype", b, lambda f: f.btype, ctx)
+    cands = _narrow(cands, lambda f: f.dtype == d, "dtype", d, lambda f: f.dtype, ctx)
+    cands = _narrow(cands, lambda f: f.shape == shape, "shape", shape, lambda f: f.shape, ctx)
+    quals = {"satfinite": flags["satfinite"], "negate_a": flags["negate_a"]}
+    quals["negate_b"] = flags["negate_b"]
+    if scaled:
+        if vec is None:
+            dflt = [f for f in cands if f.scale_vec_default]
+            if not dflt:
+                raise ValueError(
+                    f"{word!r}: .kind::{kind} requires an explicit .scale_vec_size; "
+                    "allowed: .block16, .block32, .scale_vec::2X, .scale_vec::4X"
+                )
+            cands = dflt
+        else:
+            nx = vec[len("scale_vec::") :] if vec.startswith("scale_vec::") else None
+            nx = nx or BLOCK_ALIASES.get((vec, kind))
+            allowed = {f".scale_vec::{f.scale_vec}" for f in cands}
+            allowed |= {f".{blk}" for blk, k in BLOCK_ALIASES if k == kind}
+            if nx is None or not any(f.scale_vec == nx for f in cands):
+                raise _fail(".scale_vec_size", vec, allowed, ctx)
+            cands = [f for f in cands if f.scale_vec == nx]
+        cands = _narrow(
+            cands,
+            lambda f: f.stype == stype,
+            "scale type",
+            stype,
+            lambda f: f.stype,
+            f"{ctx}.scale_vec::{cands[0].scale_vec}",
+        )
+        quals["scale_vec"] = cands[0].scale_vec
+    elif vec or stype:
+        raise ValueError(f"{word!r}: a scale vector size or scale type needs .block_scale")
+    if flags["satfinite"] and kind != "i8":
+        raise ValueError(f"{word!r}: .satfinite (idesc saturate) applies to .kind::i8 only")
+    if (flags["negate_a"] or flags["negate_b"]) and kind == "i8":
+        raise ValueError(f"{word!r}: negate A/B (idesc bits 13-14) is 0 for .kind::i8")
+    (form,) = cands
+    return form, quals
+
+
 # ------------------------------------------------------------------------------- operands
 def _elem_bits(fmt: str, kind: str | None) -> int:
     if fmt in ("e4m3", "e5m2", "e3m2", "e2m3") or (
@@ -592,6 +710,12 @@ def parse(text: str, arch: str | None = None) -> tuple[Form, dict, Arch]:
 
 @functools.lru_cache(maxsize=4096)
 def _parse(text: str, arch: str | None) -> tuple[Form, dict, Arch]:
+    word = _strip(text)
+    if word.startswith("tcgen05"):
+        form, quals = _match_tcgen05(word)
+        a = default_arch(form) if arch is None else parse_arch(arch)
+        _check_arch(form, a, word)
+        return form, quals, a
     t = _tokenize(text)
     if t.opcode in ("mma", "wmma.mma"):
         try:
@@ -616,6 +740,14 @@ def _parse(text: str, arch: str | None) -> tuple[Form, dict, Arch]:
 def canonical_text(form: Form, quals: dict) -> str:
     """The instruction text in the spec's qualifier order."""
     f, q = form, quals
+    if f.opcode == "tcgen05.mma":
+        parts = ["tcgen05", "mma", f"cta_group::{f.cta_group}", f"kind::{f.kind}"]
+        if f.stype:
+            parts += ["block_scale", f"scale_vec::{f.scale_vec}"]
+        parts += [f.shape, f.dtype, f.atype, f.btype]
+        parts += [f.stype] if f.stype else []
+        parts += [x for x in ("satfinite", "negate_a", "negate_b") if q.get(x)]
+        return ".".join(parts)
     if f.opcode in ("mma", "wmma.mma"):
         parts = ["mma" if f.opcode == "mma" else "wmma.mma"]
         if f.sparse:

@@ -39,7 +39,7 @@ SM120_FAMILY = frozenset({120, 121})
 class Form:
     """One instruction form of the spec (see the module docstring)."""
 
-    opcode: str  # mma | wmma.* | ldmatrix | stmatrix | movmatrix | wgmma.mma_async
+    opcode: str  # mma | wmma.* | ldmatrix | stmatrix | movmatrix | wgmma.mma_async | tcgen05.mma
     shape: str  # m16n8k16, m8n8, ...
     atype: str | None = None
     btype: str | None = None
@@ -60,6 +60,7 @@ class Form:
     elem: str | None = None  # movement element type: b16 | b8 | b8x16.b6x16_p32 | ...
     ptx: tuple[int, int] = (6, 0)
     target: Target = Target(70)
+    cta_group: int | None = None  # tcgen05.mma: 1 or 2 (CTAs whose Tensor Memory holds D)
 
     @property
     def m(self) -> int:
@@ -619,6 +620,81 @@ def _wgmma() -> list[Form]:
 
 FORMS: tuple[Form, ...] = tuple(_mma_dense() + _mma_sparse() + _wmma() + _movement() + _wgmma())
 
+
+# ---------------------------------------------------------------------------------------
+# tcgen05.mma (PTX ISA 9.7.16.10): the 5th-generation tensor core of sm_100a/sm_101a/
+# sm_103a/sm_110a, issued by one thread. The text names .cta_group, .kind and the block
+# scaling; M, N, the element types and saturation are fields of the instruction
+# descriptor (idesc, 9.7.16.4.2). One row per (cta_group, kind, M, N, types) of the
+# shape table (9.7.16.2.1), dense A. Kept apart from FORMS (the warp and warpgroup
+# forms of 9.7.14-15): forms("tcgen05.mma") returns them.
+TCGEN05_TARGET = Target(100, frozenset({100, 101, 103, 110}))
+TCGEN05_TARGET_I8 = Target(100, frozenset({100, 101, 110}))  # .kind::i8: no sm_103a
+TCGEN05_K = {"f16": 16, "tf32": 8, "f8f6f4": 32, "i8": 32, "mxf8f6f4": 32, "mxf4": 64}
+TCGEN05_K["mxf4nvf4"] = 64
+N8 = tuple(range(8, 257, 8))
+N16 = tuple(range(16, 257, 16))
+N_I8 = (8, 16, 24, 32, *range(48, 257, 16))
+N32 = tuple(range(32, 257, 32))
+
+
+def tcgen05_shapes(kind: str, cta_group: int) -> tuple[tuple[int, int], ...]:
+    """The (M, N) pairs of Table 42 for a dense ``tcgen05.mma`` of this kind."""
+    scaled = kind.startswith("mx")
+    if cta_group == 1:
+        ms = (128,) if scaled else (64, 128)
+        ns = N_I8 if kind == "i8" else N8
+    else:
+        ms = (128, 256)
+        ns = N32 if kind == "i8" else N16
+    return tuple((m, n) for m in ms for n in ns)
+
+
+def _tcgen05() -> list[Form]:
+    forms = []
+    # (kind, dtype, atype, btype, scale_vec, stype, ptx)
+    types = [("f16", "f16", "f16", "f16"), ("f16", "f32", "f16", "f16")]
+    types += [("f16", "f32", "bf16", "bf16"), ("tf32", "f32", "tf32", "tf32")]
+    types += [("f8f6f4", d, a, b) for d, a, b in itertools.product(("f16", "f32"), F8F6F4, F8F6F4)]
+    types += [("i8", "s32", a, b) for a, b in itertools.product(I8, I8)]
+    rows = [(*t, None, None, (8, 6)) for t in types]
+    rows += [
+        ("mxf8f6f4", "f32", a, b, "1X", "ue8m0", (8, 6))
+        for a, b in itertools.product(F8F6F4, F8F6F4)
+    ]
+    rows += [("mxf4", "f32", "e2m1", "e2m1", "2X", "ue8m0", (8, 6))]
+    rows += [
+        ("mxf4nvf4", "f32", "e2m1", "e2m1", sv, st, (8, 7))
+        for sv, st in (("2X", "ue8m0"), ("4X", "ue8m0"), ("4X", "ue4m3"))
+    ]
+    for kind, d, a, b, sv, st, ptx in rows:
+        k = TCGEN05_K[kind]
+        target = TCGEN05_TARGET_I8 if kind == "i8" else TCGEN05_TARGET
+        for cta in (1, 2):
+            for m, n in tcgen05_shapes(kind, cta):
+                forms.append(
+                    Form(
+                        "tcgen05.mma",
+                        f"m{m}n{n}k{k}",
+                        a,
+                        b,
+                        d,
+                        d,
+                        kind=kind,
+                        scale_vec=sv,
+                        scale_vec_default=kind in ("mxf8f6f4", "mxf4"),
+                        stype=st,
+                        satfinite=kind == "i8",
+                        ptx=ptx,
+                        target=target,
+                        cta_group=cta,
+                    )
+                )
+    return forms
+
+
+TCGEN05_FORMS: tuple[Form, ...] = tuple(_tcgen05())
+
 #: Places where the spec's text or examples disagree with ptxas (CUDA 13.0); the table
 #: follows ptxas. Each case is pinned by a test.
 SPEC_ERRATA = {
@@ -647,11 +723,15 @@ OPCODES = (
     "stmatrix",
     "movmatrix",
     "wgmma.mma_async",
+    "tcgen05.mma",
 )
 
 
 def forms(opcode: str | None = None) -> tuple[Form, ...]:
-    """All forms, or those of one opcode."""
+    """All forms of sections 9.7.14-15, or those of one opcode (``"tcgen05.mma"``: the
+    :data:`TCGEN05_FORMS`)."""
+    if opcode == "tcgen05.mma":
+        return TCGEN05_FORMS
     return FORMS if opcode is None else tuple(f for f in FORMS if f.opcode == opcode)
 
 

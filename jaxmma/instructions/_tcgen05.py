@@ -1,0 +1,170 @@
+"""``tcgen05.mma`` (PTX ISA 9.7.16.10): Blackwell's 5th-generation MMA, matrix level.
+
+``D = A * B + D`` with D in Tensor Memory, issued by one thread, for ``.kind::f16``,
+``.kind::tf32``, ``.kind::f8f6f4``, ``.kind::i8`` and the block-scaled ``.kind::mxf8f6f4``,
+``.kind::mxf4``, ``.kind::mxf4nvf4``, with ``.cta_group::1`` and ``::2`` shapes. The
+Tensor Memory and shared-memory descriptor level is not emulated: :func:`matrix_mma`
+computes on the logical matrices ``A [..., M, K]``, ``B [..., K, N]`` and the accumulator
+``C [..., M, N]`` (D's old value). The transposes of the instruction descriptor change
+how memory is read, not the product; its negate bits flip the sign of every element
+of A or B (``negate_a``/``negate_b`` of the instruction).
+
+Numerics (docs/tcgen05.md): MMA-Sim's Blackwell models, :mod:`jaxmma.models._tcgen05`.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import jax.numpy as jnp
+
+from ..bits import _values
+from ..models import _models
+from ..operands import _scaling
+from ..util import _grad, _ste
+from . import _mma
+
+#: the sign bit of each element in its operand encoding (f8f6f4 / mxf8f6f4: the byte
+#: container holds fp6 in bits 5:0 and fp4 in bits 5:2; mxf4*: an e2m1 nibble)
+_SIGN = {"f16": 15, "bf16": 15, "tf32": 31, "e4m3": 7, "e5m2": 7, "e3m2": 5, "e2m3": 5}
+
+
+def sign_bit(ins, fmt: str) -> int:
+    if fmt == "e2m1":
+        return 3 if ins.kind in ("mxf4", "mxf4nvf4") else 5
+    return _SIGN[fmt]
+
+
+def _check(ins, model, enable_input_d, scale_input_d) -> None:
+    if ins.opcode != "tcgen05.mma":
+        raise ValueError(f"ins: expected a tcgen05.mma instruction, got {ins.text}")
+    if model not in (None, "exact"):
+        raise ValueError(f"model: expected None (Blackwell's) or 'exact', got {model!r}")
+    if not isinstance(enable_input_d, (bool, int)) or enable_input_d not in (0, 1):
+        raise ValueError(f"enable_input_d: expected True or False, got {enable_input_d!r}")
+    if isinstance(scale_input_d, bool) or scale_input_d != 0:
+        raise ValueError(
+            f"scale_input_d: expected 0, got {scale_input_d!r}; D * 2**-scale_input_d "
+            "(1-15, .kind::tf32/.kind::f16) has no published model and is not emulated"
+        )
+
+
+def matrix_mma(
+    ins,
+    A,
+    B,
+    C,
+    *,
+    enable_input_d=True,
+    scale_input_d=0,
+    scale_a=None,
+    scale_b=None,
+    model=None,
+):
+    """Matrix-level ``tcgen05.mma``: ``D = A @ B + C`` (``enable_input_d=False``: ``A @ B``).
+
+    Args:
+      ins: a ``tcgen05.mma`` :class:`jaxmma.Instruction`.
+      A: ``[..., M, K]``, B: ``[..., K, N]`` in the element dtypes (``jnp.bfloat16``,
+        ``jnp.float8_e4m3fn``, ``jnp.float32`` for ``.tf32``, ``jnp.int8``, ...) or
+        unsigned raw bits (``kind::f8f6f4``/``mxf8f6f4``: the byte containers; ``mxf4*``:
+        one e2m1 nibble per element), or :class:`jaxmma.quant.Quantized` operands for the
+        block-scaled kinds. K is the instruction's; M and N may be any (the model is
+        elementwise over the output).
+      C: ``[..., M, N]`` in the accumulator dtype (float32, float16, int32) or raw bits.
+      enable_input_d: the ``enable-input-d`` predicate; False gives ``D = A * B``.
+      scale_input_d: only 0 (the default) is emulated.
+      scale_a, scale_b: block-scaled kinds: ``scale_A [..., M, K / block]`` and
+        ``scale_B [..., K / block, N]`` as raw bits (uint8/uint32),
+        ``jnp.float8_e8m0fnu`` (``.ue8m0``) or ``jnp.float8_e4m3fn`` (``.ue4m3``).
+      model: None (Blackwell's numerics) or ``"exact"``.
+    Returns:
+      D ``[..., M, N]`` in the accumulator dtype. Leading dimensions broadcast;
+      differentiable in float A, B, C (straight-through, as ``mma``).
+
+    Example:
+      >>> import jaxmma, jax.numpy as jnp
+      >>> ins = jaxmma.instruction("tcgen05.mma.cta_group::1.kind::f8f6f4.m128n8k32.f32"
+      ...                          ".e4m3.e4m3")
+      >>> A = jnp.zeros((128, 32), jnp.float8_e4m3fn).at[:, 0].set(1).at[:, 1].set(2.0**-6)
+      >>> B = jnp.zeros((32, 8), jnp.float8_e4m3fn).at[0].set(1).at[1].set(2.0**-8)
+      >>> D = ins.mma(A, B, jnp.zeros((128, 8), jnp.float32))
+      >>> float(D[0, 0]) == 1 + 2.0**-14  # F = 25 keeps it (Hopper's wgmma drops it)
+      True
+    """
+    _check(ins, model, enable_input_d, scale_input_d)
+    kwargs = {"scale_a": scale_a, "scale_b": scale_b}
+    if ins.stype:
+        A, B, kwargs = _scaling.matrix_operands(ins, A, B, kwargs)
+    elif scale_a is not None or scale_b is not None:
+        raise ValueError(f"scale_a/scale_b: operands of the block-scaled kinds, not of {ins.text}")
+    Ab = _values.to_bits(ins.atype, A, "A", ins.kind)
+    Bb = _values.to_bits(ins.btype, B, "B", ins.kind)
+    Cb = _values.to_bits(ins.ctype, C, "C")
+    if Ab.ndim < 2 or Bb.ndim < 2 or Cb.ndim < 2:
+        raise ValueError(
+            f"expected A [..., M, K], B [..., K, N], C [..., M, N]; "
+            f"got shapes {Ab.shape}, {Bb.shape}, {Cb.shape}"
+        )
+    (M, K), N = Ab.shape[-2:], Bb.shape[-1]
+    if K != ins.k or Bb.shape[-2] != K or Cb.shape[-2:] != (M, N):
+        raise ValueError(
+            f"A, B, C: expected A [..., M, {ins.k}], B [..., {ins.k}, N], C [..., M, N] for "
+            f"{ins.text}; got A {Ab.shape}, B {Bb.shape}, C {Cb.shape}"
+        )
+    scales = None
+    if ins.stype:
+        nblk = _scaling.num_blocks(ins)
+        sa = (
+            _grad.no_derivative(kwargs["scale_a"], _mma._SCALE_NO_DERIVATIVE.format(name="scale_a"))
+            if _mma._float_or_none(kwargs["scale_a"]) is not None
+            else (kwargs["scale_a"])
+        )
+        sb = (
+            _grad.no_derivative(kwargs["scale_b"], _mma._SCALE_NO_DERIVATIVE.format(name="scale_b"))
+            if _mma._float_or_none(kwargs["scale_b"]) is not None
+            else (kwargs["scale_b"])
+        )
+        scales = (
+            _scaling._scale_matrix(ins, "scale_a", sa, (M, nblk)),
+            _scaling._scale_matrix(ins, "scale_b", sb, (nblk, N)),
+        )
+    if ins.negate_a:
+        Ab = Ab ^ jnp.uint32(1 << sign_bit(ins, ins.atype))
+    if ins.negate_b:
+        Bb = Bb ^ jnp.uint32(1 << sign_bit(ins, ins.btype))
+    if not enable_input_d:
+        Cb = jnp.zeros_like(Cb)
+    aux = {"bits": (Ab, Bb, Cb), "idx": None, "scales": scales}
+
+    def forward(A, B, C, aux):
+        Ab, Bb, Cb = aux["bits"]
+        lead = jnp.broadcast_shapes(Ab.shape[:-2], Bb.shape[:-2], Cb.shape[:-2])
+        if scales is not None:
+            lead = jnp.broadcast_shapes(lead, *(s.shape[:-2] for s in aux["scales"]))
+        Ab, Bb, Cb = (jnp.broadcast_to(x, lead + x.shape[-2:]) for x in (Ab, Bb, Cb))
+        D = _models.mma_bits(ins, Ab, Bb, Cb, scales=aux["scales"], model=model)
+        return _values.from_bits(ins.dtype, D)
+
+    def lift(op, negate, dx, aux):
+        dx = _mma._lift(ins, op, False, dx, aux) if aux["scales"] is not None else dx
+        return -dx if negate else dx
+
+    return _ste.straight_through(
+        forward,
+        functools.partial(_mma._operand_values, ins),
+        _mma._float_or_none(A),
+        _mma._float_or_none(B),
+        None if not enable_input_d else _mma._float_or_none(C),
+        aux,
+        lift_a=functools.partial(lift, "a", ins.negate_a),
+        lift_b=functools.partial(lift, "b", ins.negate_b),
+    )
+
+
+def execute(ins, *args, **kwargs):
+    """Tensor Memory / descriptor level: not emulated."""
+    raise NotImplementedError(
+        f"{ins.text}: the Tensor Memory and matrix-descriptor level of tcgen05.mma is not "
+        "emulated; use the matrix level ins.mma(A, B, C, enable_input_d=True)"
+    )

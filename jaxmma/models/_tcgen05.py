@@ -1,0 +1,50 @@
+"""The arithmetic of Blackwell's ``tcgen05.mma`` (docs/tcgen05.md).
+
+``.kind::tf32``, ``.kind::f16`` and ``.kind::f8f6f4``: one fused block per instruction
+with the parameters of :func:`jaxmma.models._table.tcgen05_block_model` (MMA-Sim's
+``TCGen05MMA``); the block-scaled kinds share sm_120's models (:mod:`_scaled`, MMA-Sim's
+``TCGen05MMABlockScale``); ``.kind::i8`` is the exact integer sum, wrapped or clamped
+once (idesc saturate). Options of the instruction (negation, ``enable-input-d``) are
+applied above, in :mod:`jaxmma.instructions._tcgen05`.
+"""
+
+from __future__ import annotations
+
+from ..arith import _integer, _numerics
+from ..bits import _formats, _packing
+from . import _scaled
+from ._chain import chain
+from ._table import F8F6F4, tcgen05_block_model
+
+
+def _fields(ins, fmt: str, bits):
+    if ins.kind == "f8f6f4" and fmt in F8F6F4:
+        bits = _packing.from_container(bits, fmt)
+    return _formats.fields(fmt, bits)
+
+
+def mma_bits(ins, A, B, C, *, scales=None, model=None):
+    """Raw-bit ``D = A @ B + C`` of a ``tcgen05.mma`` form, for any M and N.
+
+    Args:
+      ins: a ``tcgen05.mma`` :class:`jaxmma.Instruction`.
+      A: uint32 ``[..., M, K]``, B: uint32 ``[..., K, N]`` raw element bits
+        (``kind::f8f6f4``/``mxf8f6f4``: 8-bit containers; ``mxf4*``: e2m1 nibbles;
+        ``.tf32``: the f32 bits); C: uint32 ``[..., M, N]`` bits of the accumulator.
+        The model is elementwise over (m, n); K above the instruction's chains blocks.
+      scales: ``(SA [..., M, K / block], SB [..., K / block, N])`` raw scale bytes of the
+        block-scaled kinds.
+      model: None (Blackwell's) or ``"exact"``.
+    Returns:
+      uint32 ``[..., M, N]``: raw bits of D in ``ins.dtype``.
+    """
+    if ins.kind == "i8":
+        return _integer.mma_bits(ins, A, B, C)
+    if ins.stype:
+        return _scaled.mma_bits(ins, A, B, C, scales, model=model)
+    fa, fb = _fields(ins, ins.atype, A), _fields(ins, ins.btype, B)
+    if model == "exact":
+        prod = _numerics.product_terms(fa, fb, ins.atype, ins.btype)
+        width = _numerics.exact_width(ins.atype, ins.btype, ins.ctype, A.shape[-1])
+        return _numerics.block_chain(prod, C, ins.ctype, ins.dtype, _numerics.EXACT, width)
+    return chain(ins, fa, fb, C, ins.ctype, tcgen05_block_model(ins), False)
