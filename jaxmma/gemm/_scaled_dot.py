@@ -326,7 +326,7 @@ def scaled_matmul(
       >>> jaxmma.scaled_matmul(a, a, s, s)[0, 0, 0]
       Array(16., dtype=float32)
     """
-    lhs, rhs = _host_bits(lhs), _host_bits(rhs)
+    lhs, rhs = (x if isinstance(x, np.ndarray) else jnp.asarray(x) for x in (lhs, rhs))
     lhs_scales, rhs_scales = jnp.asarray(lhs_scales), jnp.asarray(rhs_scales)
     block = _check_matmul_shapes(lhs, rhs, lhs_scales, rhs_scales)
     out_dtype = _out_dtype(preferred_element_type, "scaled_matmul")
@@ -338,6 +338,7 @@ def scaled_matmul(
     )
     names = ("lhs", "rhs", "lhs_scales", "rhs_scales")
     ins = _pick(fa, fb, st, block, instruction=instruction, arch=arch, names=names)
+    lhs, rhs = _host_bits(lhs), _host_bits(rhs)
     cfg = _Matmul(ins, fa, fb, block)
     return _scaled_matmul_ste(cfg, lhs, rhs, lhs_scales, rhs_scales).astype(out_dtype)
 
