@@ -413,7 +413,7 @@ def _side(i: int, config) -> tuple[_Side, jax.Array | None]:
 def _pair(sides, *, instruction, arch, names):
     """The instruction that multiplies operands quantized per two configs."""
     (a, _), (b, _) = sides
-    if a.block != b.block:
+    if a.stype == b.stype and a.block != b.block:
         raise ValueError(
             f"{names[2]}, {names[3]}: block sizes {a.block} and {b.block} differ; one "
             "instruction takes one block size for both operands"
