@@ -9,7 +9,10 @@ NVFP4: ``amax / 6`` in float32 rounded to nearest e4m3, elements rounded to near
 Results are compared as raw bits.
 """
 
+import doctest
 import functools
+import pathlib
+import re
 import types
 
 import jax
@@ -19,6 +22,7 @@ import numpy as np
 import pytest
 
 import jaxmma
+from jaxmma.gemm import _scaled_dot
 
 MMA = "mma.sync.aligned."
 MXF8 = MMA + "m16n8k32.row.col.kind::mxf8f6f4.block_scale.scale_vec::1X.f32.{a}.{b}.f32.ue8m0"
@@ -498,3 +502,13 @@ def test_jax_nn_does_not_run_on_this_backend_but_jaxmma_does():
     with pytest.raises(NotImplementedError):
         jax.nn.scaled_matmul(a, a, s, s)
     assert float(jaxmma.scaled_matmul(a, a, s, s)[0, 0, 0]) == 64.0
+
+
+def test_docstring_examples_and_the_docs_example():
+    assert doctest.testmod(_scaled_dot).failed == 0
+    doc = pathlib.Path(__file__).resolve().parents[1] / "docs" / "scaled_dot.md"
+    (block,) = re.findall(r"```python\n(import jax.*?)```", doc.read_text(), flags=re.S)
+    scope = {}
+    exec(compile(block, "docs/scaled_dot.md", "exec"), scope)
+    assert float(scope["einsum"][0, 0, 0]) == 512 + 2**-14  # f32 rounds to nearest
+    assert float(scope["mma"][0, 0, 0]) == 512.0  # the tensor core truncates
