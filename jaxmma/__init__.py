@@ -6,6 +6,8 @@ from . import quant as quant
 from . import sparse as sparse
 from .gemm._gemm import dot_general as dot_general
 from .gemm._gemm import matmul as matmul
+from .gemm._scaled_dot import scaled_dot_general as scaled_dot_general
+from .gemm._scaled_dot import scaled_matmul as scaled_matmul
 from .instructions._instruction import Instruction as Instruction
 from .instructions._instruction import all_instructions as all_instructions
 from .instructions._instruction import instruction as instruction
@@ -22,6 +24,8 @@ __all__ = [
     "layouts",
     "matmul",
     "quant",
+    "scaled_dot_general",
+    "scaled_matmul",
     "sparse",
     "tcgen05_instruction",
 ]
