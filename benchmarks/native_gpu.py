@@ -24,8 +24,7 @@ import jaxmma
 FORMS = {
     "wgmma bf16": ("wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16", "sm_90a", None),
     "wgmma f16": ("wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16", "sm_90a", None),
-    "wgmma e4m3 P1": ("wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3", "sm_90a", 1),
-    "wgmma e5m2 P1": ("wgmma.mma_async.sync.aligned.m64n128k32.f32.e5m2.e5m2", "sm_90a", 1),
+    "wgmma bf16 P4": ("wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16", "sm_90a", 4),
     "mma.sync bf16": ("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32", "sm_90", None),
     "mma.sync f16 P2": ("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32", "sm_90", 2),
 }
