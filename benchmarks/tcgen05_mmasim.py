@@ -7,8 +7,8 @@ outputs under ``tests/golden/sm_100/`` so that ``tests/test_tcgen05.py`` checks 
 against them, bit for bit, without torch. It needs torch and mmasim (not jaxmma), e.g. in
 a virtual environment of its own::
 
-    python -m venv /tmp/mmasim && /tmp/mmasim/bin/pip install mmasim torch numpy
-    /tmp/mmasim/bin/python benchmarks/tcgen05_mmasim.py
+    python -m venv mmasim-venv && mmasim-venv/bin/pip install mmasim torch numpy
+    mmasim-venv/bin/python benchmarks/tcgen05_mmasim.py
 
 One instruction call per form, M = 128, N = 80 (10,240 elements of D). Rows of A (and C)
 and columns of B come in four bands of inputs: moderate values, raw bits of any value
