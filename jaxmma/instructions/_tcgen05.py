@@ -21,7 +21,7 @@ import jax.numpy as jnp
 from ..bits import _values
 from ..models import _models
 from ..operands import _scaling
-from ..util import _grad, _ste
+from ..util import _grad, _shapes, _ste
 from . import _mma
 
 #: the sign bit of each element in its operand encoding (f8f6f4 / mxf8f6f4: the byte
@@ -101,12 +101,7 @@ def matrix_mma(
     Ab = _values.to_bits(ins.atype, A, "A", ins.kind)
     Bb = _values.to_bits(ins.btype, B, "B", ins.kind)
     Cb = _values.to_bits(ins.ctype, C, "C")
-    if Ab.ndim < 2 or Bb.ndim < 2 or Cb.ndim < 2:
-        raise ValueError(
-            f"expected A [..., M, K], B [..., K, N], C [..., M, N]; "
-            f"got shapes {Ab.shape}, {Bb.shape}, {Cb.shape}"
-        )
-    (M, K), N = Ab.shape[-2:], Bb.shape[-1]
+    M, K, N = _shapes.matrix_dims(Ab, Bb, Cb)
     if K != ins.k or Bb.shape[-2] != K or Cb.shape[-2:] != (M, N):
         raise ValueError(
             f"A, B, C: expected A [..., M, {ins.k}], B [..., {ins.k}, N], C [..., M, N] for "

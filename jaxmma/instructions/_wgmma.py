@@ -33,6 +33,7 @@ import jax.numpy as jnp
 from ..bits import _values
 from ..models import _models
 from ..models._wgmma import INTEGER
+from ..util import _shapes
 
 FP8 = ("e4m3", "e5m2")
 #: the sign bit of each floating input format (tf32: the f32 register's)
@@ -90,12 +91,7 @@ def matrix_mma(ins, A, B, C, *, scale_d=True, scale_a=1, scale_b=1, model=None):
     Ab = _values.to_bits(ins.atype, A, "A")
     Bb = _values.to_bits(ins.btype, B, "B")
     Cb = _values.to_bits(ins.ctype, C, "C")
-    if Ab.ndim < 2 or Bb.ndim < 2 or Cb.ndim < 2:
-        raise ValueError(
-            f"expected A [..., M, K], B [..., K, N], C [..., M, N]; "
-            f"got shapes {Ab.shape}, {Bb.shape}, {Cb.shape}"
-        )
-    (M, K), N = Ab.shape[-2:], Bb.shape[-1]
+    M, K, N = _shapes.matrix_dims(Ab, Bb, Cb)
     if Bb.shape[-2] != K or Cb.shape[-2:] != (M, N):
         raise ValueError(
             f"B: expected [..., {K}, N] and C [..., {M}, N] for A of shape {Ab.shape}; "

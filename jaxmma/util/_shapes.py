@@ -34,3 +34,15 @@ def broadcast(operands, context: str = ""):
         None if x is None else jnp.broadcast_to(x, batch + x.shape[x.ndim - nd :])
         for _, x, nd in operands
     )
+
+
+def matrix_dims(A, B, C) -> tuple[int, int, int]:
+    """``(M, K, N)`` of matrix operands ``A [..., M, K]``, ``B [..., K, N]``, ``C [..., M,
+    N]``; a ``ValueError`` where one of them has fewer than two dimensions."""
+    if A.ndim < 2 or B.ndim < 2 or C.ndim < 2:
+        raise ValueError(
+            f"expected A [..., M, K], B [..., K, N], C [..., M, N]; "
+            f"got shapes {A.shape}, {B.shape}, {C.shape}"
+        )
+    (M, K), N = A.shape[-2:], B.shape[-1]
+    return M, K, N
