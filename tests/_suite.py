@@ -39,8 +39,30 @@ def params(items, key, *, salt="", ids=None):
     keep = {id(x) for x in sample(items, key, salt=salt)}
     out = []
     for x in items:
-        marks = () if id(x) in keep else (pytest.mark.full,)
+        marks = (pytest.mark.sampled,) if id(x) in keep else (pytest.mark.full,)
         kw = {"id": ids(x)} if ids is not None else {}
         values = x if isinstance(x, tuple) else (x,)
         out.append(pytest.param(*values, marks=marks, **kw))
     return out
+
+
+#: the quick run keeps one in this many cases of a parametrized test (at least one)
+CASE_SHARE = 8
+
+
+def thin(names):
+    """The indices of ``names`` (test ids, ``function[case]``) that the quick run keeps:
+    of each parametrized function's cases a ``1 / CASE_SHARE`` share (at least one),
+    drawn with this run's seed, the same in every process; every index in the full
+    sweep. Functions with one case are kept whole."""
+    names = list(names)
+    if full_sweep():
+        return list(range(len(names)))
+    groups = {}
+    for i, name in enumerate(names):
+        groups.setdefault(name.split("[", 1)[0], []).append(i)
+    keep = set()
+    for base, idx in sorted(groups.items()):
+        rng = random.Random(f"{seed()}:{base}")
+        keep.update(rng.sample(idx, -(-len(idx) // CASE_SHARE)))
+    return sorted(keep)

@@ -5,7 +5,11 @@ between the quick run (``make test``) and the full sweep (``make test-all``).
   ``JAXMMA_FULL=1``.
 * The quick run deselects the tests marked ``full`` (the same model checked again at more
   shapes, forms or seeds) and checks a sample of each golden file: one record of every
-  opcode and shape per file, drawn with ``JAXMMA_TEST_SEED``. The seed is today's UTC date
+  opcode and shape per file, drawn with ``JAXMMA_TEST_SEED``. Of every other
+  parametrized test it keeps one case in ``_suite.CASE_SHARE`` (at least one), drawn with
+  the same seed, unless the test is marked ``every_case`` (the notebooks, the hardware
+  golden files, the cheap table-driven checks) or its cases were drawn by hand
+  (``_suite.params``). The seed is today's UTC date
   unless the variable is set; the header prints it, so a failure is reproduced with
   ``JAXMMA_TEST_SEED=<seed> pytest ...``.
 """
@@ -20,7 +24,7 @@ os.environ.setdefault(
 )
 
 import jax  # noqa: E402
-from _suite import full_sweep, seed  # noqa: E402
+from _suite import full_sweep, seed, thin  # noqa: E402
 
 jax.config.update("jax_numpy_dtype_promotion", "strict")
 jax.config.update("jax_numpy_rank_promotion", "raise")
@@ -44,6 +48,12 @@ def pytest_configure(config):
     config.addinivalue_line(
         "markers", "full: duplicate coverage run only in the full sweep (--full, JAXMMA_FULL=1)"
     )
+    config.addinivalue_line(
+        "markers", "every_case: the quick run keeps every case of this parametrized test"
+    )
+    config.addinivalue_line(
+        "markers", "sampled: a case the quick run drew by hand (tests/_suite.py params)"
+    )
     if config.getoption("--full"):
         os.environ["JAXMMA_FULL"] = "1"  # xdist workers and notebook kernels inherit it
 
@@ -59,6 +69,20 @@ def pytest_collection_modifyitems(config, items):
     keep, drop = [], []
     for item in items:
         (drop if item.get_closest_marker("full") else keep).append(item)
+    # the rest of the parametrized tests: a seeded share of each function's cases, unless
+    # the cases were drawn by hand (params) or every one must run (every_case)
+    whole = [
+        it
+        for it in keep
+        if getattr(it, "callspec", None) is None
+        or it.get_closest_marker("every_case")
+        or it.get_closest_marker("sampled")
+    ]
+    wholes = {id(it) for it in whole}
+    rest = [it for it in keep if id(it) not in wholes]
+    kept = {id(rest[i]) for i in thin(it.nodeid for it in rest)}
+    drop += [it for it in rest if id(it) not in kept]
+    keep = [it for it in keep if id(it) in wholes or id(it) in kept]
     if drop:
         config.hook.pytest_deselected(items=drop)
         items[:] = keep

@@ -794,6 +794,7 @@ case("shared-exponent-fmt", ValueError, "fmt: expected one of", Q.shared_exponen
 case("as-operands-array", TypeError, "qa: expected a Quantized", Q.as_operands, MX, X, X)
 
 
+@pytest.mark.every_case  # each case is one cheap call: all run in the quick run
 @pytest.mark.parametrize(("fn", "args", "kwargs", "exc", "pattern", "jit"), CASES)
 @pytest.mark.parametrize("mode", ["eager", "jit"])
 def test_bad_input_is_refused(fn, args, kwargs, exc, pattern, jit, mode):

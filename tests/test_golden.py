@@ -50,3 +50,7 @@ def test_emulator_matches_hardware(path):
         if res.status != "ok" or res.equal != res.total:
             failures.append(f"{rec.text}: {res.status} {res.equal}/{res.total} {res.message}")
     assert not failures, "\n".join(failures)
+
+
+#: the quick run keeps every case of this file (tests/conftest.py)
+pytestmark = pytest.mark.every_case

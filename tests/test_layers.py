@@ -146,3 +146,7 @@ def test_every_floor_is_on_the_map():
     for floor in FLOORS:
         if floor:
             assert f"`{floor}/`" in text, f"docs/internals.md: no row for the floor {floor}/"
+
+
+#: the quick run keeps every case of this file (tests/conftest.py)
+pytestmark = pytest.mark.every_case

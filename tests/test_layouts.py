@@ -996,3 +996,7 @@ def test_error_lists_allowed_values():
 def test_doctests():
     result = doctest.testmod(L, optionflags=doctest.NORMALIZE_WHITESPACE)
     assert result.attempted > 0 and result.failed == 0
+
+
+#: the quick run keeps every case of this file (tests/conftest.py)
+pytestmark = pytest.mark.every_case

@@ -31,3 +31,7 @@ def test_notebook_runs(path, monkeypatch):
 
 def test_notebooks_exist():
     assert {p.stem for p in NOTEBOOKS} >= STUDIES
+
+
+#: the quick run keeps every case of this file (tests/conftest.py)
+pytestmark = pytest.mark.every_case

@@ -220,3 +220,7 @@ def test_arch_parsing():
     assert _ptx.parse_arch("120f") == _ptx.Arch(120, "f")
     with pytest.raises(ValueError, match="sm_70"):
         _ptx.parse_arch("sm_95")
+
+
+#: the quick run keeps every case of this file (tests/conftest.py)
+pytestmark = pytest.mark.every_case

@@ -82,3 +82,7 @@ def test_errors():
         layouts.operand_map("mma", "a")
     with pytest.raises(ValueError, match="ins: expected a .block_scale"):
         layouts.block_size(BF16)
+
+
+#: the quick run keeps every case of this file (tests/conftest.py)
+pytestmark = pytest.mark.every_case

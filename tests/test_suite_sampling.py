@@ -2,7 +2,7 @@
 process for a seed, every item in the full sweep."""
 
 import pytest
-from _suite import params, sample
+from _suite import params, sample, thin
 
 ITEMS = [(g, i) for g in "abcd" for i in range(5)]
 
@@ -33,16 +33,36 @@ def test_the_seed_rotates_the_sample(monkeypatch):
 def test_full_sweep_takes_everything(monkeypatch):
     monkeypatch.setenv("JAXMMA_FULL", "1")
     assert sample(ITEMS, _group) == ITEMS
-    assert all(not p.marks for p in params(ITEMS, _group))
+    assert all(m.name == "sampled" for p in params(ITEMS, _group) for m in p.marks)
 
 
 def test_params_mark_the_rest_full(monkeypatch):
     monkeypatch.delenv("JAXMMA_FULL", raising=False)
     ps = params(ITEMS, _group, ids=lambda x: f"{x[0]}{x[1]}")
-    quick = [p for p in ps if not p.marks]
+    quick = [p for p in ps if [m.name for m in p.marks] == ["sampled"]]
     assert len(quick) == 4 and len(ps) == len(ITEMS)
-    assert all(m.name == "full" for p in ps for m in p.marks)
+    assert all([m.name for m in p.marks] == ["full"] for p in ps if p not in quick)
     assert [p.values for p in ps] == ITEMS and ps[0].id == "a0"
     with pytest.raises(KeyError):  # the seed is set by conftest.py for the whole run
         monkeypatch.delenv("JAXMMA_TEST_SEED")
         sample(ITEMS, _group)
+
+
+NAMES = [f"t.py::f[{i}]" for i in range(20)] + ["t.py::g[0]", "t.py::g[1]", "t.py::h"]
+
+
+def test_thin_keeps_a_share_of_each_function(monkeypatch):
+    monkeypatch.delenv("JAXMMA_FULL", raising=False)
+    seen = set()
+    for seed in range(40):
+        monkeypatch.setenv("JAXMMA_TEST_SEED", str(seed))
+        kept = thin(NAMES)
+        assert kept == thin(list(NAMES))  # the same draw in every process
+        names = [NAMES[i] for i in kept]
+        assert sum(n.startswith("t.py::f[") for n in names) == 3  # ceil(20 / 8)
+        assert sum(n.startswith("t.py::g[") for n in names) == 1
+        assert "t.py::h" in names
+        seen.update(kept)
+    assert seen == set(range(len(NAMES)))  # the seed rotates through every case
+    monkeypatch.setenv("JAXMMA_FULL", "1")
+    assert thin(NAMES) == list(range(len(NAMES)))

@@ -12,6 +12,9 @@
   ``dot_general`` with ``promote_every`` and block-scaled float inputs (quantized inside)
   against the same call here;
 * ``formats.encode`` / ``decode`` and the quantizers against the same call here.
+
+The quick run takes two of the golden forms and two of the other forms (drawn with
+``JAXMMA_TEST_SEED``, tests/_suite.py); the full sweep takes all of them.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ import subprocess
 import sys
 
 import numpy as np
+from _suite import sample
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 GOLDEN = os.path.join(HERE, "golden", "sm_90")
@@ -52,6 +56,16 @@ FORMS = [
 WARPS = 8
 BF16 = "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32"
 GEMM_KEY_PART = "e4m3.e4m3.f32|P=4|S=7|"  # the chained fp8 golden GEMM, promoted every 4 steps
+
+
+def golden_forms():
+    """This run's golden forms: two of them in the quick run, all in the full sweep."""
+    return sample(GOLDEN_FORMS, lambda f: GOLDEN_FORMS.index(f) % 2, salt="x64-golden")
+
+
+def forms():
+    """This run's forms without golden files: two in the quick run, all in the full sweep."""
+    return sample(FORMS, lambda f: FORMS.index(f) % 2, salt="x64-forms")
 
 
 def _golden_record(group, text):
@@ -120,7 +134,7 @@ def golden_sweep() -> dict:
     from jaxmma.conformance import _compare, _gemm, _golden
 
     out = {"wgmma": _wgmma(*_wgmma_record())}
-    for rec in (_golden_record(g, t) for g, t in GOLDEN_FORMS):
+    for rec in (_golden_record(g, t) for g, t in golden_forms()):
         vec = _golden.regenerate_inputs(rec)
         with jax.enable_x64(_compare._needs_x64(vec, rec.outputs) or jax.config.jax_enable_x64):
             emu = _compare.emulate(rec.instruction(), vec)
@@ -148,7 +162,7 @@ def sweep() -> dict:
     from jaxmma.conformance import _compare, _vectors
 
     out = {}
-    for text, arch in FORMS:
+    for text, arch in forms():
         ins = jaxmma.instruction(text, arch=arch)
         for name, v in _compare.emulate(ins, _vectors.inputs(ins, 1, WARPS)).items():
             out[f"form|{text}|{arch}|{name}"] = _bits(v)
@@ -237,7 +251,7 @@ def test_x64_gives_the_same_bits(tmp_path):
     hw = np.concatenate([arrays["d"][flags == 1], arrays["d"][flags == 0]])
     if not np.array_equal(on["wgmma"], hw):
         failures.append(f"wgmma {text}: x64 on differs from the hardware")
-    for group, text in GOLDEN_FORMS:
+    for group, text in golden_forms():
         rec = _golden_record(group, text)
         for name, hw in rec.outputs.items():
             key = f"golden|{rec.text}|{name}"
@@ -254,7 +268,7 @@ def test_x64_gives_the_same_bits(tmp_path):
         if on[key].dtype != off[key].dtype or not np.array_equal(on[key], off[key]):
             failures.append(f"{key}: x64 on differs from x64 off")
     assert not failures, "\n".join(failures)
-    assert len(off) == len(FORMS) * 1 + 3 + 15 + 6
+    assert len(off) == len(forms()) * 1 + 3 + 15 + 6
 
 
 if __name__ == "__main__":  # the child process: x64 on
