@@ -13,12 +13,12 @@ from __future__ import annotations
 import jax.numpy as jnp
 from jax import lax
 
-from ..bits._wide import F16, F32
+from ..bits._wide import BF16, F16, F32
 
 I32 = jnp.int32
 #: the NaN the hardware's adds and conversions produce
-CANONICAL_NAN = {"f32": 0x7FFFFFFF, "f16": 0x7FFF}
-OUT_FORMATS = {"f32": F32, "f16": F16}
+CANONICAL_NAN = {"f32": 0x7FFFFFFF, "f16": 0x7FFF, "bf16": 0x7FFF}
+OUT_FORMATS = {"f32": F32, "f16": F16, "bf16": BF16}
 
 
 def i32(v: int):
@@ -38,6 +38,11 @@ def c_fields(c, fmt: str):
         e = srl(c, 23) & 0xFF
         man = c & 0x7FFFFF
         top, mbits, bias_lsb, neg = 0xFF, 23, 150, c < 0
+    elif fmt == "bf16":
+        c = c & 0xFFFF
+        e = srl(c, 7) & 0xFF
+        man = c & 0x7F
+        top, mbits, bias_lsb, neg = 0xFF, 7, 134, (c & 0x8000) != 0
     else:
         c = c & 0xFFFF
         e = srl(c, 10) & 0x1F
@@ -138,3 +143,25 @@ def round_f32_rz(neg, mag, unit):
     bits = jnp.where(lead > 127, I32(0x7F800000), bits)
     bits = jnp.where(mag == 0, 0, bits)
     return bits | jnp.where(bits != 0, neg.astype(I32) << 31, 0)
+
+
+def convert(x, src: str, dst: str):
+    """An IEEE conversion between ``f32``, ``f16`` and ``bf16`` on int32 bits, rounded to
+    nearest even (F2F / F2FP): subnormals kept, overflow to Inf, signed zeros kept (a
+    nonzero value that rounds to zero keeps its sign), NaN -> the canonical NaN; as
+    :func:`jaxmma.arith._numerics.convert` computes it, in a few dozen operations."""
+    finite, _, exp, sig, neg, nan, inf = c_fields(x, src)
+    out = OUT_FORMATS[dst]
+    bits = round_bits(neg, sig, exp, dst, out.man, nearest=True)
+    sign = neg.astype(I32) << (out.nbits - 1)
+    inf_bits = I32(((1 << out.exp) - 1) << out.man)
+    bits = jnp.where(finite, bits, sign)  # zeros
+    bits = jnp.where(finite & (bits == 0), sign, bits)  # rounded to zero: the sign stays
+    bits = jnp.where(inf, inf_bits | sign, bits)
+    return jnp.where(nan, I32(CANONICAL_NAN[dst]), bits)
+
+
+def convert_bits(bits, src: str, dst: str):
+    """:func:`convert` on unsigned raw bits (uint32 containers) -> uint32 bits."""
+    x = lax.bitcast_convert_type(jnp.asarray(bits, jnp.uint32), I32)
+    return lax.bitcast_convert_type(convert(x, src, dst), jnp.uint32)

@@ -20,7 +20,7 @@ from typing import NamedTuple
 import jax.numpy as jnp
 
 from ..bits import _formats, _wide
-from ._int32 import ieee_add_f32
+from ._int32 import convert_bits, ieee_add_f32
 
 U32 = jnp.uint32
 CANONICAL_NAN = {"f32": 0x7FFFFFFF, "f16": 0x7FFF, "bf16": 0x7FFF}
@@ -280,6 +280,21 @@ def ieee_add_general(x_bits, y_bits, fmt: str):
     return ieee_sum(concat(c_terms(x_bits, fmt), c_terms(y_bits, fmt)), fmt)
 
 
+#: the formats whose conversions run in int32 (:func:`jaxmma.arith._int32.convert`)
+_INT32_CONVERT = ("f32", "f16", "bf16")
+
+
 def convert(bits, src: str, dst: str):
-    """IEEE conversion between float formats, rounding to nearest even (F2F / F2FP)."""
+    """IEEE conversion between float formats, rounding to nearest even (F2F / F2FP).
+
+    Between ``f32``, ``f16`` and ``bf16`` it runs the int32 formulation
+    (:func:`jaxmma.arith._int32.convert_bits`, tested bit-equal to
+    :func:`convert_general`), other formats the general exact sum."""
+    if src in _INT32_CONVERT and dst in _INT32_CONVERT and src != dst:
+        return convert_bits(bits, src, dst)
+    return convert_general(bits, src, dst)
+
+
+def convert_general(bits, src: str, dst: str):
+    """:func:`convert` as a one-term exact sum rounded once (any formats)."""
     return ieee_sum(c_terms(bits, src), dst)
