@@ -1,4 +1,10 @@
-"""Sparse ``mma.sp`` / ``mma.sp::ordered_metadata`` operands (PTX ISA 9.7.14.6).
+"""Sparse ``mma.sp`` / ``mma.sp::ordered_metadata`` operands (PTX ISA 9.7.14.6), and those
+of ``tcgen05.mma.sp`` (9.7.16.10.8; docs/tcgen05.md).
+
+``tcgen05.mma.sp`` has the same chunk patterns (1:2 ``.kind::tf32``; 2:4 ``f16``,
+``f8f6f4``, ``mxf8f6f4``, ``i8``; pair-wise 4:8 ``mxf4*``) and nibble decode; its
+metadata is a logical matrix ``[..., M, K / chunk_size]`` of 4-bit values (no lanes,
+no selector), M may be any, and its meaningful nibbles are :data:`NIBBLES_TCGEN05`.
 
 Matrix A of an ``M x N x K`` sparse MMA is structured sparse: every row is cut into
 *chunks* of ``chunk_size`` dense columns, and only half of each chunk is stored (spec
