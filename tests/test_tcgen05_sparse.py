@@ -272,10 +272,8 @@ def test_jit_vmap_grad_and_poison():
     one = ins.mma(A[0], B, C)
     f = jax.jit(lambda a: ins.mma(a, B, C))
     assert np.array_equal(np.asarray(f(A[0])).view(np.uint32), np.asarray(one).view(np.uint32))
-    mapped = jax.vmap(f)(A)
-    assert np.array_equal(np.asarray(mapped[0]).view(np.uint32), np.asarray(one).view(np.uint32))
     # straight-through gradient: dD/dA of the stored elements, zero at the pruned ones
-    g = np.asarray(jax.grad(lambda a: jnp.sum(ins.mma(a, B, C)))(A[0]), np.float32)
+    g = np.asarray(jax.jit(jax.grad(lambda a: jnp.sum(ins.mma(a, B, C))))(A[0]), np.float32)
     want = np.ones((128, 16)) @ np.asarray(B, np.float64).T
     kept = np.asarray(A[0]) != 0
     assert np.allclose(g[kept], want.astype(ml_dtypes.bfloat16).astype(np.float32)[kept])
@@ -284,6 +282,27 @@ def test_jit_vmap_grad_and_poison():
     D = np.asarray(f(bad))
     assert np.all(D[5].view(np.uint32) == 0x7FFFFFFF)
     assert np.array_equal(np.delete(D, 5, 0), np.delete(np.asarray(one), 5, 0))
+
+
+@pytest.mark.full
+def test_vmap_and_compressed_gradient():
+    ins = jaxmma.instruction(QUICK[0])
+    keys = jax.random.split(jax.random.key(8), 2)
+    A = sparse.prune(ins, jax.random.normal(keys[0], (3, 128, 32)).astype(jnp.bfloat16))
+    B = jax.random.normal(keys[1], (32, 16)).astype(jnp.bfloat16)
+    C = jnp.zeros((128, 16), jnp.float32)
+    mapped = jax.vmap(lambda a: ins.mma(a, B, C))(A)
+    for i in range(3):
+        assert np.array_equal(
+            np.asarray(mapped[i]).view(np.uint32), np.asarray(ins.mma(A[i], B, C)).view(np.uint32)
+        )
+    # the compressed A's gradient: that of each stored element at its dense column
+    vals, e = sparse.compress(ins, A[0])
+    idx = sparse.metadata_indices(ins, e)
+    g = np.asarray(jax.grad(lambda v: jnp.sum(ins.mma(v, B, C, metadata=idx)))(vals), np.float32)
+    full = np.ones((128, 16)) @ np.asarray(B, np.float64).T  # d sum(A @ B) / dA
+    want = np.take_along_axis(full, np.asarray(idx), axis=1)
+    assert np.allclose(g, want.astype(ml_dtypes.bfloat16).astype(np.float32))
 
 
 def test_matmul_chains_the_instruction():
@@ -300,7 +319,7 @@ def test_matmul_chains_the_instruction():
         axis=1,
     )
     w = rng.normal(size=(192, 24)).astype(ml_dtypes.float8_e4m3fn)
-    D = np.asarray(jaxmma.matmul(jnp.asarray(x), jnp.asarray(w), instruction=ins))
+    D = np.asarray(jaxmma.matmul(jnp.asarray(x), jnp.asarray(w), instruction=ins, check=True))
     acc = jnp.zeros((70, 24), jnp.float32)
     for s in range(0, 192, 64):
         acc = ins.mma(jnp.asarray(x[:, s : s + 64]), jnp.asarray(w[s : s + 64]), acc)
