@@ -199,14 +199,14 @@ def _sparse_bits(ins, model, A, B, C, scales, idx):
 
 def _sparse_shapes(ins, A, B, C, metadata) -> None:
     """ValueError naming the operand for a wrong trailing shape of ``tcgen05.mma.sp``."""
-    want_a = (ins.m, ins.k) if metadata is None else (ins.m, ins.k // 2)
+    cols = ins.k if metadata is None else ins.k // 2  # of A
     for name, x in (("B", B), ("C", C)):
         if x.ndim < 2:
             raise ValueError(f"{name}: expected a matrix (at least 2 dimensions), got {x.shape}")
-    if A.ndim < 2 or A.shape[-1] != want_a[1] or B.shape[-2] != ins.k:
+    if A.ndim < 2 or A.shape[-1] != cols or B.shape[-2] != ins.k:
         what = "dense" if metadata is None else "compressed (metadata given)"
         raise ValueError(
-            f"A, B: expected the {what} A [..., M, {want_a[1]}] and B [..., {ins.k}, N] for "
+            f"A, B: expected the {what} A [..., M, {cols}] and B [..., {ins.k}, N] for "
             f"{ins.text}; got A {tuple(A.shape)}, B {tuple(B.shape)}"
         )
     if C.shape[-2:] != (A.shape[-2], B.shape[-1]):
