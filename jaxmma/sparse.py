@@ -1,4 +1,5 @@
-"""Structured sparsity for ``mma.sp``: prune, compress, decompress, validate (9.7.14.6)."""
+"""Structured sparsity for ``mma.sp`` (9.7.14.6) and ``tcgen05.mma.sp`` (9.7.16.10.8): prune,
+compress, decompress, validate (docs/tcgen05.md for the metadata matrix of tcgen05)."""
 
 from .operands._sparse import checked as checked
 from .operands._sparse import compress as compress

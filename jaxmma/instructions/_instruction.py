@@ -146,6 +146,7 @@ class Instruction:
             satfinite=self.satfinite,
             negate_a=self.negate_a,
             negate_b=self.negate_b,
+            sparse=self.sparse is not None,
         )
 
     @property
@@ -273,7 +274,10 @@ def tcgen05_instruction(
 
     Raises:
       ValueError: reserved bits set, an unknown type code, a shape the table lacks, a
-        sparse or ``.ws``-only field; the message names the field and the allowed values.
+        sparsity selector the kind does not allow, a ``.ws``-only field; the message
+        names the field and the allowed values. Bit 2 (sparse) gives the
+        ``tcgen05.mma.sp`` form; its sparsity selector (bits 0-1) says where the metadata
+        lies in Tensor Memory and is not kept (the matrix level takes logical metadata).
 
     Example:
       >>> import jaxmma
@@ -284,12 +288,13 @@ def tcgen05_instruction(
       '0x8400490'
     """
     fields = _idesc.decode(idesc, kind)
-    head = f"tcgen05.mma.cta_group::{cta_group}.kind::{kind}"
+    sp = ".sp" if fields["sparse"] else ""
+    head = f"tcgen05.mma{sp}.cta_group::{cta_group}.kind::{kind}"
     if kind.startswith("mx"):
         head += ".block_scale" + (f".{scale_vec}" if scale_vec else "")
     elif scale_vec is not None:
         raise ValueError(f"scale_vec: only the block-scaled kinds take one, not .kind::{kind}")
-    k = _spec.TCGEN05_K[kind]
+    k = _spec.TCGEN05_K[kind] * (2 if fields["sparse"] else 1)
     text = f"{head}.m{fields['m']}n{fields['n']}k{k}.{fields['dtype']}.{fields['atype']}"
     text += f".{fields['btype']}" + (f".{fields['stype']}" if "stype" in fields else "")
     text += "".join(f".{x}" for x in ("satfinite", "negate_a", "negate_b") if fields[x])

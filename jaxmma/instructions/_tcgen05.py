@@ -16,11 +16,12 @@ from __future__ import annotations
 
 import functools
 
+import jax
 import jax.numpy as jnp
 
 from ..bits import _values
 from ..models import _models
-from ..operands import _scaling
+from ..operands import _scaling, _sparse
 from ..util import _grad, _shapes, _ste
 from . import _mma
 
@@ -59,9 +60,17 @@ def matrix_mma(
     scale_input_d=0,
     scale_a=None,
     scale_b=None,
+    metadata=None,
+    check=None,
     model=None,
 ):
     """Matrix-level ``tcgen05.mma``: ``D = A @ B + C`` (``enable_input_d=False``: ``A @ B``).
+
+    ``tcgen05.mma.sp`` (sparse A, PTX ISA 9.7.16.10.8) takes A as ``mma.sp``'s matrix
+    level does: the dense ``[..., M, K]`` A that follows the kind's pattern (1:2 tf32;
+    2:4 f16, f8f6f4, mxf8f6f4, i8; pair-wise 4:8 mxf4*), compressed here, or the
+    compressed ``[..., M, K/2]`` A with ``metadata`` (the dense column of each stored
+    element, :func:`jaxmma.sparse.metadata_indices` of the metadata matrix).
 
     Args:
       ins: a ``tcgen05.mma`` :class:`jaxmma.Instruction`.
@@ -77,6 +86,10 @@ def matrix_mma(
       scale_a, scale_b: block-scaled kinds: ``scale_A [..., M, K / block]`` and
         ``scale_B [..., K / block, N]`` as raw bits (uint8/uint32),
         ``jnp.float8_e8m0fnu`` (``.ue8m0``) or ``jnp.float8_e4m3fn`` (``.ue4m3``).
+      metadata: ``tcgen05.mma.sp`` only: None (A dense), or int32 ``[..., M, K/2]``.
+      check: ``tcgen05.mma.sp`` only: as for ``mma.sp`` (:mod:`jaxmma.sparse`); traced
+        inputs that were not checked give the canonical NaN (``.s32``: ``-2**31``) in the
+        rows of D whose A is invalid.
       model: None (Blackwell's numerics) or ``"exact"``.
     Returns:
       D ``[..., M, N]`` in the accumulator dtype. Leading dimensions broadcast;
@@ -98,10 +111,18 @@ def matrix_mma(
         A, B, kwargs = _scaling.matrix_operands(ins, A, B, kwargs)
     elif scale_a is not None or scale_b is not None:
         raise ValueError(f"scale_a/scale_b: operands of the block-scaled kinds, not of {ins.text}")
+    if not ins.sparse and (metadata is not None or check is not None):
+        given = [n for n, v in (("metadata", metadata), ("check", check)) if v is not None]
+        raise ValueError(f"{'/'.join(given)}: operands of tcgen05.mma.sp only, not of {ins.text}")
     Ab = _values.to_bits(ins.atype, A, "A", ins.kind)
     Bb = _values.to_bits(ins.btype, B, "B", ins.kind)
     Cb = _values.to_bits(ins.ctype, C, "C")
+    idx = bad = None
+    if ins.sparse:
+        _sparse_shapes(ins, Ab, Bb, Cb, metadata)
+        Ab, idx, bad = _sparse.matrix_operands(ins, Ab, metadata, check=check, rows=True)
     M, K, N = _shapes.matrix_dims(Ab, Bb, Cb)
+    K = 2 * K if ins.sparse else K
     if K != ins.k or Bb.shape[-2] != K or Cb.shape[-2:] != (M, N):
         raise ValueError(
             f"A, B, C: expected A [..., M, {ins.k}], B [..., {ins.k}, N], C [..., M, N] for "
@@ -130,19 +151,33 @@ def matrix_mma(
         Bb = Bb ^ jnp.uint32(1 << sign_bit(ins, ins.btype))
     if not enable_input_d:
         Cb = jnp.zeros_like(Cb)
-    aux = {"bits": (Ab, Bb, Cb), "idx": None, "scales": scales}
+    aux = {"bits": (Ab, Bb, Cb), "idx": idx, "scales": scales, "bad": bad}
 
     def forward(A, B, C, aux):
         Ab, Bb, Cb = aux["bits"]
         lead = jnp.broadcast_shapes(Ab.shape[:-2], Bb.shape[:-2], Cb.shape[:-2])
         if scales is not None:
             lead = jnp.broadcast_shapes(lead, *(s.shape[:-2] for s in aux["scales"]))
+        idx = aux["idx"]
+        if idx is not None:
+            lead = jnp.broadcast_shapes(lead, idx.shape[:-2])
+            idx = jnp.broadcast_to(idx, lead + idx.shape[-2:])
         Ab, Bb, Cb = (jnp.broadcast_to(x, lead + x.shape[-2:]) for x in (Ab, Bb, Cb))
-        D = _models.mma_bits(ins, Ab, Bb, Cb, scales=aux["scales"], model=model)
+        if idx is None:
+            D = _models.mma_bits(ins, Ab, Bb, Cb, scales=aux["scales"], model=model)
+        else:  # sparse calls run eagerly (their structure is checked): compile the sum once
+            D = _sparse_bits(ins, model, Ab, Bb, Cb, aux["scales"], idx)
+        if aux["bad"] is not None:
+            D = _sparse.poison_rows(ins, D, aux["bad"])
         return _values.from_bits(ins.dtype, D)
 
+    # tangents of A/B arrays are tangents of their elements: a block-scaled element counts
+    # times its scale, a compressed (metadata-given) A element at its dense column
+    compressed = metadata is not None
+
     def lift(op, negate, dx, aux):
-        dx = _mma._lift(ins, op, False, dx, aux) if aux["scales"] is not None else dx
+        if aux["scales"] is not None or (op == "a" and compressed):
+            dx = _mma._lift(ins, op, op == "a" and compressed, dx, aux)
         return -dx if negate else dx
 
     return _ste.straight_through(
@@ -155,6 +190,30 @@ def matrix_mma(
         lift_a=functools.partial(lift, "a", ins.negate_a),
         lift_b=functools.partial(lift, "b", ins.negate_b),
     )
+
+
+@functools.partial(jax.jit, static_argnums=(0, 1))
+def _sparse_bits(ins, model, A, B, C, scales, idx):
+    return _models.mma_bits(ins, A, B, C, scales=scales, model=model, sparse_idx=idx)
+
+
+def _sparse_shapes(ins, A, B, C, metadata) -> None:
+    """ValueError naming the operand for a wrong trailing shape of ``tcgen05.mma.sp``."""
+    cols = ins.k if metadata is None else ins.k // 2  # of A
+    for name, x in (("B", B), ("C", C)):
+        if x.ndim < 2:
+            raise ValueError(f"{name}: expected a matrix (at least 2 dimensions), got {x.shape}")
+    if A.ndim < 2 or A.shape[-1] != cols or B.shape[-2] != ins.k:
+        what = "dense" if metadata is None else "compressed (metadata given)"
+        raise ValueError(
+            f"A, B: expected the {what} A [..., M, {cols}] and B [..., {ins.k}, N] for "
+            f"{ins.text}; got A {tuple(A.shape)}, B {tuple(B.shape)}"
+        )
+    if C.shape[-2:] != (A.shape[-2], B.shape[-1]):
+        raise ValueError(
+            f"C: expected trailing shape [{A.shape[-2]}, {B.shape[-1]}] (M of A, N of B) for "
+            f"{ins.text}, got {tuple(C.shape)}"
+        )
 
 
 def execute(ins, *args, **kwargs):

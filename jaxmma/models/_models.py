@@ -45,7 +45,7 @@ def mma_bits(ins, A, B, C, *, scales=None, model=None, sparse_idx=None):
     if ins.opcode == "wgmma.mma_async":  # Hopper's warpgroup MMA has its own parameters
         return _wgmma.mma_bits(ins, A, B, C, model=model)
     if ins.opcode == "tcgen05.mma":  # Blackwell's 5th-generation tensor core
-        return _tcgen05.mma_bits(ins, A, B, C, scales=scales, model=model)
+        return _tcgen05.mma_bits(ins, A, B, C, scales=scales, model=model, sparse_idx=sparse_idx)
     a = ins.atype
     B = gather_rows(B, sparse_idx)
     rows = sparse_idx is not None

@@ -1,5 +1,7 @@
 """The arithmetic of Blackwell's ``tcgen05.mma`` (docs/tcgen05.md).
 
+``tcgen05.mma.sp`` runs the same arithmetic on the K/2 stored products (:func:`mma_bits`).
+
 ``.kind::tf32``, ``.kind::f16`` and ``.kind::f8f6f4``: one fused block per instruction
 with the parameters of :func:`jaxmma.models._table.tcgen05_block_model` (MMA-Sim's
 ``TCGen05MMA``); the block-scaled kinds share sm_120's models (:mod:`_scaled`, MMA-Sim's
@@ -9,6 +11,8 @@ applied above, in :mod:`jaxmma.instructions._tcgen05`.
 """
 
 from __future__ import annotations
+
+import jax.numpy as jnp
 
 from ..arith import _integer, _numerics
 from ..bits import _formats, _packing
@@ -23,7 +27,12 @@ def _fields(ins, fmt: str, bits):
     return _formats.fields(fmt, bits)
 
 
-def mma_bits(ins, A, B, C, *, scales=None, model=None):
+def _gather_rows(B, sparse_idx):
+    """B ``[..., K, N]`` -> ``[..., M, K/2, N]``: the row of B each stored A element meets."""
+    return jnp.take_along_axis(B[..., None, :, :], sparse_idx[..., :, :, None], axis=-2)
+
+
+def mma_bits(ins, A, B, C, *, scales=None, model=None, sparse_idx=None):
     """Raw-bit ``D = A @ B + C`` of a ``tcgen05.mma`` form, for any M and N.
 
     Args:
@@ -35,16 +44,25 @@ def mma_bits(ins, A, B, C, *, scales=None, model=None):
       scales: ``(SA [..., M, K / block], SB [..., K / block, N])`` raw scale bytes of the
         block-scaled kinds.
       model: None (Blackwell's) or ``"exact"``.
+      sparse_idx: ``tcgen05.mma.sp``: int32 ``[..., M, K/2]``, the dense column of each
+        element of the compressed A ``[..., M, K/2]``. The K/2 stored products alone enter
+        the dense kind's arithmetic (one fused block of K/2 = the dense K products; groups
+        of 16 stored products for ``mxf4*``); the rows of B at pruned columns are never
+        read, so a NaN or Inf there does not reach D. Stored product ``j`` takes scale
+        block ``j // (K / 2 / SFA_N)``, the block of its dense column.
     Returns:
       uint32 ``[..., M, N]``: raw bits of D in ``ins.dtype``.
     """
+    rows = sparse_idx is not None
+    if rows:
+        B = _gather_rows(B, sparse_idx)
     if ins.kind == "i8":
-        return _integer.mma_bits(ins, A, B, C)
+        return _integer.mma_bits(ins, A, B, C, b_rows=rows)
     if ins.stype:
-        return _scaled.mma_bits(ins, A, B, C, scales, model=model)
+        return _scaled.mma_bits(ins, A, B, C, scales, model=model, b_rows=rows)
     fa, fb = _fields(ins, ins.atype, A), _fields(ins, ins.btype, B)
     if model == "exact":
-        prod = _numerics.product_terms(fa, fb, ins.atype, ins.btype)
+        prod = _numerics.product_terms(fa, fb, ins.atype, ins.btype, b_rows=rows)
         width = _numerics.exact_width(ins.atype, ins.btype, ins.ctype, A.shape[-1])
         return _numerics.block_chain(prod, C, ins.ctype, ins.dtype, _numerics.EXACT, width)
-    return chain(ins, fa, fb, C, ins.ctype, tcgen05_block_model(ins), False)
+    return chain(ins, fa, fb, C, ins.ctype, tcgen05_block_model(ins), rows)

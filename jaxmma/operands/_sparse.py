@@ -1,4 +1,10 @@
-"""Sparse ``mma.sp`` / ``mma.sp::ordered_metadata`` operands (PTX ISA 9.7.14.6).
+"""Sparse ``mma.sp`` / ``mma.sp::ordered_metadata`` operands (PTX ISA 9.7.14.6), and those
+of ``tcgen05.mma.sp`` (9.7.16.10.8; docs/tcgen05.md).
+
+``tcgen05.mma.sp`` has the same chunk patterns (1:2 ``.kind::tf32``; 2:4 ``f16``,
+``f8f6f4``, ``mxf8f6f4``, ``i8``; pair-wise 4:8 ``mxf4*``) and nibble decode; its
+metadata is a logical matrix ``[..., M, K / chunk_size]`` of 4-bit values (no lanes,
+no selector), M may be any, and its meaningful nibbles are :data:`NIBBLES_TCGEN05`.
 
 Matrix A of an ``M x N x K`` sparse MMA is structured sparse: every row is cut into
 *chunks* of ``chunk_size`` dense columns, and only half of each chunk is stored (spec
@@ -152,6 +158,9 @@ def _concrete(*xs) -> bool:
 NIBBLES_SP = tuple(v for v in range(16) if (v & 3) != (v >> 2))
 NIBBLES_ORDERED = tuple(v for v in range(16) if (v & 3) < (v >> 2))
 NIBBLES_TF32 = (0b0100, 0b1110)
+#: The meaningful nibbles of ``tcgen05.mma.sp`` 2:4 and pair-wise 4:8 (9.7.16.10.8.2-3):
+#: the ascending pairs and ``0b0110`` (positions 2, 1).
+NIBBLES_TCGEN05 = (0b0100, 0b1000, 0b1100, 0b1001, 0b1101, 0b0110, 0b1110)
 
 _SLOTS = {4: (4, 1, "2:4"), 2: (2, 1, "1:2"), 8: (4, 2, "pair-wise 4:8")}
 
@@ -171,6 +180,22 @@ class _Geometry(NamedTuple):
     pattern: str
     selectors: tuple[int, ...]
     valid: tuple[int, ...]  # meaningful nibble values
+    opcode: str = "mma"  # or "tcgen05.mma" (metadata as a matrix, one nibble per chunk)
+
+    @property
+    def rows(self) -> str:
+        """M as error messages show it (``tcgen05.mma.sp``: any M)."""
+        return "M" if self.opcode == "tcgen05.mma" else str(self.m)
+
+    def fits(self, x, cols: int) -> bool:
+        """``x`` has trailing shape ``[M, cols]`` (any M for ``tcgen05.mma.sp``)."""
+        if x.ndim < 2 or x.shape[-1] != cols:
+            return False
+        return self.opcode == "tcgen05.mma" or x.shape[-2] == self.m
+
+    @property
+    def section(self) -> str:
+        return "9.7.16.10.8" if self.opcode == "tcgen05.mma" else "9.7.14.6.1"
 
     @property
     def nchunks(self) -> int:
@@ -192,15 +217,45 @@ def _geometry(ins) -> _Geometry:
             f"ins: expected an mma.sp / mma.sp::ordered_metadata jaxmma.Instruction, got "
             f"{type(ins).__name__}"
         )
-    if ins.opcode != "mma" or not ins.sparse:
+    if ins.opcode not in ("mma", "tcgen05.mma") or not ins.sparse:
         raise ValueError(
-            f"ins: expected an mma.sp / mma.sp::ordered_metadata instruction, got {ins.text!r}"
+            f"ins: expected an mma.sp / mma.sp::ordered_metadata / tcgen05.mma.sp "
+            f"instruction, got {ins.text!r}"
         )
     return _geometry_of(ins)
 
 
+#: tcgen05.mma.sp: dense elements per chunk of each kind (9.7.16.10.8)
+TCGEN05_CHUNKS = {"tf32": 2, "mxf4": 8, "mxf4nvf4": 8}
+
+
+def _tcgen05_geometry(ins) -> _Geometry:
+    chunk = TCGEN05_CHUNKS.get(ins.kind, 4)
+    slots, width, pattern = _SLOTS[chunk]
+    valid = NIBBLES_TF32 if chunk == 2 else NIBBLES_TCGEN05
+    return _Geometry(
+        ins.text,
+        ins.shape,
+        ins.atype,
+        ins.kind,
+        False,
+        ins.m,
+        ins.k,
+        chunk,
+        slots,
+        width,
+        slots // 2,
+        pattern,
+        (),
+        valid,
+        "tcgen05.mma",
+    )
+
+
 @functools.cache
 def _geometry_of(ins) -> _Geometry:
+    if ins.opcode == "tcgen05.mma":
+        return _tcgen05_geometry(ins)
     fmt = _layouts.metadata_format(shape=ins.shape, atype=ins.atype)
     slots, width, pattern = _SLOTS[fmt.chunk_size]
     ordered = ins.sparse == "sp::ordered_metadata"
@@ -454,8 +509,77 @@ def _idx_bad_core(slots: int, width: int, order: str | None, idx):
     ok = jnp.all(ok, axis=(-1, -2))
     if order is not None and keep == 2:
         s0, s1 = slot[..., 0, 0], slot[..., 1, 0]
-        ok = ok & ((s0 < s1) if order == "ascending" else (s0 != s1))
+        if order == "tcgen05":  # ascending, or 0b0110 (positions 2, 1)
+            ok = ok & ((s0 < s1) | ((s0 == 2) & (s1 == 1)))
+        else:
+            ok = ok & ((s0 < s1) if order == "ascending" else (s0 != s1))
     return jnp.logical_not(ok)
+
+
+# ---------------------------------------------------------------------------------------
+# tcgen05.mma.sp: the metadata matrix, one 4-bit index pair per chunk of each row of A
+def _tcgen05_selector(geo: _Geometry, selector) -> None:
+    zero = isinstance(selector, (int, np.integer)) and not isinstance(selector, (bool, np.bool_))
+    if selector is not None and not (zero and int(selector) == 0):
+        raise ValueError(
+            f"selector={selector!r}: not used for {geo.text}: e is the logical metadata "
+            "matrix (the sparsity selector of the idesc only says which Tensor Memory "
+            "columns hold it); allowed: None, 0"
+        )
+
+
+def _check_meta_matrix(geo: _Geometry, e):
+    if e is None:
+        raise ValueError(f"e: the metadata matrix is required for {geo.text}")
+    e = jnp.asarray(e)
+    if not jnp.issubdtype(e.dtype, jnp.integer):
+        raise TypeError(
+            f"e: expected an integer metadata matrix (one 4-bit value per chunk) for "
+            f"{geo.text}, got {e.dtype}"
+        )
+    if not geo.fits(e, geo.nchunks):
+        raise ValueError(
+            f"e: expected the metadata matrix of trailing shape [M, {geo.nchunks}] "
+            f"(M x K/{geo.chunk_size}: one 4-bit value per chunk of {geo.chunk_size} dense "
+            f"columns) for {geo.text}, got {tuple(e.shape)}"
+        )
+    return e.astype(jnp.int32)
+
+
+@functools.partial(jax.jit, static_argnums=(0, 1))
+def _decode_matrix_core(slots: int, width: int, e, valid):
+    """e int32 ``[..., M, nch]`` -> (idx int32 ``[..., M, K/2]`` (-1 for the chunks whose
+    value is not 4-bit), nibbles, not 4-bit, not meaningful: bool ``[..., M, nch]``)."""
+    out = (e < 0) | (e > 15)
+    nib = (e & 0xF).astype(jnp.uint32)
+    idx = _slot_columns(slots, width, _nibble_slots(slots, nib))
+    per = idx.shape[-1] // e.shape[-1]
+    idx = jnp.where(jnp.repeat(out, per, axis=-1), -1, idx)
+    return idx, nib, out, jnp.logical_not(valid[nib]) | out
+
+
+def _tcgen05_indices(geo: _Geometry, e, check):
+    e = _check_meta_matrix(geo, e)
+    valid = np.zeros(16, bool)
+    valid[list(geo.valid)] = True
+    idx, nib, out, bad = _decode_matrix_core(geo.slots, geo.width, e, valid)
+    allowed = _binary(geo.valid)
+
+    def message(pos, e):
+        r, c = pos[-2:]
+        lo = c * geo.chunk_size
+        return (
+            f"invalid sparse metadata for {geo.text}: e{_where(pos)}[{r}, {c}] = "
+            f"{int(e[pos])} describes row {r}, chunk {c} (dense columns {lo}.."
+            f"{lo + geo.chunk_size - 1}) of A; the meaningful 4-bit values are {allowed} "
+            f"(undefined behaviour otherwise, PTX ISA {geo.section})"
+        )
+
+    want = _want_check(check, e)
+    _fail(out, message, {"e": e}, traced=want)  # not 4-bit: concrete always raises
+    if want:
+        _fail(bad, message, {"e": e}, traced=True)
+    return idx
 
 
 # ---------------------------------------------------------------------------------------
@@ -493,9 +617,16 @@ def _check_nibbles(geo: _Geometry, tab: _Tables, nib, bad, selector: int) -> Non
     _fail(bad, message, {"nib": nib}, traced=True)
 
 
-def metadata_indices(ins, e, selector, *, check=None):
+def metadata_indices(ins, e, selector=None, *, check=None):
     """Decode the metadata registers of ``mma.sp`` into the dense column of each stored
     element of A (PTX ISA 9.7.14.6.1-2, ``docs/layouts.md``).
+
+    ``tcgen05.mma.sp`` (PTX ISA 9.7.16.10.8): ``e`` is the logical metadata matrix, int
+    ``[..., M, K / chunk]``, one 4-bit value per chunk (``i0`` in bits 1:0, ``i1`` in bits
+    3:2; chunks of 2 for ``.kind::tf32``, 4 for ``f16``/``f8f6f4``/``mxf8f6f4``/``i8``, 8
+    (pairs) for ``mxf4``/``mxf4nvf4``); ``selector`` must be None or 0. A value outside
+    0..15 raises for concrete input; traced and unchecked, its chunk decodes to -1 (the
+    matrix level then poisons the row). docs/tcgen05.md.
 
     Every nibble of the lanes the selector picks describes one chunk of one row of A; its
     indices place the stored elements of that chunk (see the module docstring). Lanes
@@ -527,6 +658,9 @@ def metadata_indices(ins, e, selector, *, check=None):
       [0, 1, 6, 7, 8, 9, 14, 15]
     """
     geo = _geometry(ins)
+    if geo.opcode == "tcgen05.mma":
+        _tcgen05_selector(geo, selector)
+        return _tcgen05_indices(geo, e, check)
     sel = _selector(geo, selector)
     e = _check_e(geo, e)
     tab = _tables(geo, sel)
@@ -569,13 +703,13 @@ def _check_dense(geo: _Geometry, x, name: str):
         raise TypeError(
             f"{name}: expected element values or unsigned raw bits for {geo.text}, got {x.dtype}"
         )
-    if x.ndim < 2 or x.shape[-2:] != (geo.m, geo.k):
+    if not geo.fits(x, geo.k):
         hint = ""
-        if x.ndim >= 2 and x.shape[-2:] == (geo.m, geo.k // 2):
+        if geo.fits(x, geo.k // 2):
             hint = " (the compressed shape: pass the dense matrix, or metadata=idx)"
         raise ValueError(
             f"{name}: expected a dense matrix of trailing shape "
-            f"[{geo.m}, {geo.k}] for {geo.text}, got {tuple(x.shape)}{hint}"
+            f"[{geo.rows}, {geo.k}] for {geo.text}, got {tuple(x.shape)}{hint}"
         )
     return x
 
@@ -587,7 +721,7 @@ def _check_pattern(geo: _Geometry, count, name: str, traced: bool):
     unit = "pairs" if geo.width == 2 else "elements"
     rule = (
         f"{geo.text} stores {geo.keep} of every {geo.slots} {unit} of a row "
-        f"({geo.pattern}, PTX ISA 9.7.14.6.1)"
+        f"({geo.pattern}, PTX ISA {geo.section})"
     )
 
     def message(pos, count):
@@ -623,6 +757,7 @@ def _check_idx(geo: _Geometry, idx, traced: bool, strict: bool):
     order = None
     if strict and geo.keep == 2:
         order = "ascending" if geo.ordered else "distinct"
+        order = "tcgen05" if geo.opcode == "tcgen05.mma" else order
     loose = _idx_bad_core(geo.slots, geo.width, None, idx)
     bad = loose if order is None else _idx_bad_core(geo.slots, geo.width, order, idx)
     n = geo.stored
@@ -633,7 +768,9 @@ def _check_idx(geo: _Geometry, idx, traced: bool, strict: bool):
     )
     if geo.width == 2:
         rule += ", in pairs (2i, 2i+1)"
-    if order is not None:
+    if order == "tcgen05":
+        rule += ", ascending or (2, 1) (undefined behaviour otherwise)"
+    elif order is not None:
         rule += f", {order} (undefined behaviour otherwise)"
 
     def message(pos, idx):
@@ -684,21 +821,22 @@ def matrix_operands(ins, A_bits, metadata, *, check=None, rows: bool = False):
     if metadata is None:
         values, idx, _, bad = _compress(geo, _check_dense(geo, A, "A"), "A", want)
         return (values, idx, jnp.any(bad, axis=-1)) if rows else (values, idx)
-    if A.ndim < 2 or A.shape[-2:] != (geo.m, geo.k // 2):
+    if not geo.fits(A, geo.k // 2):
         raise ValueError(
             f"A: with metadata, expected the compressed matrix of trailing shape "
-            f"[{geo.m}, {geo.k // 2}] for {geo.text}, got {tuple(A.shape)}"
+            f"[{geo.rows}, {geo.k // 2}] for {geo.text}, got {tuple(A.shape)}"
         )
     idx = jnp.asarray(metadata)
     if not jnp.issubdtype(idx.dtype, jnp.integer):
         raise TypeError(
-            f"metadata: expected int32 dense column indices [..., {geo.m}, "
+            f"metadata: expected int32 dense column indices [..., {geo.rows}, "
             f"{geo.k // 2}] for {geo.text}, got {idx.dtype}"
         )
-    if idx.ndim < 2 or idx.shape[-2:] != (geo.m, geo.k // 2):
+    if not geo.fits(idx, geo.k // 2) or idx.shape[-2] != A.shape[-2]:
         raise ValueError(
             f"metadata: expected int32 dense column indices of trailing shape "
-            f"[{geo.m}, {geo.k // 2}] for {geo.text}, got {tuple(idx.shape)}"
+            f"[{A.shape[-2]}, {geo.k // 2}] (the rows of A) for {geo.text}, got "
+            f"{tuple(idx.shape)}"
         )
     idx = idx.astype(jnp.int32)
     bad = _check_idx(geo, idx, traced=want, strict=want)
@@ -812,6 +950,9 @@ def compress(ins, A, selector=0, *, registers: bool = True, check=None):
     Returns:
       ``(a, e)``: ``a`` uint32 ``[..., 32, nregs_a]`` registers (or the compressed
       matrix), ``e`` uint32 ``[..., 32]`` metadata (0 in the lanes the selector skips).
+      ``tcgen05.mma.sp``: always the compressed ``[..., M, K/2]`` matrix and the
+      metadata matrix uint32 ``[..., M, K / chunk]`` (see :func:`metadata_indices`);
+      ``registers`` does not apply and ``selector`` must be 0 or None.
 
     Raises:
       ValueError: a chunk with too many non-zeros (naming row and chunk), a bad selector.
@@ -824,6 +965,11 @@ def compress(ins, A, selector=0, *, registers: bool = True, check=None):
     """
     ins, A = _ins_first("compress", "compress(A, ins, ...)", ins, A)
     geo = _geometry(ins)
+    if geo.opcode == "tcgen05.mma":  # the compressed matrix and the metadata matrix
+        _tcgen05_selector(geo, selector)
+        A = _check_dense(geo, A, "A")
+        values, _, nib, _ = _compress(geo, A, "A", _want_check(check, A))
+        return values, nib
     sel = _selector(geo, selector)
     A = _check_dense(geo, A, "A")
     values, _, nib, _ = _compress(geo, A, "A", _want_check(check, A))
@@ -841,8 +987,9 @@ def decompress(ins, values, e=None, selector=0, *, check=None):
     Args:
       ins: an ``mma.sp`` / ``mma.sp::ordered_metadata`` :class:`jaxmma.Instruction`.
       values: A's fragment registers uint32 ``[..., 32, nregs_a]``, or the compressed
-        matrix ``[..., M, K/2]`` (values or raw bits).
-      e: uint32 ``[..., 32]`` metadata registers.
+        matrix ``[..., M, K/2]`` (values or raw bits; ``tcgen05.mma.sp``: the matrix).
+      e: uint32 ``[..., 32]`` metadata registers (``tcgen05.mma.sp``: the metadata
+        matrix, see :func:`metadata_indices`).
       selector: the sparsity selector ``f`` (static).
       check: as for :func:`metadata_indices`.
 
@@ -859,6 +1006,13 @@ def decompress(ins, values, e=None, selector=0, *, check=None):
         ins, values, e = e, ins, values
     geo = _geometry(ins)
     values = jnp.asarray(values)
+    if geo.opcode == "tcgen05.mma":
+        if not geo.fits(values, geo.k // 2):
+            raise ValueError(
+                f"values: expected the compressed matrix [..., M, {geo.k // 2}] for "
+                f"{geo.text}, got {tuple(values.shape)}"
+            )
+        return _scatter(values, metadata_indices(ins, e, selector, check=check), geo.k)
     nregs = ins.nregs["a"]
     if values.ndim >= 2 and values.shape[-2:] == (32, nregs):
         values = _fragments.unfragment(ins, "a", values)

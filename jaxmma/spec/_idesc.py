@@ -7,7 +7,7 @@ spec section, summarised here):
 =====  ===========================================  ====================================
 bits   ``.kind::tf32/f16/f8f6f4/i8``                ``.kind::mxf8f6f4/mxf4/mxf4nvf4``
 =====  ===========================================  ====================================
-0-1    sparsity selector                            reserved
+0-1    sparsity selector (sparse: f16/tf32 0-3)     reserved
 2      sparse (1) / dense (0)                       sparse / dense
 3      saturate (``.kind::i8``)                     reserved
 4-5    dtype: F16 = 0, F32 = 1, S32 = 2             scale factor ID of B
@@ -25,7 +25,8 @@ bits   ``.kind::tf32/f16/f8f6f4/i8``                ``.kind::mxf8f6f4/mxf4/mxf4n
 Type codes: ``.kind::f16`` F16 = 0, BF16 = 1; ``.kind::tf32`` TF32 = 2; ``f8f6f4`` and
 ``mxf8f6f4`` E4M3 = 0, E5M2 = 1, E2M3 = 3, E3M2 = 4, E2M1 = 5; ``.kind::i8`` U8 = 0,
 S8 = 1; ``mxf4``/``mxf4nvf4`` E2M1 = 1. The transposes and scale factor IDs say how memory
-is read, not what is computed: decoding accepts them and the matrix level ignores them.
+is read, not what is computed: decoding accepts them and the matrix level ignores them;
+so does the sparsity selector (which Tensor Memory columns hold the metadata).
 """
 
 from __future__ import annotations
@@ -42,6 +43,9 @@ TYPE_CODES = {
     "mxf4nvf4": {1: "e2m1"},
 }
 SCALE_TYPES = {0: "ue4m3", 1: "ue8m0"}
+#: sparsity selector values (idesc bits 0-1) of a sparse MMA: which Tensor Memory columns
+#: hold the metadata (9.7.16.10.8.4); 0 only for .kind::i8 and .kind::f8f6f4
+SELECTORS = {"f16": (0, 1, 2, 3), "tf32": (0, 1, 2, 3), "f8f6f4": (0,), "i8": (0,)}
 
 
 def _field(value: int, lo: int, width: int) -> int:
@@ -55,11 +59,13 @@ def _bad(field: str, value, allowed, kind: str) -> ValueError:
 
 def decode(idesc: int, kind: str) -> dict:
     """The fields of a raw idesc: ``m``, ``n``, ``dtype``, ``atype``, ``btype``,
-    ``stype`` (block-scaled kinds), ``satfinite``, ``negate_a``, ``negate_b``.
+    ``stype`` (block-scaled kinds), ``satfinite``, ``negate_a``, ``negate_b``,
+    ``sparse`` (bit 2) and ``selector`` (bits 0-1, the sparsity selector).
 
     Raises ``ValueError`` naming the field, its value and the allowed values for
-    reserved bits that are set, unknown type codes, sparse or ``.ws``-only fields, and
-    ``K = 96`` (not emulated); ``TypeError`` for a non-integer idesc.
+    reserved bits that are set, unknown type codes, a sparsity selector the kind does
+    not allow (or a nonzero one in a dense idesc), ``.ws``-only fields, and ``K = 96``
+    (not emulated); ``TypeError`` for a non-integer idesc.
     """
     if isinstance(idesc, bool) or not isinstance(idesc, int):
         raise TypeError(f"idesc: expected a 32-bit Python int, got {type(idesc).__name__}")
@@ -70,20 +76,26 @@ def decode(idesc: int, kind: str) -> dict:
     codes = TYPE_CODES[kind]
     scaled = kind.startswith("mx")
     fp4 = kind in ("mxf4", "mxf4nvf4")
-    if _field(idesc, 2, 1):
-        raise _bad("sparsity (bit 2)", 1, [0], kind) from None
+    sparse = bool(_field(idesc, 2, 1))
     reserved = [6, 29] + ([23] if not scaled else [0, 1, 3, 24, 25, 26])
     reserved += [12] if fp4 else []
     reserved += [31] if kind == "mxf8f6f4" else []
-    reserved += [0, 1] if not scaled else []  # the sparsity selector of a dense MMA
     for bit in reserved:
         if _field(idesc, bit, 1):
             raise _bad(f"reserved bit {bit}", 1, [0], kind)
+    selector = _field(idesc, 0, 2)
+    if not scaled:  # bits 0-1: the sparsity selector (9.7.16.10.8.4)
+        allowed = SELECTORS[kind] if sparse else (0,)
+        if selector not in allowed:
+            what = "sparsity selector (bits 0-1)" + ("" if sparse else " of a dense MMA")
+            raise _bad(what, selector, allowed, kind)
     out = {
         "negate_a": bool(_field(idesc, 13, 1)),
         "negate_b": bool(_field(idesc, 14, 1)),
         "n": _field(idesc, 17, 6) << 3,
         "satfinite": False,
+        "sparse": sparse,
+        "selector": selector,
     }
     a, b = _field(idesc, 7, 3), _field(idesc, 10, 2 if fp4 else 3)
     if a not in codes:
@@ -103,7 +115,7 @@ def decode(idesc: int, kind: str) -> dict:
             if _field(idesc, 31, 1):
                 raise ValueError(
                     f"idesc: K dimension bit 31 = 1 (K = 96) for .kind::{kind} is not "
-                    "emulated; allowed: 0 (K = 64)"
+                    "emulated; allowed: 0 (dense K = 64, sparse K = 128)"
                 )
             for what, bit in (("transpose A (bit 15)", 15), ("transpose B (bit 16)", 16)):
                 if _field(idesc, bit, 1):
@@ -141,10 +153,12 @@ def encode(
     satfinite: bool = False,
     negate_a: bool = False,
     negate_b: bool = False,
+    sparse: bool = False,
 ) -> int:
-    """The idesc of a dense form (no transposes, scale factor IDs 0)."""
+    """The idesc of a form (no transposes, scale factor IDs 0; ``sparse``: bit 2 set,
+    sparsity selector 0)."""
     code = {v: k for k, v in TYPE_CODES[kind].items()}
-    value = (code[atype] << 7) | (code[btype] << 10) | ((n >> 3) << 17)
+    value = (code[atype] << 7) | (code[btype] << 10) | ((n >> 3) << 17) | (int(sparse) << 2)
     value |= (int(negate_a) << 13) | (int(negate_b) << 14)
     if kind.startswith("mx"):
         value |= ({"ue4m3": 0, "ue8m0": 1}[stype] << 23) | ((m >> 7) << 27)

@@ -498,7 +498,7 @@ def _tcgen05_index() -> dict:
 
 
 def _match_tcgen05(word: str) -> tuple[Form, dict]:
-    """``tcgen05.mma.cta_group::C.kind::K{.block_scale{.scale_vec}}`` followed by the
+    """``tcgen05.mma{.sp}.cta_group::C.kind::K{.block_scale{.scale_vec}}`` followed by the
     fields of the instruction descriptor spelled out: ``.mMnNkK.dtype.atype.btype``, the
     scale type of block-scaled kinds, and optionally ``.satfinite`` (``.kind::i8``),
     ``.negate_a``, ``.negate_b``."""
@@ -506,9 +506,13 @@ def _match_tcgen05(word: str) -> tuple[Form, dict]:
     if parts[:2] != ["tcgen05", "mma"]:
         raise _fail("opcode", word, _spec.OPCODES)
     rest = parts[2:]
-    if rest and rest[0] in ("sp", "ws"):
+    sparse = None
+    if rest and rest[0] == "sp":  # tcgen05.mma.sp: structured sparse A (9.7.16.10.8)
+        sparse, rest = "sp", rest[1:]
+    if rest and rest[0] == "ws":
         raise ValueError(
-            f"{word!r}: tcgen05.mma.{rest[0]} is not emulated yet; the dense tcgen05.mma forms are"
+            f"{word!r}: tcgen05.mma.ws is not emulated (docs/tcgen05.md: its arithmetic is "
+            "that of tcgen05.mma; the forms that are emulated: tcgen05.mma, tcgen05.mma.sp)"
         )
     cta = kind = shape = stype = vec = None
     types: list[str] = []
@@ -549,8 +553,8 @@ def _match_tcgen05(word: str) -> tuple[Form, dict]:
             f"'tcgen05.mma.cta_group::1.kind::f16.m128n256k16.f32.bf16.bf16'), got "
             f"shape {shape!r} and types {types}"
         )
-    ctx = f"tcgen05.mma.cta_group::{cta}.kind::{kind}"
-    cands = _tcgen05_index()[(cta, kind)]
+    ctx = f"tcgen05.mma{'.sp' if sparse else ''}.cta_group::{cta}.kind::{kind}"
+    cands = [f for f in _tcgen05_index()[(cta, kind)] if f.sparse == sparse]
     d, a, b = types
     cands = _narrow(cands, lambda f: f.atype == a, "atype", a, lambda f: f.atype, ctx)
     cands = _narrow(cands, lambda f: f.btype == b, "btype", b, lambda f: f.btype, ctx)
@@ -741,7 +745,8 @@ def canonical_text(form: Form, quals: dict) -> str:
     """The instruction text in the spec's qualifier order."""
     f, q = form, quals
     if f.opcode == "tcgen05.mma":
-        parts = ["tcgen05", "mma", f"cta_group::{f.cta_group}", f"kind::{f.kind}"]
+        parts = ["tcgen05", "mma"] + (["sp"] if f.sparse else [])
+        parts += [f"cta_group::{f.cta_group}", f"kind::{f.kind}"]
         if f.stype:
             parts += ["block_scale", f"scale_vec::{f.scale_vec}"]
         parts += [f.shape, f.dtype, f.atype, f.btype]

@@ -626,7 +626,8 @@ FORMS: tuple[Form, ...] = tuple(_mma_dense() + _mma_sparse() + _wmma() + _moveme
 # sm_103a/sm_110a, issued by one thread. The text names .cta_group, .kind and the block
 # scaling; M, N, the element types and saturation are fields of the instruction
 # descriptor (idesc, 9.7.16.4.2). One row per (cta_group, kind, M, N, types) of the
-# shape table (9.7.16.2.1), dense A. Kept apart from FORMS (the warp and warpgroup
+# shape table (9.7.16.2.1), dense A and sparse A (tcgen05.mma.sp, 9.7.16.10.8: K twice
+# the dense K, A stored M x K/2). Kept apart from FORMS (the warp and warpgroup
 # forms of 9.7.14-15): forms("tcgen05.mma") returns them.
 TCGEN05_TARGET = Target(100, frozenset({100, 101, 103, 110}))
 TCGEN05_TARGET_I8 = Target(100, frozenset({100, 101, 110}))  # .kind::i8: no sm_103a
@@ -638,14 +639,16 @@ N_I8 = (8, 16, 24, 32, *range(48, 257, 16))
 N32 = tuple(range(32, 257, 32))
 
 
-def tcgen05_shapes(kind: str, cta_group: int) -> tuple[tuple[int, int], ...]:
-    """The (M, N) pairs of Table 42 for a dense ``tcgen05.mma`` of this kind."""
+def tcgen05_shapes(kind: str, cta_group: int, sparse: bool = False) -> tuple[tuple[int, int], ...]:
+    """The (M, N) pairs of the shape table (9.7.16.2.1) for a ``tcgen05.mma`` of this kind
+    (``sparse``: ``tcgen05.mma.sp``, whose block-scaled kinds take only M = 256 with
+    ``.cta_group::2``)."""
     scaled = kind.startswith("mx")
     if cta_group == 1:
         ms = (128,) if scaled else (64, 128)
         ns = N_I8 if kind == "i8" else N8
     else:
-        ms = (128, 256)
+        ms = (256,) if scaled and sparse else (128, 256)
         ns = N32 if kind == "i8" else N16
     return tuple((m, n) for m in ms for n in ns)
 
@@ -667,11 +670,11 @@ def _tcgen05() -> list[Form]:
         ("mxf4nvf4", "f32", "e2m1", "e2m1", sv, st, (8, 7))
         for sv, st in (("2X", "ue8m0"), ("4X", "ue8m0"), ("4X", "ue4m3"))
     ]
-    for kind, d, a, b, sv, st, ptx in rows:
-        k = TCGEN05_K[kind]
+    for (kind, d, a, b, sv, st, ptx), sp in itertools.product(rows, (False, True)):
+        k = TCGEN05_K[kind] * (2 if sp else 1)  # tcgen05.mma.sp: K doubles (A is M x K/2)
         target = TCGEN05_TARGET_I8 if kind == "i8" else TCGEN05_TARGET
         for cta in (1, 2):
-            for m, n in tcgen05_shapes(kind, cta):
+            for m, n in tcgen05_shapes(kind, cta, sp):
                 forms.append(
                     Form(
                         "tcgen05.mma",
@@ -680,6 +683,7 @@ def _tcgen05() -> list[Form]:
                         b,
                         d,
                         d,
+                        sparse="sp" if sp else None,
                         kind=kind,
                         scale_vec=sv,
                         scale_vec_default=kind in ("mxf8f6f4", "mxf4"),
