@@ -25,6 +25,7 @@ import numpy as np
 import pytest
 from jax import lax
 
+import jaxmma
 from jaxmma.bits import _formats
 from jaxmma.operands import _quant as Q
 
@@ -271,16 +272,11 @@ def _quantizers(x, key):
     return out
 
 
-def test_quantizers_equal_their_former_form_on_raw_bits(monkeypatch):
-    # every row of x is one NVFP4 tensor (vmap): a tensor of random normals has a global
-    # scale that puts quotients everywhere on the e2m1 grid
-    x = jnp.asarray(_raw_f32((32, 64, 64), seed=3))
-    keys = jax.random.split(jax.random.key(0), 32)
-    run = jax.jit(jax.vmap(_quantizers))
-    new = run(x, keys)
+def _swap_to_former_form(monkeypatch):
+    """The quantizers' divisions back to their former form (the bit-loop reference and
+    two general encodings), NVFP4's short forms included."""
     monkeypatch.setattr(Q, "_divide", _reference_divide)
     monkeypatch.setattr(Q, "_quotient_bits", _reference_quotient_bits)
-    # NVFP4's short forms of the same divisions, back to the general ones
     monkeypatch.setattr(
         Q,
         "_e2m1_nearest_bits",
@@ -296,6 +292,16 @@ def test_quantizers_equal_their_former_form_on_raw_bits(monkeypatch):
         "_by_global_divisor",
         lambda sig, exp: _reference_divide("f32", sig, exp, U32(21), jnp.int32(7), "rn")[0],
     )
+
+
+def test_quantizers_equal_their_former_form_on_raw_bits(monkeypatch):
+    # every row of x is one NVFP4 tensor (vmap): a tensor of random normals has a global
+    # scale that puts quotients everywhere on the e2m1 grid
+    x = jnp.asarray(_raw_f32((32, 64, 64), seed=3))
+    keys = jax.random.split(jax.random.key(0), 32)
+    run = jax.jit(jax.vmap(_quantizers))
+    new = run(x, keys)
+    _swap_to_former_form(monkeypatch)  # NVFP4's short forms too
     jax.clear_caches()  # the quantizers' jitted parts are traced again with the reference
     try:
         old = jax.jit(jax.vmap(_quantizers))(x, keys)
@@ -378,3 +384,34 @@ def test_nvfp4_short_divisions_equal_the_general_one():
         np.asarray(fast).view(np.uint32), np.asarray(slow).view(np.uint32)
     )
     assert np.any(np.asarray(fast).view(np.uint32) < 0x800000)  # subnormal results too
+
+
+def test_nvfp4_gemm_on_float_inputs_equals_its_former_form(monkeypatch):
+    """A jitted NVFP4 ``matmul`` on float inputs (quantized inside; ragged K = 72 padded
+    with +0 blocks; raw bits with NaN, Inf, zeros and subnormals, so NaN and zero block
+    scales) and its straight-through gradient: the same raw bits with the quantizer's
+    divisions in their former, general form."""
+    ins = (
+        "mma.sync.aligned.m16n8k64.row.col.kind::mxf4nvf4.block_scale.scale_vec::4X"
+        ".f32.e2m1.e2m1.f32.ue4m3"
+    )
+    a = jnp.asarray(_raw_f32((40, 72), seed=21))
+    b = jnp.asarray(np.random.default_rng(22).standard_normal((72, 24)).astype(np.float32))
+    b = b.at[:16, 3].set(0.0).at[5, 7].set(jnp.inf)  # a zero block and an Inf block
+
+    def run(a, b):
+        mm = lambda a, b: jaxmma.matmul(a, b, instruction=ins, arch="sm_120a")  # noqa: E731
+        return mm(a, b), jax.grad(lambda b: jnp.sum(mm(jnp.nan_to_num(a), b)))(b)
+
+    new = jax.jit(run)(a, b)
+    _swap_to_former_form(monkeypatch)
+    jax.clear_caches()
+    try:
+        old = jax.jit(run)(a, b)
+    finally:
+        monkeypatch.undo()
+        jax.clear_caches()
+    for x, y in zip(new, old, strict=True):
+        x, y = np.asarray(x), np.asarray(y)
+        np.testing.assert_array_equal(x.view(np.uint32), y.view(np.uint32))
+    assert np.isnan(np.asarray(new[0])).any() and np.isfinite(np.asarray(new[0])).any()
