@@ -6,7 +6,9 @@ quantize inside (``quantize=``) with the straight-through backward; the others r
 the element type. One step is ``jax.value_and_grad`` of a softmax cross-entropy plus an
 SGD update, under ``jax.jit``. For each family: the compile time (``lower().compile()``),
 the median step time over ``--steps`` steps after a warm-up, the number of lines of the
-optimized HLO, and the ratios to bf16 ``mma.sync`` measured in the same process.
+optimized HLO, and the ratios to bf16 ``mma.sync`` measured in the same process. Every
+family is compiled first; the steps are then timed in rounds of one step per family, so
+that a machine shared with other jobs slows all families alike.
 
     python benchmarks/bench_train_step.py [--quick] [--families bf16,nvfp4] [--steps 5]
 
@@ -115,7 +117,8 @@ def make_step(family, lr=0.05):
     return step
 
 
-def measure(family, sizes, batch, steps):
+def compile_step(family, sizes, batch):
+    """(compiled step, its arguments, compile seconds, lines of optimized HLO)."""
     params = init(sizes)
     g = np.random.default_rng(1)
     x = jnp.asarray(g.standard_normal((batch, sizes[0])), jnp.float32)
@@ -125,15 +128,20 @@ def measure(family, sizes, batch, steps):
     compiled = step.lower(params, x, y).compile()
     compile_s = time.perf_counter() - t0
     hlo = compiled.as_text().count("\n")
-    params, loss = compiled(params, x, y)  # warm-up
-    jax.block_until_ready(params)
-    times = []
+    jax.block_until_ready(compiled(params, x, y))  # warm-up
+    return compiled, (params, x, y), compile_s, hlo
+
+
+def time_steps(runs, steps):
+    """Median seconds per step of each ``(compiled, args)``, the steps taken in turn
+    (one of each per round), so that a load that comes and goes meets every family."""
+    times = [[] for _ in runs]
     for _ in range(steps):
-        t0 = time.perf_counter()
-        params, loss = compiled(params, x, y)
-        jax.block_until_ready((params, loss))
-        times.append(time.perf_counter() - t0)
-    return compile_s, statistics.median(times), hlo, float(loss)
+        for i, (compiled, args) in enumerate(runs):
+            t0 = time.perf_counter()
+            jax.block_until_ready(compiled(*args))
+            times[i].append(time.perf_counter() - t0)
+    return [statistics.median(t) for t in times]
 
 
 def main(argv=None):
@@ -159,13 +167,13 @@ def main(argv=None):
     print(f"MLP {' -> '.join(map(str, sizes))}, batch {batch}, median of {a.steps} steps\n")
     print("| family | compile s | step ms | HLO lines | compile / bf16 | step / bf16 |")
     print("| --- | ---: | ---: | ---: | ---: | ---: |")
-    base = None
-    for name in names:
-        c, s, h, _ = measure(name, sizes, batch, a.steps)
-        base = base or (c, s)
+    built = {name: compile_step(name, sizes, batch) for name in names}
+    step_s = time_steps([built[n][:2] for n in names], a.steps)
+    c0, s0 = built[names[0]][2], step_s[0]
+    for name, s in zip(names, step_s, strict=True):
+        c, h = built[name][2], built[name][3]
         print(
-            f"| {name} | {c:.1f} | {s * 1e3:.1f} | {h:,} | {c / base[0]:.1f}x | "
-            f"{s / base[1]:.1f}x |",
+            f"| {name} | {c:.1f} | {s * 1e3:.1f} | {h:,} | {c / c0:.1f}x | {s / s0:.1f}x |",
             flush=True,
         )
 

@@ -25,6 +25,7 @@ import numpy as np
 import pytest
 from jax import lax
 
+import jaxmma
 from jaxmma.bits import _formats
 from jaxmma.operands import _quant as Q
 
@@ -271,6 +272,28 @@ def _quantizers(x, key):
     return out
 
 
+def _swap_to_former_form(monkeypatch):
+    """The quantizers' divisions back to their former form (the bit-loop reference and
+    two general encodings), NVFP4's short forms included."""
+    monkeypatch.setattr(Q, "_divide", _reference_divide)
+    monkeypatch.setattr(Q, "_quotient_bits", _reference_quotient_bits)
+    monkeypatch.setattr(
+        Q,
+        "_e2m1_nearest_bits",
+        lambda x, d, e, sat: _reference_quotient_bits("e2m1", x, d, e, "rn", None, sat),
+    )
+    monkeypatch.setattr(
+        Q,
+        "_ue4m3_scale_bits",
+        lambda a, d, e, mode: _reference_quotient_bits("ue4m3", a, d, e, mode, None, True),
+    )
+    monkeypatch.setattr(
+        Q,
+        "_by_global_divisor",
+        lambda sig, exp: _reference_divide("f32", sig, exp, U32(21), jnp.int32(7), "rn")[0],
+    )
+
+
 def test_quantizers_equal_their_former_form_on_raw_bits(monkeypatch):
     # every row of x is one NVFP4 tensor (vmap): a tensor of random normals has a global
     # scale that puts quotients everywhere on the e2m1 grid
@@ -278,8 +301,7 @@ def test_quantizers_equal_their_former_form_on_raw_bits(monkeypatch):
     keys = jax.random.split(jax.random.key(0), 32)
     run = jax.jit(jax.vmap(_quantizers))
     new = run(x, keys)
-    monkeypatch.setattr(Q, "_divide", _reference_divide)
-    monkeypatch.setattr(Q, "_quotient_bits", _reference_quotient_bits)
+    _swap_to_former_form(monkeypatch)  # NVFP4's short forms too
     jax.clear_caches()  # the quantizers' jitted parts are traced again with the reference
     try:
         old = jax.jit(jax.vmap(_quantizers))(x, keys)
@@ -290,3 +312,106 @@ def test_quantizers_equal_their_former_form_on_raw_bits(monkeypatch):
     for i, (a, b) in enumerate(zip(new, old, strict=True)):
         a, b = np.asarray(a), np.asarray(b)
         np.testing.assert_array_equal(a.view(np.uint8), b.view(np.uint8), err_msg=str(i))
+
+
+def _nvfp4_division_operands(n, seed):
+    """float32 x (raw bits: NaN, Inf, zeros, subnormals) and divisors ``dsig * 2**dexp``
+    like NVFP4's (a ue4m3 times a float32 significand, 1 for NaN-scale blocks), with
+    quotients across e2m1's range and beyond; a quarter are e2m1 rounding ties
+    ``t * d`` (t = 0.25, 0.75, ..., 5) or one float32 ulp beside one."""
+    rng = np.random.default_rng(seed)
+    xb = _raw_f32(n, seed).view(np.uint32)
+    kind = rng.integers(0, 4, n)
+    dsig = np.select(
+        [kind == 0, kind == 1, kind == 2],
+        [
+            rng.integers(1, 16, n) * rng.integers(2**23, 2**24, n),
+            rng.integers(1, 16, n) * rng.integers(1, 2**24, n),
+            np.ones(n, np.int64),
+        ],
+        rng.integers(1, 2**10, n),
+    ).astype(np.uint32)
+    ld = np.floor(np.log2(dsig.astype(np.float64))).astype(np.int64)
+    xe = ((xb >> 23) & 0xFF).astype(np.int64) - 150  # x ~ 2**(xe + 23)
+    lead = rng.integers(-8, 8, n)  # the quotient's exponent
+    dexp = xe + 23 - ld - lead
+    # ties: x = t * dsig * 2**dexp exactly (dsig < 2**10 keeps it within 24 bits)
+    tie = (kind == 3) & (rng.random(n) < 0.9)
+    t4 = rng.choice(np.array([1, 3, 5, 7, 10, 14, 20]), n)  # 4t
+    d_e = rng.integers(-140, 100, n)
+    xt = (t4 * dsig.astype(np.float64)) * np.exp2(d_e - 2.0)
+    with np.errstate(over="ignore"):  # only non-ties overflow (their dsig is large)
+        tb = xt.astype(np.float32).view(np.uint32)
+    tb = tb + rng.integers(-1, 2, n).astype(np.uint32) * (rng.random(n) < 0.5)
+    tb = tb | (rng.integers(0, 2, n).astype(np.uint32) << 31)
+    xb = np.where(tie, tb, xb)
+    dexp = np.where(tie, d_e, dexp)
+    x = jnp.asarray(xb.view(np.float32))
+    return x, jnp.asarray(dsig), jnp.asarray(dexp.astype(np.int32))
+
+
+def test_nvfp4_short_divisions_equal_the_general_one():
+    """NVFP4's elements (e2m1, to nearest), block scales (ue4m3, three roundings) and
+    global scale (by 2688) take short exact forms; raw bits equal the general division's
+    (``_quotient_bits`` / ``_divide``, tested above against the references)."""
+    x, dsig, dexp = _nvfp4_division_operands(1 << 16, seed=11)
+    for sat in (True, False):
+        fast = jax.jit(functools.partial(Q._e2m1_nearest_bits, saturate=sat))(x, dsig, dexp)
+        slow = jax.jit(lambda x, d, e, sat=sat: Q._quotient_bits("e2m1", x, d, e, "rn", None, sat))(
+            x, dsig, dexp
+        )
+        np.testing.assert_array_equal(np.asarray(fast), np.asarray(slow))
+        assert set(np.unique(np.asarray(fast)).tolist()) == set(range(16))  # every code
+    # scales: amax >= +0, the divisor 6 * g = 3 * g_sig * 2**(g_exp + 1)
+    amax = jnp.abs(x)
+    finite = np.asarray(jnp.isfinite(amax))
+    rng = np.random.default_rng(12)
+    d3 = jnp.asarray((3 * rng.integers(1, 2**24, x.size)).astype(np.uint32))
+    for mode in ("rn", "rp", "rz"):
+        fast = jax.jit(functools.partial(Q._ue4m3_scale_bits, mode=mode))(amax, d3, dexp)
+        slow = jax.jit(
+            lambda a, d, e, mode=mode: Q._quotient_bits("ue4m3", a, d, e, mode, None, True)
+        )(amax, d3, dexp)
+        np.testing.assert_array_equal(np.asarray(fast)[finite], np.asarray(slow)[finite])
+        assert len(np.unique(np.asarray(fast)[finite])) == 127  # 0x00 ... 0x7E
+    # the global scale: every positive finite float32, subnormals included
+    fl = Q._f32_fields(amax)
+    keep = finite & np.asarray(fl.sig != 0)
+    sig, exp = fl.sig[keep], fl.exp[keep]
+    fast = jax.jit(Q._by_global_divisor)(sig, exp)
+    slow = jax.jit(lambda s, e: Q._divide("f32", s, e, U32(21), jnp.int32(7), "rn")[0])(sig, exp)
+    np.testing.assert_array_equal(
+        np.asarray(fast).view(np.uint32), np.asarray(slow).view(np.uint32)
+    )
+    assert np.any(np.asarray(fast).view(np.uint32) < 0x800000)  # subnormal results too
+
+
+def test_nvfp4_gemm_on_float_inputs_equals_its_former_form(monkeypatch):
+    """A jitted NVFP4 ``matmul`` on float inputs (quantized inside; ragged K = 72 padded
+    with +0 blocks; raw bits with NaN, Inf, zeros and subnormals, so NaN and zero block
+    scales) and its straight-through gradient: the same raw bits with the quantizer's
+    divisions in their former, general form."""
+    ins = (
+        "mma.sync.aligned.m16n8k64.row.col.kind::mxf4nvf4.block_scale.scale_vec::4X"
+        ".f32.e2m1.e2m1.f32.ue4m3"
+    )
+    a = jnp.asarray(_raw_f32((40, 72), seed=21))
+    b = jnp.asarray(np.random.default_rng(22).standard_normal((72, 24)).astype(np.float32))
+    b = b.at[:16, 3].set(0.0).at[5, 7].set(jnp.inf)  # a zero block and an Inf block
+
+    def run(a, b):
+        mm = lambda a, b: jaxmma.matmul(a, b, instruction=ins, arch="sm_120a")  # noqa: E731
+        return mm(a, b), jax.grad(lambda b: jnp.sum(mm(jnp.nan_to_num(a), b)))(b)
+
+    new = jax.jit(run)(a, b)
+    _swap_to_former_form(monkeypatch)
+    jax.clear_caches()
+    try:
+        old = jax.jit(run)(a, b)
+    finally:
+        monkeypatch.undo()
+        jax.clear_caches()
+    for x, y in zip(new, old, strict=True):
+        x, y = np.asarray(x), np.asarray(y)
+        np.testing.assert_array_equal(x.view(np.uint32), y.view(np.uint32))
+    assert np.isnan(np.asarray(new[0])).any() and np.isfinite(np.asarray(new[0])).any()

@@ -570,10 +570,34 @@ def _global_scale(x):
     amax = _block_amax(flat) if flat.size else jnp.float32(0)  # empty: as all-zero
     fl = _f32_fields(amax)
     nz = fl.sig != 0
-    d = _f32_fields(jnp.float32(NVFP4_GLOBAL_DIVISOR))
-    g, _ = _divide("f32", jnp.where(nz, fl.sig, U32(1)), fl.exp, d.sig, d.exp, "rn")
+    g = _by_global_divisor(jnp.where(nz, fl.sig, U32(1)), fl.exp)
     g = jnp.where(_f32_fields(g).sig == 0, jnp.float32(_SMALLEST_F32), g)
-    return jnp.where(nz, g, jnp.float32(1.0))
+    g = jnp.where(nz, g, jnp.float32(1.0))
+    # positive: its bits are below 2**31, one remainder keeps XLA from computing the
+    # division's rounding again in each reader (see computed_once)
+    b = lax.bitcast_convert_type(g, U32)
+    return lax.bitcast_convert_type(b % (b | U32(0x80000000)), jnp.float32)
+
+
+def _by_global_divisor(sig, exp):
+    """``sig * 2**exp / 2688`` rounded to nearest even float32 (subnormals kept, +0 below
+    them), exactly: the value of ``_divide("f32", sig, exp, 21 * 2**7, ...)`` in a few
+    integer operations (uint32 ``0 < sig < 2**24``).
+
+    ``2688 = 21 * 2**7``. With ``n = sig * 2**(30 - msb)`` in ``[2**30, 2**31)``, the
+    quotient ``n / 21 = q + r / 21`` (one uint32 division); ``2q + (r != 0)`` in units of
+    half of ``q``'s last bit rounds as the exact quotient does: ``q`` has 26 or 27 bits,
+    of which float32 keeps at most 24, so the half-way point of a rounding lies on a bit
+    of ``q`` and a nonzero remainder only has to be seen below it (a sticky bit).
+    """
+    p = _msb(sig)
+    n = sig << (30 - p).astype(U32)
+    q = lax.div(n, U32(NVFP4_GLOBAL_DIVISOR >> 7))
+    sticky = (n - q * U32(NVFP4_GLOBAL_DIVISOR >> 7)) != 0
+    u = exp + p - 30 - 7 - 1
+    return lax.bitcast_convert_type(
+        _f32_rounded((q << U32(1)) | sticky.astype(U32), u), jnp.float32
+    )
 
 
 def quantize_nvfp4(
@@ -659,7 +683,7 @@ def _quantize_nvfp4(x, rbits, g, *, fmt, axis, block, scale_rounding, rounding, 
     finite = _is_finite(amax)
     mode = {"nearest": "rn", "ceil": "rp", "floor": "rz"}[scale_rounding]
     six_g = (U32(3) * gf.sig, gf.exp + 1)
-    sbits = _quotient_bits("ue4m3", amax, *six_g, mode, None, True)
+    sbits = _ue4m3_scale_bits(amax, *six_g, mode)
     sbits = _once(jnp.where(finite, sbits, U32(0x7F)))
     sf = _formats.fields("ue4m3", sbits)
     # elements: x / (s * g); a NaN-scale block divides by 1, a zero scale gives +0
@@ -668,8 +692,10 @@ def _quantize_nvfp4(x, rbits, g, *, fmt, axis, block, scale_rounding, rounding, 
     zero_scale = finite & (sf.sig == 0)
     dsig = jnp.where(zero_scale, U32(1), dsig)
     full = lambda v: _unblocked(jnp.broadcast_to(v[..., None], xb.shape), axis)  # noqa: E731
-    erounding = "rn" if rounding == "rn" else "stochastic"
-    elements = _quotient_bits(fmt, x, full(dsig), full(dexp), erounding, rbits, saturate)
+    if rounding == "rn":
+        elements = _e2m1_nearest_bits(x, full(dsig), full(dexp), saturate)
+    else:
+        elements = _quotient_bits(fmt, x, full(dsig), full(dexp), "stochastic", rbits, saturate)
     elements = jnp.where(full(zero_scale), U32(0), elements)
     # a (traced) global scale that is not positive and finite: NaN scales, +0 elements
     g_bits = lax.bitcast_convert_type(g, U32)
@@ -678,6 +704,71 @@ def _quantize_nvfp4(x, rbits, g, *, fmt, axis, block, scale_rounding, rounding, 
     elements = jnp.where(g_ok, elements, U32(0))
     sbits = jnp.moveaxis(sbits, -1, axis)
     return Quantized(_byte(elements), _byte(sbits), g, fmt, "ue4m3", block, axis)
+
+
+def _ue4m3_scale_bits(amax, dsig, dexp, mode: str):
+    """ue4m3 bits of ``amax / (dsig * 2**dexp)`` rounded (``mode``) and saturated at 448:
+    ``_quotient_bits("ue4m3", amax, dsig, dexp, mode, None, True)`` for a finite
+    ``amax >= +0``, with the exact grid value of :func:`_divide` turned into bits by its
+    exponent and top three mantissa bits instead of two general encodings."""
+    fl = _f32_fields(amax)
+    nz = fl.sig != 0
+    v, _ = _divide("ue4m3", jnp.where(nz, fl.sig, U32(1)), fl.exp, dsig, dexp, mode)
+    vb = lax.bitcast_convert_type(v, U32)
+    e = (vb >> U32(23)).astype(jnp.int32) - 127
+    normal = ((e + 7).clip(0, 15).astype(U32) << U32(3)) | ((vb >> U32(20)) & U32(7))
+    sub = (v * jnp.float32(512)).astype(U32)  # below 2**-6: a multiple of 2**-9, exact
+    bits = jnp.where(e >= -6, normal, sub)
+    bits = jnp.where(v > jnp.float32(448), U32(0x7E), bits)  # also Inf
+    return jnp.where(nz, bits, U32(0))
+
+
+def _e2m1_table() -> np.ndarray:
+    """e2m1 codes (0 ... 7) rounded to nearest even, indexed by ``2 * F + s`` where
+    ``F = floor(4 * q)`` (``0 <= F < 64``; 63 also stands for anything larger) and ``s``
+    says whether ``4 * q`` exceeds ``F``. The rounding boundaries ``0.25, 0.75, ..., 5``
+    times 4 are integers, so ``F + s / 2`` rounds as every ``q`` it stands for."""
+    grid = [0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0]
+    out = np.zeros(128, np.uint32)
+    for i in range(128):
+        q = (i // 2 + (i % 2) / 2) / 4
+        dist = [abs(q - v) for v in grid]
+        best = min(dist)
+        ties = [c for c, d in enumerate(dist) if d == best]
+        out[i] = next((c for c in ties if c % 2 == 0), ties[0])  # even code on a tie
+    return out
+
+
+_E2M1_NEAREST = _e2m1_table()
+
+
+def _e2m1_nearest_bits(x, dsig, dexp, saturate: bool):
+    """e2m1 bits of ``x / (dsig * 2**dexp)`` rounded to nearest even: the bits of
+    ``_quotient_bits("e2m1", x, dsig, dexp, "rn", None, saturate)`` (uint32 ``0 < dsig <
+    2**28``).
+
+    e2m1's rounding boundaries are multiples of 1/4, so ``floor(4 * |q|)`` and whether a
+    remainder is left decide the code: one step of :func:`_long_quotient` and a table
+    (:func:`_e2m1_table`). Quotients from 8 up saturate to 6 as the format does (it has
+    no Inf); zeros, NaN and Inf take ``encode``'s bits.
+    """
+    fl = _f32_fields(x)
+    nz = fl.sig != 0
+    xsig = jnp.where(nz, fl.sig, U32(1))
+    lx, ld = _msb(xsig), _msb(dsig)
+    xa = xsig << (26 - lx).astype(U32)  # [2**26, 2**27)
+    da = dsig << (27 - ld).astype(U32)  # [2**27, 2**28)
+    t = fl.exp - dexp + lx - ld + 3  # 4|q| = xa * 2**t / da, in (2**(t - 2), 2**t)
+    _, f, sticky = _long_quotient(xa, da, t.clip(0, 6), 1)
+    f = jnp.where(t > 6, U32(63), f)
+    code = jnp.asarray(_E2M1_NEAREST)[(f << U32(1)) | sticky.astype(U32)]
+    with jax.ensure_compile_time_eval():
+        special = _formats.encode(
+            "e2m1", jnp.array([0.0, np.inf, np.nan], jnp.float32), rounding="rn", saturate=saturate
+        )
+    sign = fl.sign << U32(3)
+    other = jnp.where(fl.nan, special[2], sign | jnp.where(fl.inf, special[1], special[0]))
+    return jnp.where(nz & ~fl.nan & ~fl.inf, sign | code, other)
 
 
 # ---------------------------------------------------------------------------------------
