@@ -57,6 +57,10 @@ def _ids(r):
     return f"{r[0]}-{r[1]['name']}"
 
 
+def _triton_configs(recs):
+    return {p.emitter for r in recs for p in _hlo.dots(r[1]["hlo"]) if "Triton" in p.emitter}
+
+
 # ----------------------------------------------------------------------------- references
 def _lin(seed, shape, fmt):
     """Random normal values (bits from the capture generator) of ``fmt``."""
@@ -202,16 +206,47 @@ def _canon_order(order, S):
     return _canon(order)
 
 
+@functools.cache
+def extra_records():
+    """Six more autotuned processes, HLO and probes only (``xla-extra.npz``)."""
+    out = []
+    with np.load(os.path.join(GOLDEN, "xla-extra.npz")) as z:
+        for k in sorted(n for n in z.files if n.endswith(".meta")):
+            meta = json.loads(str(z[k][()]))
+            probe = k[: -len(".meta")] + ".probe"
+            if probe in z.files:
+                out.append((k.split("/")[0], meta, {"probe": z[probe]}))
+    return out
+
+
 def _probed():
-    return [r for r in records() if "probe" in r[2]]
+    return [r for r in records() + extra_records() if "probe" in r[2]]
 
 
 def test_probes_cover_every_emitter():
-    emitters = {_hlo.dots(m["hlo"])[0].emitter.split(" (")[0] for _, m, _ in _probed()}
+    recs = [r for r in _probed() if _covered(r)]
+    emitters = {_hlo.dots(m["hlo"])[0].emitter.split(" (")[0] for _, m, _ in recs}
     assert emitters == {"loop fusion", "native reduction", "Triton reduce"}
+    assert len(_triton_configs(recs)) == 8  # tiles, warps and TMA seen on the H100
 
 
-@pytest.mark.parametrize("rec", _probed(), ids=_ids)
+def _covered(rec):
+    try:
+        _hlo.dots(rec[1]["hlo"])
+    except ValueError:
+        return False
+    return True
+
+
+def test_probes_of_an_uncovered_triton_block_are_refused():
+    """One extra capture has a Triton reduce tile of 80: refused, not guessed."""
+    bad = [r for r in _probed() if not _covered(r)]
+    assert len(bad) == 1
+    with pytest.raises(ValueError, match=r"tile \[1, 80\].*powers of two only"):
+        _hlo.dots(bad[0][1]["hlo"])
+
+
+@pytest.mark.parametrize("rec", [r for r in _probed() if _covered(r)], ids=_ids)
 def test_reduce_order_is_the_hardware_tree(rec):
     """The reader's reduce order of each probed dot is the tree the GPU used."""
     run, meta, arrays = rec
@@ -328,9 +363,10 @@ def test_replay_whole_outputs(rec):
 
 
 def test_autotuner_moves_bits_only_with_the_plan():
-    """Across the four processes, two captures of a function have the same bits exactly
-    where the reader gives them the same plan (reduce order, chain, split, output); the
-    autotuned processes do differ somewhere."""
+    """Across the four processes, two captures of a function that the reader gives the
+    same plan (reduce order, chain, split, output) have the same bits, so every change
+    of bits comes with a change of plan; the autotuned processes do differ somewhere.
+    (Different plans may still round to the same bf16 / f16 output.)"""
     by_name = {}
     for run, meta, _ in records():
         shas = tuple(o["sha256"] for o in meta["outputs"])
@@ -339,7 +375,8 @@ def test_autotuner_moves_bits_only_with_the_plan():
     for name, caps in by_name.items():
         for i, (r1, s1, k1) in enumerate(caps):
             for r2, s2, k2 in caps[i + 1 :]:
-                assert (s1 == s2) == (k1 == k2), (name, r1, r2)
+                if k1 == k2:
+                    assert s1 == s2, (name, r1, r2)
                 moved += s1 != s2 and r1 != "pinned"
     assert moved > 0
 

@@ -312,7 +312,8 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser()
     p.add_argument("--save", required=True)
     p.add_argument("--run", required=True)
-    p.add_argument("--only", default=None)
+    p.add_argument("--only", default=None, help="comma-separated parts of case names")
+    p.add_argument("--probes-only", action="store_true", help="keep the HLO and probes")
     a = p.parse_args(argv)
     import jax
     import jaxlib
@@ -329,7 +330,7 @@ def main(argv=None) -> int:
     }
     entries = {}
     for i, case in enumerate(cases()):
-        if a.only and a.only not in case.name:
+        if a.only and not any(part in case.name for part in a.only.split(",")):
             continue
         try:
             meta, outs = capture(case, a.run)
@@ -343,7 +344,8 @@ def main(argv=None) -> int:
         print(f"{case.name}: compiled in {meta['compile_s']} s", flush=True)
         entries[f"{i:04d}.meta"] = np.array(json.dumps(meta, sort_keys=True))
         for n, arr in outs.items():
-            entries[f"{i:04d}.{n}"] = arr
+            if not a.probes_only or n == "probe":
+                entries[f"{i:04d}.{n}"] = arr
         _write(a.save, a.run, entries)  # after every case: a cut run keeps what it has
     _write(a.save, a.run, entries)
     return 0
