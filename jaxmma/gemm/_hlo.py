@@ -358,7 +358,7 @@ def _plan(comps, parent: Computation, fusion: Instr, cfg: dict) -> DotPlan:
         raise ValueError(f"{where}: no num_warps in its config")
     out_shape = dot.shape
     nb = len(lb)
-    S, split_at, order, emitter, out = 1, None, None, "none", TYPES.get(dot.dtype)
+    S, split_at, order, emitter, out = 1, None, None, "no split", TYPES.get(dot.dtype)
     if out is None:
         raise ValueError(f"{where}: a dot with {dot.dtype} output is not covered")
     found = _reduce_of(comps, parent, fusion)

@@ -152,8 +152,7 @@ def _eval(jaxpr, consts, args, plans):
             inner, c = _closed(e.params[_CALLS[name]])
             outs = _eval(inner, c, ins[len(ins) - len(inner.invars) :], plans)
         else:
-            subfuns, params = e.primitive.get_bind_params(e.params)
-            outs = e.primitive.bind(*subfuns, *ins, **params)
+            outs = e.primitive.bind(*ins, **e.primitive.get_bind_params(e.params))
             outs = outs if e.primitive.multiple_results else [outs]
         for v, x in zip(e.outvars, outs, strict=True):
             env[v] = x
