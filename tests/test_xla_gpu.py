@@ -477,3 +477,17 @@ def test_convert_inputs_needs_f16_instruction_and_fp8():
     with pytest.raises(TypeError, match="A: convert_inputs='f16' takes float8"):
         jaxmma.matmul(A.astype(jnp.float16), A.T, instruction=F16, arch="sm_90",
                       convert_inputs="f16")  # fmt: skip
+
+
+def test_replay_under_jit_and_grad():
+    """The replayed function jits to the same bits and differentiates straight through
+    (the tangent of the exact product of the tf32 values the chain reads)."""
+    _, meta, _ = record("pinned", "f32-nosplit")
+    case = CASES["f32-nosplit"]
+    A, B = (jnp.asarray(x) for x in X.arrays(case, X.inputs(case)))
+    run = jaxmma.gpu_replay(X.function(case), meta["hlo"])
+    got = X.output_bits(jax.jit(run)(A, B))
+    assert X.summary(got)["sha256"] == meta["outputs"][0]["sha256"]
+    g = jax.grad(lambda a: run(a, B).sum())(A)
+    want = np.broadcast_to(_rna_tf32(np.asarray(B)).astype(np.float64).sum(1), g.shape)
+    np.testing.assert_allclose(np.asarray(g), want, rtol=1e-6)

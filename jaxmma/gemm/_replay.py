@@ -152,7 +152,12 @@ def _eval(jaxpr, consts, args, plans):
             inner, c = _closed(e.params[_CALLS[name]])
             outs = _eval(inner, c, ins[len(ins) - len(inner.invars) :], plans)
         else:
-            outs = e.primitive.bind(*ins, **e.primitive.get_bind_params(e.params))
+            bound = e.primitive.get_bind_params(e.params)
+            if isinstance(bound, tuple):  # releases that return (subfuns, params)
+                subfuns, params = bound
+                outs = e.primitive.bind(*subfuns, *ins, **params)
+            else:
+                outs = e.primitive.bind(*ins, **bound)
             outs = outs if e.primitive.multiple_results else [outs]
         for v, x in zip(e.outvars, outs, strict=True):
             env[v] = x
