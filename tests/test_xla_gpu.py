@@ -491,3 +491,14 @@ def test_replay_under_jit_and_grad():
     g = jax.grad(lambda a: run(a, B).sum())(A)
     want = np.broadcast_to(_rna_tf32(np.asarray(B)).astype(np.float64).sum(1), g.shape)
     np.testing.assert_allclose(np.asarray(g), want, rtol=1e-6)
+
+
+def test_reduce_reached_another_way_is_refused():
+    """Partials that reach the reduce through a bitcast: not understood, not guessed."""
+    text = record("pinned", "bf16-s32")[1]["hlo"]
+    old = "  ROOT %input_reduce_fusion = bf16[64,64]{1,0} fusion(%gemm_fusion_dot),"
+    assert old in text
+    new = ("  %bc = f32[32,64,64]{2,1,0} bitcast(%gemm_fusion_dot)\n"
+           "  ROOT %input_reduce_fusion = bf16[64,64]{1,0} fusion(%bc),")  # fmt: skip
+    with pytest.raises(ValueError, match="other than as the operand of one split-K reduce"):
+        jaxmma.xla_gpu_dots(text.replace(old, new))

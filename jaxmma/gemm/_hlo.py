@@ -229,21 +229,50 @@ def _chain(where: str, a: str, b: str, warps: int, tile: list, dot: Instr) -> di
     )
 
 
+def _reachable(comp: Computation, name: str) -> list:
+    seen, todo = [], [name]
+    while todo:
+        for u in comp.users(todo.pop()):
+            if u not in seen:
+                seen.append(u)
+                todo.append(u.name)
+    return seen
+
+
+LAYOUT_OPS = ("bitcast", "copy", "reshape", "transpose")
+
+
 def _reduce_of(comps, parent: Computation, fusion: Instr):
-    """The split-K reduce fed by ``fusion``: ``(user fusion, reduce instr, its dim, out
-    format)``, or None when nothing reduces the fusion's output."""
-    for user in parent.users(fusion.name):
-        if user.opcode != "fusion":
+    """The split-K reduce fed by ``fusion``: ``(user fusion, reduce, its computation)``,
+    or None when nothing reduces the fusion's output. A reduce reached any other way
+    (after a bitcast or a transpose, a convert, an add) is a ValueError: not understood."""
+    found = None
+    values, todo = [fusion.name], [fusion.name]
+    while todo:  # the fusion's output and its layout changes
+        for u in parent.users(todo.pop()):
+            if u.opcode in LAYOUT_OPS and u.name not in values:
+                values.append(u.name)
+                todo.append(u.name)
+    for user in parent.order:
+        if user.opcode != "fusion" or not set(user.operands) & set(values):
             continue
         comp = _called(user, comps)
-        idx = [i for i, o in enumerate(user.operands) if o == fusion.name]
-        params = [p for p in comp.order if p.opcode == "parameter" and _index(p) in idx]
-        for p in params:
-            for r in comp.users(p.name):
+        for p in comp.order:
+            i = _index(p) if p.opcode == "parameter" else -1
+            if i < 0 or i >= len(user.operands) or user.operands[i] not in values:
+                continue
+            for r in _reachable(comp, p.name):
                 if r.opcode != "reduce":
                     continue
-                return user, r, comp
-    return None
+                if user.operands[i] == fusion.name and r.operands[:1] == (p.name,):
+                    if found is None:
+                        found = (user, r, comp)
+                        continue
+                raise ValueError(
+                    f"%{fusion.name}: its output reaches %{r.name} in %{user.name} other "
+                    "than as the operand of one split-K reduce: not understood"
+                )
+    return found
 
 
 def _index(p: Instr) -> int:
