@@ -69,9 +69,7 @@ def random_bits(key: str, fmt: str, shape, exp_lo: int, exp_hi: int) -> np.ndarr
     e = e.astype(np.int64) + exp_lo + bias
     if e.min() < 1 or e.max() >= (1 << ebits) - 1:
         raise ValueError(f"{key}: exponents {exp_lo}..{exp_hi} leave the normal range of {fmt}")
-    m = r & _U((1 << mbits) - 1)
-    if fmt == "e4m3":  # 0x7F / 0xFF are NaN: the top exponent with mantissa 7 (never here)
-        pass
+    m = r & _U((1 << mbits) - 1)  # e4m3's NaN codes need exponent 15: never made here
     sign = (r >> _U(63)) & _U(1)
     bits = (sign << _U(ebits + mbits)) | (e.astype(np.uint64) << _U(mbits)) | m
     return bits.astype(kind).reshape(shape)
