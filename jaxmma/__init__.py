@@ -6,6 +6,8 @@ from . import quant as quant
 from . import sparse as sparse
 from .gemm._gemm import dot_general as dot_general
 from .gemm._gemm import matmul as matmul
+from .gemm._hlo import dots as xla_gpu_dots
+from .gemm._replay import gpu_replay as gpu_replay
 from .gemm._scaled_dot import scaled_dot_general as scaled_dot_general
 from .gemm._scaled_dot import scaled_matmul as scaled_matmul
 from .instructions._instruction import Instruction as Instruction
@@ -20,6 +22,7 @@ __all__ = [
     "all_instructions",
     "dot_general",
     "formats",
+    "gpu_replay",
     "instruction",
     "layouts",
     "matmul",
@@ -28,4 +31,5 @@ __all__ = [
     "scaled_matmul",
     "sparse",
     "tcgen05_instruction",
+    "xla_gpu_dots",
 ]

@@ -415,6 +415,7 @@ def matmul(
     alpha=None,
     beta=None,
     out_dtype=None,
+    convert_inputs=None,
     scale_a=None,
     scale_b=None,
 ):
@@ -480,6 +481,9 @@ def matmul(
         Python floats (f32), with an epilogue only.
       out_dtype: ``jnp.float32``, ``jnp.bfloat16`` or ``jnp.float16``: the result type,
         one round to nearest even at the end (None: the accumulator's).
+      convert_inputs: ``"f16"``: A and B are fp8 arrays (``float8_e4m3fn`` /
+        ``float8_e5m2``) converted exactly to f16 for an f16 ``instruction``: the path
+        Triton takes for fp8 dots with ``mma.sync`` on sm_90 (docs/xla_gpu.md).
       scale_a, scale_b: float32 fp8 scales beside A and B; their shapes name the recipe:
         per-tensor ``()``, row-wise ``[M, 1]`` / ``[1, N]``, DeepSeek-V3 block
         ``[M, ceil(K/128)]`` / ``[ceil(K/128), ceil(N/128)]`` (docs/gemm.md).
@@ -517,7 +521,7 @@ def matmul(
     opts = _options.kernel_options(
         ins, split_k=split_k, k_tile=k_tile, split_rule=split_rule, split_reduce=split_reduce,
         input_rounding=input_rounding, epilogue=epilogue, alpha=alpha, beta=beta,
-        out_dtype=out_dtype,
+        out_dtype=out_dtype, convert_inputs=convert_inputs,
     )  # fmt: skip
     if opts is not None or scale_a is not None or scale_b is not None:
         return _kernel.matmul(

@@ -22,6 +22,7 @@ from ._options import KernelOptions
 F32 = jnp.float32
 HIGHEST = jax.lax.Precision.HIGHEST
 DEFAULT = KernelOptions()
+FP8 = (jnp.dtype(jnp.float8_e4m3fn), jnp.dtype(jnp.float8_e5m2))
 
 
 def operand_bits(ins, fmt: str, x, name: str, rounding):
@@ -172,4 +173,11 @@ def matmul(cfg, opts, A, B, C, scale_a, scale_b, *, chain, check_shapes, quantiz
             )
     if opts.splits:
         _split.slices(opts.split_rule, K, opts.split_k, opts.k_tile or ins.k)  # errors now
+    if opts.convert_inputs is not None:
+        for name, x in (("A", A), ("B", B)):
+            if x.dtype not in FP8:
+                raise TypeError(
+                    f"{name}: convert_inputs='f16' takes float8_e4m3fn or float8_e5m2 "
+                    f"arrays, got {x.dtype}"
+                )
     return _gemm(cfg, opts, kind, chain, A, B, C, scale_a, scale_b)

@@ -5,7 +5,10 @@ validated once at trace time with the argument named in every error:
 
 * split-K (``split_k``, ``k_tile``, ``split_rule``, ``split_reduce``): K cut into slices,
   each chained from +0, the f32 partials reduced (:mod:`._split`);
-* ``input_rounding``: how float inputs are rounded to the element type;
+* ``input_rounding``: how float inputs are rounded to the element type (``"rna"``: ties
+  away from zero, as XLA:GPU's Triton GEMMs round f32 to tf32);
+* ``convert_inputs="f16"``: fp8 inputs converted exactly to f16 for an f16 instruction
+  (Triton's ``mma.sync`` path for fp8 on sm_90, docs/xla_gpu.md);
 * the epilogue (``epilogue``, ``alpha``, ``beta``, ``out_dtype``): where C enters and with
   which roundings the result reaches the output type (:mod:`._epilogue`).
 
@@ -43,6 +46,7 @@ class KernelOptions:
     alpha: float | None = None
     beta: float | None = None
     out_dtype: str | None = None  # "f32", "bf16", "f16" or None (the accumulator's)
+    convert_inputs: str | None = None  # "f16": fp8 inputs converted exactly to f16
 
     @property
     def splits(self) -> bool:
@@ -84,13 +88,14 @@ def kernel_options(
     alpha=None,
     beta=None,
     out_dtype=None,
+    convert_inputs=None,
 ) -> KernelOptions | None:
     """Validated :class:`KernelOptions` for instruction ``ins``; None when every option
     is at its default (the GEMM then runs exactly as without options)."""
     given = dict(
         split_k=split_k, k_tile=k_tile, split_rule=split_rule, split_reduce=split_reduce,
         input_rounding=input_rounding, epilogue=epilogue, alpha=alpha, beta=beta,
-        out_dtype=out_dtype,
+        out_dtype=out_dtype, convert_inputs=convert_inputs,
     )  # fmt: skip
     if all(v is None for v in given.values()):
         return None
@@ -139,6 +144,19 @@ def kernel_options(
                 f"input_rounding: only float element types are rounded; {ins.text} takes "
                 f".{ins.atype} inputs"
             )
+    if convert_inputs is not None:
+        if convert_inputs != "f16":
+            raise ValueError(f"convert_inputs: expected None or 'f16', got {convert_inputs!r}")
+        if ins.atype != "f16" or ins.btype != "f16":
+            raise ValueError(
+                f"convert_inputs: 'f16' feeds fp8 inputs to an f16 instruction; {ins.text} "
+                f"takes .{ins.atype} x .{ins.btype}"
+            )
+        if input_rounding is not None:
+            raise ValueError(
+                f"convert_inputs, input_rounding: the fp8 -> f16 conversion is exact; "
+                f"input_rounding={input_rounding!r} contradicts it (give one of them)"
+            )
     if epilogue not in EPILOGUES:
         raise ValueError(f"epilogue: expected one of {list(EPILOGUES)}, got {epilogue!r}")
     if ins.dtype not in ("f32", "f16"):
@@ -171,5 +189,5 @@ def kernel_options(
         raise ValueError("epilogue: 'rounded' rounds to the output type; give out_dtype too")
     return KernelOptions(
         S, k_tile, rule, red, input_rounding, epilogue, _scalar("alpha", alpha),
-        _scalar("beta", beta), out,
+        _scalar("beta", beta), out, convert_inputs,
     )  # fmt: skip

@@ -18,7 +18,9 @@ reduce kernel uses: ``"sequential"`` ``((p0 + p1) + p2) + ...``, ``"halving"``
 
 from __future__ import annotations
 
+import jax
 import jax.numpy as jnp
+import numpy as np
 
 from ..arith import _numerics
 
@@ -95,21 +97,53 @@ def partials(chain, A, B, C0, zero, plan, T: int) -> list:
     return out
 
 
+def _heights(order, S: int):
+    """The nodes of pairing tree ``order`` by height: ``[[(left, right), ...], ...]``,
+    children named by their index in the list of leaves then nodes of lower heights."""
+    levels, index = [], {}
+
+    def height(t):
+        if isinstance(t, int):
+            return 0
+        h = 1 + max(height(t[0]), height(t[1]))
+        while len(levels) < h:
+            levels.append([])
+        levels[h - 1].append(t)
+        return h
+
+    height(order)
+    for s in range(S):
+        index[s] = s
+    n = S
+    out = []
+    for nodes in levels:
+        out.append([(index[a], index[b]) for a, b in nodes])
+        for t in nodes:
+            index[t] = n
+            n += 1
+    return out
+
+
 def reduce(parts: list, order):
-    """The partials (f32 bits) added with FADD in ``order`` (see the module docstring)."""
+    """The partials (f32 bits) added with FADD in ``order`` (see the module docstring).
+
+    Adds of one tree level run as one vectorized FADD (the same bits as one at a time),
+    the sequential order as a ``lax.scan``, so the program grows with the tree's height
+    only."""
     add = lambda x, y: _numerics.ieee_add(x, y, "f32")  # noqa: E731
-    if order == "sequential":
-        acc = parts[0]
-        for p in parts[1:]:
-            acc = add(acc, p)
-        return acc
-    if order == "halving":
-        while len(parts) > 1:
-            h = len(parts) // 2
-            parts = [add(parts[i], parts[i + h]) for i in range(h)]
+    if len(parts) == 1:
         return parts[0]
-
-    def tree(t):
-        return parts[t] if isinstance(t, int) else add(tree(t[0]), tree(t[1]))
-
-    return tree(order)
+    P = jnp.stack(parts)
+    if order == "sequential":
+        return jax.lax.scan(lambda acc, p: (add(acc, p), None), P[0], P[1:])[0]
+    if order == "halving":
+        while P.shape[0] > 1:
+            h = P.shape[0] // 2
+            P = add(P[:h], P[h:])
+        return P[0]
+    vals = P
+    for level in _heights(order, len(parts)):
+        a = np.array([x for x, _ in level])
+        b = np.array([y for _, y in level])
+        vals = jnp.concatenate([vals, add(vals[a], vals[b])])
+    return vals[-1]

@@ -1,0 +1,196 @@
+"""``gpu_replay``: a JAX function run with each dot computed as a compiled GPU module does.
+
+The function is traced to a jaxpr and evaluated op by op on the default backend (a
+CPU): every ``dot_general`` runs as :func:`jaxmma.matmul` with the options that
+:func:`._hlo.dots` read from the GPU module's text (split-K, reduce order, chain, tf32
+rounding, fp8 path, one conversion); every other operation is bound as it is, each
+rounded to its own output type. Dots are matched to the module's GEMM fusions by their
+operand types, batch sizes, ``{M, N}`` and K, in the order the jaxpr lists them
+(docs/xla_gpu.md says what this covers).
+"""
+
+from __future__ import annotations
+
+import math
+
+import jax
+import jax.numpy as jnp
+from jax.extend import core as jcore
+
+from . import _gemm, _hlo
+
+#: numpy dtype names -> jaxmma format names
+FORMATS = {"bfloat16": "bf16", "float16": "f16", "float32": "f32",
+           "float8_e4m3fn": "e4m3", "float8_e5m2": "e5m2"}  # fmt: skip
+#: primitives whose parameters hold a jaxpr evaluated here (dots inside are replayed)
+_CALLS = {"pjit": "jaxpr", "jit": "jaxpr", "closed_call": "call_jaxpr",
+          "custom_jvp_call": "call_jaxpr", "custom_vjp_call": "call_jaxpr",
+          "remat": "jaxpr", "checkpoint": "jaxpr"}  # fmt: skip
+
+
+def _closed(j):
+    return (j.jaxpr, j.consts) if hasattr(j, "consts") else (j, ())
+
+
+def _sub_jaxprs(eqn):
+    for v in eqn.params.values():
+        for x in v if isinstance(v, (tuple, list)) else (v,):
+            if hasattr(x, "eqns") or hasattr(x, "jaxpr"):
+                yield _closed(x)[0]
+
+
+def _has_dot(jaxpr) -> bool:
+    return any(
+        e.primitive.name == "dot_general" or any(_has_dot(j) for j in _sub_jaxprs(e))
+        for e in jaxpr.eqns
+    )
+
+
+def _dot_eqns(jaxpr, out: list) -> list:
+    """The dot equations in evaluation order; ValueError for a dot this cannot reach."""
+    for e in jaxpr.eqns:
+        name = e.primitive.name
+        if name == "dot_general":
+            out.append(e)
+        elif name in _CALLS and _CALLS[name] in e.params:
+            _dot_eqns(_closed(e.params[_CALLS[name]])[0], out)
+        elif any(_has_dot(j) for j in _sub_jaxprs(e)):
+            raise ValueError(
+                f"fn: a dot inside {name!r} is not covered (loops and conditionals are not "
+                "replayed; only calls)"
+            )
+    return out
+
+
+def signature(eqn) -> tuple:
+    """``(formats, batch, {M, N}, K)`` of a ``dot_general`` equation (see DotPlan)."""
+    (lc, rc), (lb, rb) = eqn.params["dimension_numbers"]
+    a, b = (v.aval for v in eqn.invars[:2])
+    fa, fb = (FORMATS.get(x.dtype.name, x.dtype.name) for x in (a, b))
+    lf = [d for d in range(a.ndim) if d not in lc and d not in lb]
+    rf = [d for d in range(b.ndim) if d not in rc and d not in rb]
+    M = math.prod(a.shape[d] for d in lf)
+    N = math.prod(b.shape[d] for d in rf)
+    K = math.prod(a.shape[d] for d in lc)
+    batch = tuple(a.shape[d] for d in lb)
+    return (tuple(sorted((fa, fb))), batch, tuple(sorted((M, N))), K)
+
+
+def match(eqns: list, plans: list) -> list:
+    """For each dot equation, the first unused plan with its signature."""
+    used = [False] * len(plans)
+    out = []
+    for i, e in enumerate(eqns):
+        sig = signature(e)
+        j = next((j for j, p in enumerate(plans) if not used[j] and p.signature() == sig), None)
+        if j is None:
+            raise ValueError(
+                f"compiled_text: dot {i} of fn (formats {sig[0]}, batch {sig[1]}, M x N "
+                f"{sig[2]}, K = {sig[3]}) has no GEMM fusion in the module (fusions: "
+                f"{[(p.fusion, p.signature()) for p in plans if not used[plans.index(p)]]})"
+            )
+        used[j] = True
+        out.append(plans[j])
+    left = [p.fusion for p, u in zip(plans, used, strict=True) if not u]
+    if left:
+        raise ValueError(
+            f"compiled_text: GEMM fusions {left} match no dot of fn: the module was not "
+            "compiled from this function and these argument shapes"
+        )
+    return out
+
+
+def replay_dot(eqn, plan, lhs, rhs):
+    """One ``dot_general`` equation computed as ``plan`` says."""
+    (lc, rc), (lb, rb) = eqn.params["dimension_numbers"]
+    if len(lc) != 1:
+        raise ValueError(f"{plan.fusion}: a dot contracting {len(lc)} dimensions is not covered")
+    out_aval = eqn.outvars[0].aval
+    out = FORMATS.get(out_aval.dtype.name)
+    if out not in ("f32", "bf16", "f16"):
+        raise ValueError(f"{plan.fusion}: a dot with {out_aval.dtype} output is not covered")
+    if out != plan.out:
+        raise ValueError(
+            f"{plan.fusion}: fn's dot gives {out}, the module converts its result to {plan.out}"
+        )
+    lf = [d for d in range(lhs.ndim) if d not in lc and d not in lb]
+    rf = [d for d in range(rhs.ndim) if d not in rc and d not in rb]
+    batch = tuple(lhs.shape[d] for d in lb)
+    L = jnp.transpose(lhs, tuple(lb) + tuple(lf) + tuple(lc))
+    R = jnp.transpose(rhs, tuple(rb) + tuple(rc) + tuple(rf))
+    L = L.reshape(batch + (math.prod(lhs.shape[d] for d in lf), lhs.shape[lc[0]]))
+    R = R.reshape(batch + (rhs.shape[rc[0]], math.prod(rhs.shape[d] for d in rf)))
+    opts = dict(plan.options)
+    if opts["instruction"].startswith("wgmma"):  # the operands' own order (same products)
+        fa, fb = FORMATS[lhs.dtype.name], FORMATS[rhs.dtype.name]
+        opts["instruction"] = _hlo.WGMMA8.format(a=fa, b=fb)
+    D = _gemm.matmul(L, R, **opts)
+    shape = batch + tuple(lhs.shape[d] for d in lf) + tuple(rhs.shape[d] for d in rf)
+    return D.reshape(shape).astype(out_aval.dtype)
+
+
+def _eval(jaxpr, consts, args, plans):
+    env = {}
+
+    def read(v):
+        return v.val if isinstance(v, jcore.Literal) else env[v]
+
+    for v, x in zip(jaxpr.constvars, consts, strict=True):
+        env[v] = x
+    for v, x in zip(jaxpr.invars, args, strict=True):
+        env[v] = x
+    for e in jaxpr.eqns:
+        ins = [read(v) for v in e.invars]
+        name = e.primitive.name
+        if name == "dot_general":
+            outs = [replay_dot(e, next(plans), *ins)]
+        elif (
+            name in _CALLS
+            and _CALLS[name] in e.params
+            and _has_dot(_closed(e.params[_CALLS[name]])[0])
+        ):
+            inner, c = _closed(e.params[_CALLS[name]])
+            outs = _eval(inner, c, ins[len(ins) - len(inner.invars) :], plans)
+        else:
+            bound = e.primitive.get_bind_params(e.params)
+            if isinstance(bound, tuple):  # releases that return (subfuns, params)
+                subfuns, params = bound
+                outs = e.primitive.bind(*subfuns, *ins, **params)
+            else:
+                outs = e.primitive.bind(*ins, **bound)
+            outs = outs if e.primitive.multiple_results else [outs]
+        for v, x in zip(e.outvars, outs, strict=True):
+            env[v] = x
+    return [read(v) for v in jaxpr.outvars]
+
+
+def gpu_replay(fn, compiled_text: str):
+    """``fn`` with each dot computed as the GPU module ``compiled_text`` computes it.
+
+    Args:
+      fn: a JAX function (jittable); its dots are ``lax.dot_general`` / ``jnp.dot`` /
+        ``@`` calls, also inside nested ``jit`` and custom derivatives (not inside
+        ``scan``, ``while`` or ``cond``).
+      compiled_text: ``jax.jit(fn).lower(*args).compile().as_text()`` from an sm_90 GPU
+        (XLA:GPU's Triton GEMM fusions, docs/xla_gpu.md).
+
+    Returns:
+      A function of the same arguments as ``fn`` returning ``fn``'s outputs, computed
+      on the default backend: the dots with the GPU module's bits, every other
+      operation as JAX computes it there, one operation at a time.
+
+    Raises:
+      ValueError: malformed module text, a dot or reduce the reader does not cover,
+        dots of ``fn`` and GEMM fusions of the module that do not pair up.
+    """
+    plans = _hlo.dots(compiled_text)
+
+    def run(*args):
+        closed, shape = jax.make_jaxpr(fn, return_shape=True)(*args)
+        eqns = _dot_eqns(closed.jaxpr, [])
+        order = iter(match(eqns, plans))
+        flat = jax.tree.leaves(args)
+        outs = _eval(closed.jaxpr, closed.consts, flat, order)
+        return jax.tree.unflatten(jax.tree.structure(shape), outs)
+
+    return run

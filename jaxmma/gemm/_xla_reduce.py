@@ -1,0 +1,106 @@
+"""The orders in which XLA:GPU's split-K reduce fusions add the f32 partials.
+
+XLA:GPU splits K into S slices (f32 partials ``[S, ..., M, N]``) and reduces them in a
+separate fusion. Its emitter fixes the order of the IEEE f32 adds (docs/xla_gpu.md;
+each order below was read off an H100 by FPRev probes, arXiv:2411.00442):
+
+* a loop fusion (``kind=kLoop``): in slice order from +0, ``"sequential"``;
+* XLA's native reduction emitter (``kind=kInput``): ``p_i + p_(i + S/2)`` halving until
+  one is left, ``"halving"`` (measured for S = 32 and 64 only);
+* a Triton fusion (``"__triton"``): a butterfly tree that follows Triton's blocked layout
+  of the ``[S] + tile`` block (:func:`triton_tree`).
+
+Triton's layout rules (public Triton source, ``BlockedEncodingAttr`` construction, the
+coalescing pass and the reduce lowering), as they apply to a reduce over dimension 0 of
+a ``[S, t_1, ..., t_r]`` f32 block with ``W`` warps of 32 lanes:
+
+* each thread holds ``v`` contiguous elements of the last dimension: 4 (16-byte vector
+  loads) unless the fusion may use TMA, then 1;
+* lanes, then warps, are handed out from the last dimension to the first, each
+  dimension taking as many as its size over ``v`` (its size for the others) allows; the
+  first dimension takes what is left;
+* so slice ``s`` is held by lane bits ``s mod L``, warp bits ``(s / L) mod Wd`` and a
+  repetition ``s / (L * Wd)`` (``L`` lanes and ``Wd`` warps along dimension 0);
+* the reduce adds first inside each thread (its repetitions, pairwise: neighbours, then
+  pairs of pairs), then across lanes by shuffles (the highest lane bit first), then
+  across warps through shared memory (the highest warp bit first).
+"""
+
+from __future__ import annotations
+
+LANES = 32
+
+
+def _pow2(x: int) -> bool:
+    return x >= 1 and not x & (x - 1)
+
+
+def butterfly(S: int, bits: list) -> tuple | int:
+    """The pairing tree that adds slices differing in bit ``bits[0]`` first, then pairs
+    of those differing in ``bits[1]``, ...; ``bits`` names each bit of ``0 .. S-1`` once."""
+    nodes = {s: s for s in range(S)}
+    for b in bits:
+        nodes = {s: (nodes[s], nodes[s | (1 << b)]) for s in nodes if not s & (1 << b)}
+    (root,) = nodes.values()
+    return root
+
+
+def _log2(x: int) -> int:
+    return x.bit_length() - 1
+
+
+def triton_layout(shape: list, num_warps: int, vector: int) -> tuple:
+    """``(threads_per_warp, warps_per_cta)`` of Triton's blocked layout of ``shape``
+    (row major, ``vector`` elements per thread along the last dimension)."""
+    rank = len(shape)
+    tpw, wpc = [1] * rank, [1] * rank
+    lanes, warps = LANES, num_warps
+    for d in reversed(range(1, rank)):
+        per = vector if d == rank - 1 else 1
+        tpw[d] = max(1, min(lanes, max(1, shape[d] // per)))
+        wpc[d] = max(1, min(warps, max(1, shape[d] // (per * tpw[d]))))
+        lanes //= tpw[d]
+        warps //= wpc[d]
+    tpw[0], wpc[0] = lanes, warps
+    return tpw, wpc
+
+
+def triton_tree(S: int, tile: list, num_warps: int, tma: bool, where: str = "reduce"):
+    """The pairing tree of a Triton reduce over S partials (see the module docstring).
+
+    ``tile``: the fusion's output tile (``output_tiles`` of its config); ``tma``: its
+    ``is_tma_allowed``. Raises ValueError for a block this rule does not cover."""
+    if not (_pow2(S) and S >= 2 and all(_pow2(t) for t in tile) and _pow2(num_warps)):
+        raise ValueError(
+            f"{where}: a Triton reduce of S = {S} partials with tile {list(tile)} and "
+            f"{num_warps} warps is not covered (powers of two only)"
+        )
+    shape = [S] + list(tile)
+    numel = S
+    for t in tile:
+        numel *= t
+    vector = 1 if tma else max(1, min(4, tile[-1], numel // (LANES * num_warps)))
+    tpw, wpc = triton_layout(shape, num_warps, vector)
+    if tpw[0] * wpc[0] > S:
+        raise ValueError(
+            f"{where}: the Triton layout of block {shape} with {num_warps} warps spreads "
+            f"{tpw[0] * wpc[0]} threads over S = {S} partials (replicated elements): not "
+            "covered"
+        )
+    lane_bits = _log2(tpw[0])
+    warp_bits = _log2(wpc[0])
+    n = _log2(S)
+    rep = list(range(lane_bits + warp_bits, n))
+    lanes = list(reversed(range(lane_bits)))
+    warps = list(reversed(range(lane_bits, lane_bits + warp_bits)))
+    return butterfly(S, rep + lanes + warps)
+
+
+def native_order(S: int, where: str = "reduce"):
+    """XLA's native (``kInput``) column reduction: ``"halving"`` where it was measured."""
+    if S == 2 or S in (32, 64):
+        return "halving"
+    raise ValueError(
+        f"{where}: XLA's native reduction emitter over S = {S} partials: its order was "
+        "measured for S = 32 and 64 only"
+    )
