@@ -86,6 +86,8 @@ def _bits16(x):
         (WGMMA_BF16, "sm_90a", None, ((2, 70, 200), (2, 200, 50))),
         (WGMMA_F16, "sm_90a", 3, ((40, 272), (272, 24))),
         (MMA_BF16, "sm_90", 2, ((1, 33, 48), (3, 48, 65))),
+        (MMA_BF16, "sm_90", 1, ((20, 256), (256, 40))),  # four groups per iteration
+        (MMA_BF16, "sm_90", 20, ((20, 700), (700, 8))),  # long groups: an inner loop
     ],
 )
 def test_kernel_interpreted_matches_the_emulation_on_exact_sums(text, arch, P, shapes):
@@ -109,12 +111,44 @@ def test_kernel_interpreted_matches_the_emulation_on_exact_sums(text, arch, P, s
     assert float(jnp.max(jnp.abs(want))) > 50  # the sums are not trivial
 
 
+def _dot_order(sch, P):
+    """The schedule's dots as (first step, steps, group) in the order the kernel runs
+    them, written out from its fields."""
+    out, step = [], 0
+    if P is None:
+        for _ in range(sch.loop):
+            out.append((step, sch.most, 0))
+            step += sch.most
+        for n in sch.tail:
+            out.append((step, n, 0))
+            step += n
+        return out
+    g = 0
+    for _ in range(sch.loop):
+        for _ in range(sch.per_iter):
+            for n in [sch.most] * sch.inner + list(sch.group):
+                out.append((step, n, g))
+                step += n
+            g += 1
+    for n in sch.tail:
+        out.append((step, n, g))
+        step += n
+    return out
+
+
 @pytest.mark.parametrize(
-    "steps, P, k_tile", [(256, None, 64), (13, None, 16), (12, 4, 64), (10, 4, 32), (8, 3, 16)]
-)
-def test_the_k_tile_divides_every_group(steps, P, k_tile):
-    ins = jaxmma.instruction(MMA_BF16, arch="sm_90")
-    kt = _native._k_tile(ins, steps, P)
-    assert kt == k_tile
-    groups = [steps] if P is None else [P] * (steps // P) + ([steps % P] if steps % P else [])
-    assert all((g * ins.k) % kt == 0 for g in groups)
+    "steps, P",
+    [(256, None), (13, None), (1, None), (256, 4), (12, 4), (10, 4), (8, 3), (16, 1),
+     (257, 2), (44, 20), (5, 9), (100, 7)],
+)  # fmt: skip
+def test_the_schedule_runs_each_step_once_in_increasing_k(steps, P):
+    most = 4
+    sch = _native.schedule(steps, P, 16, most * 16)
+    order = _dot_order(sch, P)
+    assert [s for s, _, _ in order] == list(np.cumsum([0] + [n for _, n, _ in order])[:-1])
+    assert sum(n for _, n, _ in order) == steps  # no extra all-zero step
+    assert all(n in (1, 2, 4) for _, n, _ in order)  # power-of-two block shapes
+    if P is not None:  # groups of min(P, steps) steps, the last one shorter
+        Pe = min(P, steps)
+        assert [g for _, _, g in order] == [s // Pe for s, _, _ in order]
+        assert all(s // Pe == (s + n - 1) // Pe for s, n, _ in order)
