@@ -199,7 +199,7 @@ def _dot(a, b):
     return jnp.dot(a, b, preferred_element_type=jnp.float32)
 
 
-#: tilings tried by --tune: (bm, bn, max_kt, num_warps, num_stages, group_m[, promote])
+#: tilings tried by --tune: (bm, bn, max_kt, num_warps, num_stages, group_m)
 TUNE = [
     (128, 256, 64, 8, 3, 8),
     (128, 256, 64, 8, 4, 8),
@@ -207,13 +207,9 @@ TUNE = [
     (128, 128, 64, 8, 4, 8),
 ]
 TUNE_PROMOTED = [
-    (128, 128, 64, 8, 4, 8, "groups"),
-    (64, 128, 64, 4, 4, 8, "groups"),
-    (128, 128, 64, 8, 3, 8, "flag"),
-    (128, 128, 64, 8, 4, 8, "flag"),
-    (64, 128, 64, 4, 4, 8, "flag"),
-    (128, 256, 64, 8, 3, 8, "flag"),
-    (64, 256, 64, 8, 4, 8, "flag"),
+    (128, 128, 64, 8, 4, 8),
+    (64, 128, 64, 4, 4, 8),
+    (64, 256, 64, 8, 4, 8),
 ]
 
 

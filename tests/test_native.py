@@ -3,13 +3,15 @@ Pallas interpret mode against the emulation (on sums that are exact in any order
 only case where the host's own dot gives the model's bits; the GPU check of every bit is
 benchmarks/native_gpu.py)."""
 
+import dataclasses
+
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
 import jaxmma
-from jaxmma.gemm import _gemm, _native
+from jaxmma.gemm import _gemm, _kernel, _native, _options
 
 WGMMA_BF16 = "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16"
 WGMMA_F16 = "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16"
@@ -152,3 +154,49 @@ def test_the_schedule_runs_each_step_once_in_increasing_k(steps, P):
         Pe = min(P, steps)
         assert [g for _, _, g in order] == [s // Pe for s, _, _ in order]
         assert all(s // Pe == (s + n - 1) // Pe for s, n, _ in order)
+
+
+@pytest.mark.parametrize(
+    "P, options",
+    [
+        (2, dict(split_k=4, split_rule="cutlass", k_tile=32, split_reduce="halving")),
+        pytest.param(
+            None,
+            dict(epilogue="f32", alpha=0.5, beta=-2.0, scale_a="block", scale_b="block"),
+            marks=pytest.mark.full,  # about 40 s on 2 cores
+        ),
+    ],
+)
+def test_kernel_options_chain_through_the_native_kernel(P, options):
+    # the library options run around the chain (split slices, epilogue, scales), so the
+    # native kernel serves them as it serves a plain GEMM: interpreted, exact sums
+    rng = np.random.default_rng(5)
+    A = jnp.asarray(rng.integers(-4, 5, (2, 24, 300)), jnp.bfloat16)
+    B = jnp.asarray(rng.integers(-4, 5, (300, 40)), jnp.bfloat16)
+    C = jnp.asarray(rng.integers(-9, 10, (24, 40)), jnp.float32).at[0, 0].set(-0.0)
+    kw = dict(options)
+    if kw.pop("scale_a", None):
+        kw.pop("scale_b")
+        sa = jnp.asarray(np.exp2(rng.integers(-3, 4, (24, 3))), jnp.float32)
+        sb = jnp.asarray(np.exp2(rng.integers(-3, 4, (3, 1))), jnp.float32)
+    else:
+        sa = sb = None
+    ins = jaxmma.instruction(MMA_BF16, arch="sm_90")
+    opts = _options.kernel_options(ins, **kw)
+    cfg = dataclasses.replace(_gemm.config(MMA_BF16, "sm_90", P), native=True)
+    calls = []
+
+    def chain(cfg, a, b, c):
+        calls.append(cfg.native)
+        return _gemm.gemm_bits(cfg, a, b, c)
+
+    got = _kernel.matmul(
+        cfg, opts, A, B, C, sa, sb, chain=chain, check_shapes=_gemm._check_shapes, quantize=None
+    )
+    want = jaxmma.matmul(
+        A, B, C, instruction=MMA_BF16, arch="sm_90", promote_every=P, executor="emulate",
+        scale_a=sa, scale_b=sb, **kw,
+    )  # fmt: skip
+    assert calls and all(calls)  # every chain ran on the native kernel
+    np.testing.assert_array_equal(np.asarray(got).view(np.uint32), np.asarray(want).view(np.uint32))
+    assert float(jnp.max(jnp.abs(want))) > 50

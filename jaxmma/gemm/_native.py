@@ -51,18 +51,13 @@ class Tiles:
     num_warps: int = 8
     num_stages: int = 3
     group_m: int = 8
-    #: how promotion groups restart (``promote_every`` only): "groups" (each group's
-    #: dots written out, from a run-time +0, then one FADD) or "flag" (one loop over K
-    #: tiles; at a group's first tile the accumulator restarts from +0 and the finished
-    #: group is added into the total, both under a run-time condition, so the compiler
-    #: can keep the tensor-core chain asynchronous)
-    promote: str = "groups"
 
 
-#: tiling on the GPU without and with promotion (benchmarks/native_gpu.py --tune;
-#: figures in benchmarks/RESULTS.md)
-TILES = Tiles()
-PROMOTED_TILES = Tiles()
+#: tiling on the GPU without and with promotion, the fastest of those
+#: ``benchmarks/native_gpu.py --tune`` tries on an H100 (figures in benchmarks/RESULTS.md;
+#: with promotion the larger tiles hold two accumulators and ran slower)
+TILES = Tiles(bm=128, bn=256, max_kt=64, num_warps=8, num_stages=4, group_m=8)
+PROMOTED_TILES = Tiles(bm=64, bn=128, max_kt=64, num_warps=4, num_stages=4, group_m=8)
 #: tiling of interpreted runs (small: a CPU runs every program of the grid in turn)
 INTERPRET_TILES = Tiles(bm=32, bn=32, max_kt=64, group_m=0)
 #: groups of promote_every steps whose dots are written out inline, not looped over
@@ -183,36 +178,6 @@ def _dots(a_ref, b_ref, acc, start, counts, k: int):
     return acc
 
 
-def flag_tile(steps: int, promote_every: int, most: int) -> int:
-    """Steps per K tile of the "flag" schedule: the largest power of two up to ``most``
-    that divides both the group and all the steps (every group is whole tiles)."""
-    P = min(promote_every, steps)
-    j = most
-    while P % j or steps % j:
-        j //= 2
-    return j
-
-
-def _flag_kernel(*refs, tiles: int, j: int, k: int, has_c: bool, shape):
-    a_ref, b_ref, *rest = refs
-    c_ref = rest.pop(0) if has_c else None
-    g_ref, d_ref = rest
-    acc = c_ref[...] if has_c else jnp.zeros(shape, F32)
-    per_group = g_ref[0]  # read at run time: no compiler folds the conditions below
-
-    def body(t, carry):
-        total, part = carry
-        first = lax.rem(t, per_group) == 0
-        total = lax.cond(first & (t > 0), lambda: total + part, lambda: total)
-        part = lax.cond(first, lambda: jnp.zeros_like(part), lambda: part)
-        return total, _dots(a_ref, b_ref, part, t * j, (j,), k)
-
-    total, part = lax.fori_loop(0, tiles, body, (acc, jnp.zeros(shape, F32)))
-    d = total + part
-    bits = lax.bitcast_convert_type(d, jnp.int32)
-    d_ref[...] = jnp.where(d != d, jnp.int32(CANONICAL_NAN), bits)
-
-
 def _kernel(*refs, sch: Schedule, k: int, has_c: bool, shape):
     a_ref, b_ref, *rest = refs
     c_ref = rest.pop(0) if has_c else None
@@ -272,7 +237,6 @@ def gemm_bits(cfg, A, B, C, *, interpret=None, tiles: Tiles | None = None):
     nb = int(np.prod(lead, dtype=np.int64))
     S = max(1, -(-K // ins.k))
     sch = schedule(S, P, ins.k, t.max_kt)
-    flag = P is not None and t.promote == "flag"
     Kp, Mp, Np = S * ins.k, -(-M // t.bm) * t.bm, -(-N // t.bn) * t.bn
 
     def prep(x, shape, rows, cols, fmt):
@@ -308,11 +272,7 @@ def gemm_bits(cfg, A, B, C, *, interpret=None, tiles: Tiles | None = None):
     if C is not None:
         ops.append(prep(C, (M, N), Mp, Np, "f32"))
         specs.append(d_spec)
-    if flag:
-        j = flag_tile(S, P, sch.most)
-        ops.append(jnp.full((1,), min(P, S) // j, jnp.int32))
-        specs.append(pl.BlockSpec((1,), lambda z, p: (0,)))
-    elif sch.group or sch.inner:
+    if sch.group or sch.inner:
         ops.append(jnp.zeros((1,), F32))
         specs.append(pl.BlockSpec((1,), lambda z, p: (0,)))
     kwargs = {}
@@ -320,14 +280,7 @@ def gemm_bits(cfg, A, B, C, *, interpret=None, tiles: Tiles | None = None):
         kwargs["compiler_params"] = plgpu.CompilerParams(
             num_warps=t.num_warps, num_stages=t.num_stages
         )
-    if flag:
-        kernel = functools.partial(
-            _flag_kernel, tiles=S // j, j=j, k=ins.k, has_c=C is not None, shape=(t.bm, t.bn)
-        )
-    else:
-        kernel = functools.partial(
-            _kernel, sch=sch, k=ins.k, has_c=C is not None, shape=(t.bm, t.bn)
-        )
+    kernel = functools.partial(_kernel, sch=sch, k=ins.k, has_c=C is not None, shape=(t.bm, t.bn))
     d = pl.pallas_call(
         kernel,
         out_shape=jax.ShapeDtypeStruct((nb, Mp, Np), jnp.int32),
