@@ -5,6 +5,7 @@ Run on a machine with an NVIDIA GPU::
     python benchmarks/bench_gpu.py                 # bits check + the table
     python benchmarks/bench_gpu.py --check-only    # bits of kernel vs XLA path, each form
     python benchmarks/bench_gpu.py --tune          # tile variants of the bf16 kernel
+    python benchmarks/bench_gpu.py --fp8           # e4m3 P=4: mma.sync vs wgmma, then bits
 
 First it checks that the kernel's bits equal the XLA path's bits on the same GPU for every
 form the kernel covers (512^3 by default; random raw bits with NaN / Inf / subnormals /

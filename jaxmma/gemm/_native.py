@@ -15,8 +15,9 @@ do.
 Covered (:func:`why_not`): on a GPU of compute capability 9.0 (H100, H200), f32
 accumulators from bf16 x bf16 or f16 x f16 (``wgmma`` sm_90a, and ``mma.sync`` m16n8k16
 on sm_90, whose model is the same), with or without ``promote_every``. Not fp8: the
-kernel compiler's fp8 products do not follow the model. Evidence: docs/gemm.md ("The
-native executor").
+kernel compiler's fp8 products do not follow the model. The kernel options of
+:mod:`._kernel` (split-K, epilogues, scales) run their chains here too. Evidence:
+docs/gemm.md ("The native executor").
 """
 
 from __future__ import annotations
