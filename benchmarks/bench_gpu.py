@@ -5,6 +5,7 @@ Run on a machine with an NVIDIA GPU::
     python benchmarks/bench_gpu.py                 # bits check + the table
     python benchmarks/bench_gpu.py --check-only    # bits of kernel vs XLA path, each form
     python benchmarks/bench_gpu.py --tune          # tile variants of the bf16 kernel
+    python benchmarks/bench_gpu.py --fp8           # e4m3 P=4: mma.sync vs wgmma, then bits
 
 First it checks that the kernel's bits equal the XLA path's bits on the same GPU for every
 form the kernel covers (512^3 by default; random raw bits with NaN / Inf / subnormals /
@@ -37,8 +38,23 @@ FORMS = {
     "tf32": "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32",
     "e4m3": "mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32",
     "e5m2xe4m3": "mma.sync.aligned.m16n8k32.row.col.f32.e5m2.e4m3.f32",
+    "wgmma-bf16": "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16",
+    "wgmma-e4m3": "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3",
+    "wgmma-e5m2xe4m3": "wgmma.mma_async.sync.aligned.m64n128k32.f32.e5m2.e4m3",
+    "wgmma-e4m3-f16acc": "wgmma.mma_async.sync.aligned.m64n128k32.f16.e4m3.e4m3",
 }
-CHECKS = [(name, None) for name in FORMS] + [("e4m3", 4), ("bf16", 3)]
+CHECKS = [(name, None) for name in FORMS] + [
+    ("e4m3", 4),
+    ("bf16", 3),
+    ("wgmma-e4m3", 4),
+    ("wgmma-e5m2xe4m3", 3),
+]
+
+
+def arch(name: str) -> str:
+    return "sm_90a" if name.startswith("wgmma") else "sm_90"
+
+
 DTYPES = {
     "bf16": ml_dtypes.bfloat16,
     "f16": np.float16,
@@ -79,7 +95,7 @@ def time_ms(fn, *args, runs=5, warmup=2):
 
 
 def gemm_fn(text, promote_every, mode, tiles=None):  # calls an emulating executor itself
-    cfg = _gemm.config(text, "sm_90", promote_every)
+    cfg = _gemm.config(text, "sm_90a" if text.startswith("wgmma") else "sm_90", promote_every)
     if mode == "xla":
         return jax.jit(lambda a, b, c: _gemm.xla_gemm_bits(cfg, a, b, c))
     return jax.jit(lambda a, b, c: _pallas.gemm_bits(cfg, a, b, c, tiles=tiles))
@@ -91,7 +107,7 @@ def check(size, forms=CHECKS):
     M, N, K = size
     for name, P in forms:
         text = FORMS[name]
-        ins = jaxmma.instruction(text, arch="sm_90")
+        ins = jaxmma.instruction(text, arch=arch(name))
         rng = np.random.default_rng(len(rows))
         kinds = ("raw", "mixed")
         A = np.stack([operand_bits(rng, (M, K), ins.atype, k) for k in kinds])
@@ -171,14 +187,14 @@ def table(size, xla_size):
 
     def jm(name, n, P=None, mode="pallas", executor="emulate"):
         X, Y = f32((n, n)), f32((n, n))
-        text, arch = BLOCK_SCALED.get(name, (FORMS.get(name), "sm_90"))
+        text, where = BLOCK_SCALED.get(name, (FORMS.get(name), arch(name)))
         if name not in BLOCK_SCALED:  # block-scaled: float32 in, quantized inside
-            dt = {"bf16": jnp.bfloat16, "e4m3": jnp.float8_e4m3fn}[name]
+            dt = jnp.float8_e4m3fn if "e4m3" in name else jnp.bfloat16
             X, Y = X.astype(dt), Y.astype(dt)
         with _pallas.path(mode):
             fn = jax.jit(
                 lambda a, b: jaxmma.matmul(
-                    a, b, instruction=text, arch=arch, promote_every=P, executor=executor
+                    a, b, instruction=text, arch=where, promote_every=P, executor=executor
                 )
             )
             return time_ms(fn, X, Y, runs=5, warmup=1)
@@ -187,6 +203,9 @@ def table(size, xla_size):
     rows.append((f"jaxmma.matmul bf16 m16n8k16, native executor, {M}^3", t_native, M))
     rows.append((f"jaxmma.matmul bf16 m16n8k16, Pallas, {M}^3", jm("bf16", M), M))
     rows.append((f"jaxmma.matmul e4m3 m16n8k32 P=4, Pallas, {M}^3", jm("e4m3", M, 4), M))
+    rows.append(
+        (f"jaxmma.matmul e4m3 wgmma m64n128k32 P=4, Pallas, {M}^3", jm("wgmma-e4m3", M, 4), M)
+    )
     for name in BLOCK_SCALED:
         rows.append((f"jaxmma.matmul {name} (float inputs), XLA path, {M}^3", jm(name, M), M))
     rows.append(
@@ -202,6 +221,33 @@ def table(size, xla_size):
     return rows, base
 
 
+def fp8_promoted(n):
+    """e4m3 with promote_every=4 on the Pallas kernel, mma.sync m16n8k32 against wgmma
+    m64n128k32, at n^3, beside native f32; one process, medians."""
+    rng = np.random.default_rng(3)
+    X = jnp.asarray(rng.standard_normal((n, n), dtype=np.float32))
+    Y = jnp.asarray(rng.standard_normal((n, n), dtype=np.float32))
+    hi = jax.jit(lambda a, b: jnp.dot(a, b, precision=jax.lax.Precision.HIGHEST))
+    f32_ms = time_ms(hi, X, Y, runs=10)
+    X8, Y8 = X.astype(jnp.float8_e4m3fn), Y.astype(jnp.float8_e4m3fn)
+    print(f"\nnative jnp.dot f32 (HIGHEST), {n}^3: {f32_ms:.2f} ms", flush=True)
+    out = {}
+    for name in ("e4m3", "wgmma-e4m3"):
+        fn = jax.jit(
+            lambda a, b, name=name: jaxmma.matmul(
+                a, b, instruction=FORMS[name], arch=arch(name), promote_every=4
+            )
+        )
+        out[name] = time_ms(fn, X8, Y8, runs=5, warmup=1)
+        print(
+            f"{name} promote_every=4, Pallas, {n}^3: {out[name]:.1f} ms "
+            f"({out[name] / f32_ms:.1f}x native f32)",
+            flush=True,
+        )
+    print(f"wgmma / mma.sync: {out['wgmma-e4m3'] / out['e4m3']:.2f}")
+    return out
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--size", type=int, default=4096)
@@ -209,6 +255,7 @@ def main():
     ap.add_argument("--check-size", type=int, default=512)
     ap.add_argument("--check-only", action="store_true")
     ap.add_argument("--tune", action="store_true")
+    ap.add_argument("--fp8", action="store_true", help="e4m3 P=4, mma.sync vs wgmma, only")
     ap.add_argument("--forms", default=None, help="checks to run, e.g. bf16,e4m3:4")
     args = ap.parse_args()
     dev = jax.devices()[0]
@@ -219,7 +266,9 @@ def main():
             (f.split(":")[0], int(f.split(":")[1]) if ":" in f else None)
             for f in args.forms.split(",")
         ]
-    if args.check_only:
+    if args.fp8:
+        fp8_promoted(args.size)
+    if args.check_only or args.fp8:
         print_checks(check((args.check_size,) * 3, forms), args.check_size)
         return
     if args.tune:

@@ -2,16 +2,20 @@
 
     python benchmarks/native_gpu.py            # bits on every covered form, then timings
     python benchmarks/native_gpu.py --bits     # bits only
+    python benchmarks/native_gpu.py --tune     # tilings first; the fastest is used after
 
 Bits: ``jaxmma.matmul(..., executor="native")`` against ``executor="emulate"`` on random
 raw bits (moderate and wide exponents, NaN, Inf, subnormals, signed zeros), ragged
-shapes, with C, batch dimensions and promotion. Timings: medians of jitted calls after a
-warm-up, as multiples of the device's own ``jnp.dot`` on the same dtypes (f32 output).
+shapes, with C, batch dimensions and promotion, and with the kernel options (split-K,
+epilogues, output types, input rounding, fp8 scaling recipes). Timings: jitted calls after
+a warm-up, the executors and the device's own ``jnp.dot`` on the same dtypes (f32 output)
+taken in turn, each the median over rounds of 10 back-to-back calls.
 """
 
 from __future__ import annotations
 
 import argparse
+import datetime
 import functools
 import time
 
@@ -20,6 +24,8 @@ import jax.numpy as jnp
 import numpy as np
 
 import jaxmma
+from jaxmma.gemm import _gemm as _layer
+from jaxmma.gemm import _native
 
 FORMS = {
     "wgmma bf16": ("wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16", "sm_90a", None),
@@ -65,8 +71,10 @@ def _c(rng, shape, case):
     return bits.view(np.float32)
 
 
-def _gemm(a, b, c=None, *, text, arch, P, ex):
-    return jaxmma.matmul(a, b, c, instruction=text, arch=arch, promote_every=P, executor=ex)
+def _gemm(a, b, c=None, *, text, arch, P, ex, **options):
+    return jaxmma.matmul(
+        a, b, c, instruction=text, arch=arch, promote_every=P, executor=ex, **options
+    )
 
 
 def check_bits(seed=0):
@@ -102,19 +110,154 @@ def check_bits(seed=0):
     return bad_total
 
 
-def _median_ms(f, *args, reps=10):
-    f(*args).block_until_ready()
-    f(*args).block_until_ready()
-    times = []
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        f(*args).block_until_ready()
-        times.append(time.perf_counter() - t0)
-    return 1e3 * float(np.median(times))
+#: kernel options checked on the native executor: (name, matmul keywords, C given)
+OPTIONS = [
+    ("split_k=3 cublas", dict(split_k=3), True),
+    ("split_k=4 cutlass k_tile=32 halving", dict(split_k=4, split_rule="cutlass", k_tile=32,
+                                                 split_reduce="halving"), True),
+    ("split_k=2 xla tree (1, 0)", dict(split_k=2, split_rule="xla", split_reduce=(1, 0)), False),
+    ("epilogue f32 alpha beta", dict(epilogue="f32", alpha=0.75, beta=-1.5), True),
+    ("epilogue rounded bf16", dict(epilogue="rounded", alpha=2.0, out_dtype=jnp.bfloat16), True),
+    ("out_dtype f16", dict(out_dtype=jnp.float16), True),
+    ("input_rounding rz (f32 in)", dict(input_rounding="rz"), True),
+    ("scales per tensor", dict(scale_a=(), scale_b=(), epilogue="f32"), True),
+    ("scales row-wise", dict(scale_a="row", scale_b="row", epilogue="f32"), True),
+    ("scales 1x128 / 128x128", dict(scale_a="block", scale_b="block"), False),
+]  # fmt: skip
+
+#: forms the options are checked on (each option is a chain of the form underneath)
+OPTION_FORMS = ("wgmma bf16", "mma.sync f16 P2")
+
+
+def _scales(rng, kind, M, K, N):
+    if kind == ():
+        shapes = ((), ())
+    elif kind == "row":
+        shapes = ((M, 1), (1, N))
+    else:
+        G = -(-K // 128)
+        shapes = ((M, G), (G, -(-N // 128)))
+    return [np.exp2(rng.integers(-3, 4, s)).astype(np.float32) * 1.25 for s in shapes]
+
+
+def check_options(seed=1, shapes=(((2, 72, 1000), (1000, 136)),), forms=OPTION_FORMS):
+    """Native against emulation with each kernel option (batched, ragged, B broadcast)."""
+    rng = np.random.default_rng(seed)
+    bad_total = 0
+    for name in forms:
+        text, arch, P = FORMS[name]
+        ins = jaxmma.instruction(text, arch=arch)
+        for oname, kw, with_c in OPTIONS:
+            if P is not None and kw.get("scale_a") == "block":
+                continue  # the block recipe promotes by itself (ValueError with P)
+            n = bad = 0
+            for sa, sb in shapes:
+                M, K, N = sa[-2], sa[-1], sb[-1]
+                kw2 = dict(kw)
+                if "scale_a" in kw:
+                    kw2["scale_a"], kw2["scale_b"] = _scales(rng, kw["scale_a"], M, K, N)
+                for case in ("wide", "raw"):
+                    if "input_rounding" in kw:
+                        A = rng.standard_normal(sa).astype(np.float32)
+                        B = rng.standard_normal(sb).astype(np.float32)
+                    else:
+                        A = _elements(rng, ins.atype, sa, case)
+                        B = _elements(rng, ins.btype, sb, case)
+                    C = _c(rng, sa[:-1] + sb[-1:], case) if with_c else None
+                    out = {}
+                    for ex in ("native", "emulate"):
+                        f = jax.jit(
+                            functools.partial(_gemm, text=text, arch=arch, P=P, ex=ex, **kw2)
+                        )
+                        d = np.asarray(f(A, B, C))
+                        out[ex] = d.view(np.uint32 if d.itemsize == 4 else np.uint16)
+                    n += out["native"].size
+                    bad += int((out["native"] != out["emulate"]).sum())
+            bad_total += bad
+            print(f"{name:18s} {oname:36s} {n:>9,d} elements {bad:>7,d} differ", flush=True)
+    return bad_total
+
+
+def _rounds(fns, args, rounds=7, inner=10):
+    """Median ms per call of each function, the functions timed in turn each round."""
+    for f in fns.values():
+        jax.block_until_ready(f(*args))
+        jax.block_until_ready(f(*args))
+    times = {k: [] for k in fns}
+    for _ in range(rounds):
+        for k, f in fns.items():
+            n = inner[k] if isinstance(inner, dict) else inner
+            t0 = time.perf_counter()
+            for _ in range(n):
+                out = f(*args)
+            jax.block_until_ready(out)
+            times[k].append((time.perf_counter() - t0) / n)
+    return {k: 1e3 * float(np.median(v)) for k, v in times.items()}
+
+
+def _dot(a, b):
+    return jnp.dot(a, b, preferred_element_type=jnp.float32)
+
+
+#: tilings tried by --tune: (bm, bn, max_kt, num_warps, num_stages, group_m)
+TUNE = [
+    (128, 256, 64, 8, 3, 8),
+    (128, 256, 64, 8, 4, 8),
+    (256, 128, 64, 8, 3, 8),
+    (128, 128, 64, 8, 4, 8),
+]
+TUNE_PROMOTED = [
+    (128, 128, 64, 8, 4, 8),
+    (64, 128, 64, 4, 4, 8),
+    (64, 256, 64, 8, 4, 8),
+]
+
+
+def tune(candidates, families, n=4096):
+    """Each tiling on the native kernel at n^3 beside jnp.dot; returns the fastest over
+    the families (by the worst ratio to jnp.dot) with bits equal to the first tiling's."""
+    rng = np.random.default_rng(2)
+    ratios = {}
+    print(f"\ntuning at {n}^3: ms (x jnp.dot)")
+    for name in families:
+        text, arch, P = FORMS[name]
+        ins = jaxmma.instruction(text, arch=arch)
+        cfg = _layer.config(text, arch, P)
+        A = jnp.asarray(_elements(rng, ins.atype, (n, n), "normal"))
+        B = jnp.asarray(_elements(rng, ins.btype, (n, n), "normal"))
+        bits = lambda x: jax.lax.bitcast_convert_type(x, jnp.uint16).astype(jnp.uint32)  # noqa: E731
+        Ab, Bb = bits(A), bits(B)
+        dot = jax.jit(_dot)
+        fns, ref = {"dot": lambda a, b, A=A, B=B, dot=dot: dot(A, B)}, None  # same values
+        for cand in candidates:
+            t = _native.Tiles(*cand)
+            try:
+                f = jax.jit(functools.partial(_native.gemm_bits, cfg, C=None, tiles=t))
+                out = np.asarray(f(Ab, Bb))
+            except Exception as e:  # noqa: BLE001 (a tiling the compiler refuses)
+                print(f"  {name} {cand}: failed: {type(e).__name__}: {str(e)[:200]}")
+                continue
+            if ref is None:
+                ref = out
+            if not np.array_equal(out, ref):
+                print(f"  {name} {cand}: bits differ from the first tiling's")
+                continue
+            fns[cand] = f
+        ms = _rounds(fns, (Ab, Bb), rounds=5)
+        line = [f"{name}: jnp.dot {ms['dot']:.3f}"]
+        for cand in fns:
+            if cand != "dot":
+                ratios.setdefault(cand, []).append(ms[cand] / ms["dot"])
+                line.append(f"{cand} {ms[cand]:.3f} ({ms[cand] / ms['dot']:.2f})")
+        print("\n  ".join(line), flush=True)
+    best = min((c for c in ratios if len(ratios[c]) == len(families)), key=lambda c: max(ratios[c]))
+    print(f"fastest tiling (worst ratio {max(ratios[best]):.2f} x jnp.dot): {best}")
+    return _native.Tiles(*best)
 
 
 def timings(sizes=(1024, 4096)):
     rng = np.random.default_rng(1)
+    rows = []
     print(
         f"\n{'family':18s} {'n':>5s} {'native':>9s} {'emulate':>9s} {'jnp.dot':>9s} "
         f"{'native/dot':>10s} {'emu/dot':>8s}"
@@ -124,27 +267,44 @@ def timings(sizes=(1024, 4096)):
         for n in sizes:
             A = jnp.asarray(_elements(rng, ins.atype, (n, n), "normal"))
             B = jnp.asarray(_elements(rng, ins.btype, (n, n), "normal"))
-            dot = jax.jit(lambda a, b: jnp.dot(a, b, preferred_element_type=jnp.float32))
-            t_dot = _median_ms(dot, A, B)
-            t = {}
+            fns = {"dot": jax.jit(_dot)}
             for ex in ("native", "emulate"):
-                f = jax.jit(functools.partial(_gemm, text=text, arch=arch, P=P, ex=ex))
-                t[ex] = _median_ms(f, A, B, reps=10 if ex == "native" or n < 4096 else 3)
+                fns[ex] = jax.jit(functools.partial(_gemm, text=text, arch=arch, P=P, ex=ex))
+            big = n >= 4096
+            t = _rounds(
+                fns, (A, B), rounds=5 if big else 7,
+                inner={"dot": 10, "native": 10, "emulate": 1 if big else 3},
+            )  # fmt: skip
+            rows.append((name, n, t["native"], t["emulate"], t["dot"]))
             print(
-                f"{name:18s} {n:>5d} {t['native']:>8.3f}  {t['emulate']:>8.1f}  {t_dot:>8.3f}  "
-                f"{t['native'] / t_dot:>9.2f}x {t['emulate'] / t_dot:>7.0f}x",
+                f"{name:18s} {n:>5d} {t['native']:>8.3f}  {t['emulate']:>8.1f}  {t['dot']:>8.3f}  "
+                f"{t['native'] / t['dot']:>9.2f}x {t['emulate'] / t['dot']:>7.0f}x",
                 flush=True,
             )
+    print("\n| family | n | native ms | emulation ms | `jnp.dot` ms | native / dot | speed")
+    print("| --- | ---: | ---: | ---: | ---: | ---: | ---: |")
+    for name, n, nat, emu, dot in rows:
+        print(
+            f"| {name} | {n} | {nat:.3f} | {emu:.1f} | {dot:.3f} | {nat / dot:.2f} | "
+            f"{dot / nat:.2f}x |"
+        )
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--bits", action="store_true", help="check bits only")
+    ap.add_argument("--tune", action="store_true", help="time the tilings first")
     args = ap.parse_args()
     dev = jax.devices()[0]
-    print(f"device: {dev.device_kind}, jax {jax.__version__}", flush=True)
+    print(f"device: {dev.device_kind}, jax {jax.__version__}, {datetime.date.today()}", flush=True)
+    if args.tune:
+        _native.TILES = tune(TUNE, ("wgmma bf16",))
+        _native.PROMOTED_TILES = tune(TUNE_PROMOTED, ("wgmma bf16 P4", "mma.sync f16 P2"))
+    print(f"tiling: {_native.TILES}; promoted: {_native.PROMOTED_TILES}", flush=True)
     bad = check_bits()
     print(f"differing elements in all: {bad}", flush=True)
+    bad = check_options()
+    print(f"differing elements with kernel options, in all: {bad}", flush=True)
     if not args.bits:
         timings()
 

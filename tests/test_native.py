@@ -3,13 +3,15 @@ Pallas interpret mode against the emulation (on sums that are exact in any order
 only case where the host's own dot gives the model's bits; the GPU check of every bit is
 benchmarks/native_gpu.py)."""
 
+import dataclasses
+
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
 import jaxmma
-from jaxmma.gemm import _gemm, _native
+from jaxmma.gemm import _gemm, _kernel, _native, _options
 
 WGMMA_BF16 = "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16"
 WGMMA_F16 = "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16"
@@ -86,6 +88,8 @@ def _bits16(x):
         (WGMMA_BF16, "sm_90a", None, ((2, 70, 200), (2, 200, 50))),
         (WGMMA_F16, "sm_90a", 3, ((40, 272), (272, 24))),
         (MMA_BF16, "sm_90", 2, ((1, 33, 48), (3, 48, 65))),
+        (MMA_BF16, "sm_90", 1, ((20, 256), (256, 40))),  # four groups per iteration
+        (MMA_BF16, "sm_90", 20, ((20, 700), (700, 8))),  # long groups: an inner loop
     ],
 )
 def test_kernel_interpreted_matches_the_emulation_on_exact_sums(text, arch, P, shapes):
@@ -109,12 +113,90 @@ def test_kernel_interpreted_matches_the_emulation_on_exact_sums(text, arch, P, s
     assert float(jnp.max(jnp.abs(want))) > 50  # the sums are not trivial
 
 
+def _dot_order(sch, P):
+    """The schedule's dots as (first step, steps, group) in the order the kernel runs
+    them, written out from its fields."""
+    out, step = [], 0
+    if P is None:
+        for _ in range(sch.loop):
+            out.append((step, sch.most, 0))
+            step += sch.most
+        for n in sch.tail:
+            out.append((step, n, 0))
+            step += n
+        return out
+    g = 0
+    for _ in range(sch.loop):
+        for _ in range(sch.per_iter):
+            for n in [sch.most] * sch.inner + list(sch.group):
+                out.append((step, n, g))
+                step += n
+            g += 1
+    for n in sch.tail:
+        out.append((step, n, g))
+        step += n
+    return out
+
+
 @pytest.mark.parametrize(
-    "steps, P, k_tile", [(256, None, 64), (13, None, 16), (12, 4, 64), (10, 4, 32), (8, 3, 16)]
+    "steps, P",
+    [(256, None), (13, None), (1, None), (256, 4), (12, 4), (10, 4), (8, 3), (16, 1),
+     (257, 2), (44, 20), (5, 9), (100, 7)],
+)  # fmt: skip
+def test_the_schedule_runs_each_step_once_in_increasing_k(steps, P):
+    most = 4
+    sch = _native.schedule(steps, P, 16, most * 16)
+    order = _dot_order(sch, P)
+    assert [s for s, _, _ in order] == list(np.cumsum([0] + [n for _, n, _ in order])[:-1])
+    assert sum(n for _, n, _ in order) == steps  # no extra all-zero step
+    assert all(n in (1, 2, 4) for _, n, _ in order)  # power-of-two block shapes
+    if P is not None:  # groups of min(P, steps) steps, the last one shorter
+        Pe = min(P, steps)
+        assert [g for _, _, g in order] == [s // Pe for s, _, _ in order]
+        assert all(s // Pe == (s + n - 1) // Pe for s, n, _ in order)
+
+
+@pytest.mark.parametrize(
+    "P, options",
+    [
+        (2, dict(split_k=4, split_rule="cutlass", k_tile=32, split_reduce="halving")),
+        pytest.param(
+            None,
+            dict(epilogue="f32", alpha=0.5, beta=-2.0, scale_a="block", scale_b="block"),
+            marks=pytest.mark.full,  # about 40 s on 2 cores
+        ),
+    ],
 )
-def test_the_k_tile_divides_every_group(steps, P, k_tile):
+def test_kernel_options_chain_through_the_native_kernel(P, options):
+    # the library options run around the chain (split slices, epilogue, scales), so the
+    # native kernel serves them as it serves a plain GEMM: interpreted, exact sums
+    rng = np.random.default_rng(5)
+    A = jnp.asarray(rng.integers(-4, 5, (2, 24, 300)), jnp.bfloat16)
+    B = jnp.asarray(rng.integers(-4, 5, (300, 40)), jnp.bfloat16)
+    C = jnp.asarray(rng.integers(-9, 10, (24, 40)), jnp.float32).at[0, 0].set(-0.0)
+    kw = dict(options)
+    if kw.pop("scale_a", None):
+        kw.pop("scale_b")
+        sa = jnp.asarray(np.exp2(rng.integers(-3, 4, (24, 3))), jnp.float32)
+        sb = jnp.asarray(np.exp2(rng.integers(-3, 4, (3, 1))), jnp.float32)
+    else:
+        sa = sb = None
     ins = jaxmma.instruction(MMA_BF16, arch="sm_90")
-    kt = _native._k_tile(ins, steps, P)
-    assert kt == k_tile
-    groups = [steps] if P is None else [P] * (steps // P) + ([steps % P] if steps % P else [])
-    assert all((g * ins.k) % kt == 0 for g in groups)
+    opts = _options.kernel_options(ins, **kw)
+    cfg = dataclasses.replace(_gemm.config(MMA_BF16, "sm_90", P), native=True)
+    calls = []
+
+    def chain(cfg, a, b, c):
+        calls.append(cfg.native)
+        return _gemm.gemm_bits(cfg, a, b, c)
+
+    got = _kernel.matmul(
+        cfg, opts, A, B, C, sa, sb, chain=chain, check_shapes=_gemm._check_shapes, quantize=None
+    )
+    want = jaxmma.matmul(
+        A, B, C, instruction=MMA_BF16, arch="sm_90", promote_every=P, executor="emulate",
+        scale_a=sa, scale_b=sb, **kw,
+    )  # fmt: skip
+    assert calls and all(calls)  # every chain ran on the native kernel
+    np.testing.assert_array_equal(np.asarray(got).view(np.uint32), np.asarray(want).view(np.uint32))
+    assert float(jnp.max(jnp.abs(want))) > 50

@@ -40,12 +40,15 @@ CASES = [
     ("mma.sync.aligned.m16n8k16.row.col.f16.f16.f16.f16", None, (24, 40, 72)),
     ("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32", None, (24, 40, 36)),
     ("mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e5m2.f32", 2, (24, 40, 80)),
+    # wgmma fp8: blocks of 32 products, F = 13, f32 results truncated to 13 bits
+    ("wgmma.mma_async.sync.aligned.m64n64k32.f32.e4m3.e5m2", 2, (24, 40, 80)),
 ]
 
 
 @pytest.mark.parametrize("text, promote_every, size", CASES, ids=lambda x: str(x)[:40])
 def test_kernel_bits_match_xla(text, promote_every, size):
-    cfg = _gemm.config(text, "sm_90", promote_every)
+    cfg = _gemm.config(text, "sm_90a" if text.startswith("wgmma") else "sm_90", promote_every)
+    assert _pallas.plan(cfg) is not None
     ins = cfg.ins
     M, N, K = size
     rng = np.random.default_rng(M * N + K)

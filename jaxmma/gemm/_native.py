@@ -5,21 +5,24 @@ emulation's bits come from the device itself at its own speed: a Pallas kernel h
 ``bm x bn`` tile of D (started from C, in float32) and adds ``jnp.dot`` of one K tile
 after another, in increasing k; the compiler emits the device's matrix instructions
 (``wgmma`` on sm_90), each one fused block of the model with the accumulator as C. With
-``promote_every=P``, every group of P instruction steps is chained from +0 in a loop of its
-own and added into the float32 total (one FADD; the loop keeps the compiler from folding
-the total into the chain). The kernel runs exactly the instruction steps the emulation runs
-(K padded with +0 to a multiple of k, never more: an extra all-zero step is not a no-op
-for every model), and every NaN result leaves as the canonical NaN, as the model's do.
+``promote_every=P``, every group of P instruction steps is chained from +0 (a +0 read at
+run time, so that no compiler folds the total into the group's first dot) and added into
+the float32 total by one FADD. The kernel runs exactly the instruction steps the emulation
+runs (K padded with +0 to a multiple of k, never more: an extra all-zero step is not a
+no-op for every model), and every NaN result leaves as the canonical NaN, as the model's
+do.
 
 Covered (:func:`why_not`): on a GPU of compute capability 9.0 (H100, H200), f32
 accumulators from bf16 x bf16 or f16 x f16 (``wgmma`` sm_90a, and ``mma.sync`` m16n8k16
 on sm_90, whose model is the same), with or without ``promote_every``. Not fp8: the
-kernel compiler's fp8 products do not follow the model. Evidence: docs/gemm.md ("The
-native executor").
+kernel compiler's fp8 products do not follow the model. The kernel options of
+:mod:`._kernel` (split-K, epilogues, scales) run their chains here too. Evidence:
+docs/gemm.md ("The native executor").
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 
 import jax
@@ -34,10 +37,32 @@ EXECUTORS = ("auto", "native", "emulate")
 #: element dtypes the kernel feeds to jnp.dot
 _DTYPES = {"bf16": jnp.bfloat16, "f16": jnp.float16}
 FP8 = ("e4m3", "e5m2")
-#: tile of D per program and the largest K tile (elements) per element width
-BM, BN = 64, 64
-MAX_KT = {"bf16": 64, "f16": 64}
-NUM_WARPS = 4
+CANONICAL_NAN = 0x7FFFFFFF
+
+
+@dataclasses.dataclass(frozen=True)
+class Tiles:
+    """The kernel's tiling: a ``bm x bn`` tile of D per program, K tiles of at most
+    ``max_kt`` elements, programs in groups of ``group_m`` tile rows (0: row-major order)
+    so that neighbouring programs share tiles of A and B in the cache."""
+
+    bm: int = 128
+    bn: int = 128
+    max_kt: int = 64
+    num_warps: int = 8
+    num_stages: int = 3
+    group_m: int = 8
+
+
+#: tiling on the GPU without and with promotion, the fastest of those
+#: ``benchmarks/native_gpu.py --tune`` tries on an H100 (figures in benchmarks/RESULTS.md;
+#: with promotion the larger tiles hold two accumulators and ran slower)
+TILES = Tiles(bm=128, bn=256, max_kt=64, num_warps=8, num_stages=4, group_m=8)
+PROMOTED_TILES = Tiles(bm=64, bn=128, max_kt=64, num_warps=4, num_stages=4, group_m=8)
+#: tiling of interpreted runs (small: a CPU runs every program of the grid in turn)
+INTERPRET_TILES = Tiles(bm=32, bn=32, max_kt=64, group_m=0)
+#: groups of promote_every steps whose dots are written out inline, not looped over
+UNROLL = 4
 
 
 def why_not(ins) -> str | None:
@@ -91,92 +116,180 @@ def choose(executor: str, ins, promote_every=None) -> bool:
     return form is None and dev is None
 
 
-def _k_tile(ins, steps: int, promote_every) -> int:
-    """The K tile: k times the largest power of two that divides the steps of every
-    group (so the kernel runs exactly the emulation's steps), at most :data:`MAX_KT`."""
+def pieces(steps: int, most: int) -> list[int]:
+    """``steps`` instruction steps cut into consecutive dots of power-of-two step counts
+    (a block shape must be a power of two), each at most ``most``, largest first."""
+    out = [most] * (steps // most)
+    rest = steps % most
+    bit = most
+    while rest:
+        bit //= 2
+        if rest & bit:
+            out.append(bit)
+            rest -= bit
+    return out
+
+
+@dataclasses.dataclass(frozen=True)
+class Schedule:
+    """The static order of the kernel's dots over ``steps`` instruction steps.
+
+    Without promotion: ``loop`` iterations of one dot of ``most`` steps, then the dots of
+    ``tail``, all chained into the accumulator that started at C. With promotion:
+    ``loop`` iterations of ``per_iter`` groups, then a last group of ``tail`` steps; each
+    group is ``inner`` iterations of one dot of ``most`` steps, then the dots of ``group``
+    (the last group: of ``tail``), chained from +0 and added into the float32 total.
+    """
+
+    most: int  # steps per full K tile
+    loop: int
+    tail: tuple[int, ...]
+    group: tuple[int, ...] = ()
+    inner: int = 0
+    per_iter: int = 1
+
+
+def schedule(steps: int, promote_every, k: int, max_kt: int) -> Schedule:
+    """The :class:`Schedule` of a GEMM of ``steps`` k-steps of an instruction with ``k``
+    columns: exactly the emulation's steps in increasing k (never an extra one: an
+    all-zero step is not a no-op in the model, it turns a -0 accumulator into +0)."""
+    most = max(1, max_kt // k)
     if promote_every is None:
-        counts = [steps]
+        return Schedule(most, steps // most, tuple(pieces(steps % most, most)))
+    P = min(promote_every, steps)  # P >= steps: one group of all steps (the same bits)
+    G, rest = divmod(steps, P)
+    group, inner = tuple(pieces(P, most)), 0
+    if len(group) > UNROLL:  # long groups: an inner loop over their full K tiles
+        inner, group = P // most, tuple(pieces(P % most, most))
+        return Schedule(most, G, tuple(pieces(rest, most)), group, inner)
+    per_iter = 1
+    while per_iter * 2 * P <= most and G % (per_iter * 2) == 0:
+        per_iter *= 2
+    return Schedule(most, G // per_iter, tuple(pieces(rest, most)), group, 0, per_iter)
+
+
+def _dots(a_ref, b_ref, acc, start, counts, k: int):
+    """``acc`` plus the dots of ``counts`` consecutive steps from step ``start``, each
+    fused with the accumulator as its C (the compiler chains ``acc + dot``)."""
+    for n in counts:
+        at = start * k if isinstance(start, int) else pl.multiple_of(start * k, k)
+        ks = pl.ds(at, n * k)
+        acc = acc + jnp.dot(a_ref[:, ks], b_ref[ks, :], preferred_element_type=F32)
+        start = start + n
+    return acc
+
+
+def _kernel(*refs, sch: Schedule, k: int, has_c: bool, shape):
+    a_ref, b_ref, *rest = refs
+    c_ref = rest.pop(0) if has_c else None
+    z_ref = rest.pop(0) if sch.group or sch.inner else None
+    (d_ref,) = rest
+    acc = c_ref[...] if has_c else jnp.zeros(shape, F32)
+    m = sch.most
+    if z_ref is None:
+        body = lambda t, acc: _dots(a_ref, b_ref, acc, t * m, (m,), k)  # noqa: E731
+        acc = lax.fori_loop(0, sch.loop, body, acc)
+        d = _dots(a_ref, b_ref, acc, sch.loop * m, sch.tail, k)
     else:
-        counts = [promote_every, steps % promote_every]
-    j = max(1, MAX_KT[ins.atype] // ins.k)
-    while j > 1 and any(c % j for c in counts if c):
-        j //= 2
-    return ins.k * j
+        # a +0 the compiler cannot see: a group that is one dot from a literal zero would
+        # be folded into ``total + dot`` (the dot chained from the total, other bits)
+        zero = jnp.full(shape, z_ref[0], F32)
+        size = sch.inner * m + sum(sch.group)
+
+        def group(first, inner, counts, total):
+            part = zero
+            if inner:
+                body = lambda t, p: _dots(a_ref, b_ref, p, first + t * m, (m,), k)  # noqa: E731
+                part = lax.fori_loop(0, inner, body, part)
+            part = _dots(a_ref, b_ref, part, first + inner * m, counts, k)
+            return total + part  # one FADD into the float32 total
+
+        def groups(i, total):
+            for g in range(sch.per_iter):
+                total = group((i * sch.per_iter + g) * size, sch.inner, sch.group, total)
+            return total
+
+        total = lax.fori_loop(0, sch.loop, groups, acc)
+        if sch.tail:
+            total = group(sch.loop * sch.per_iter * size, 0, sch.tail, total)
+        d = total
+    bits = lax.bitcast_convert_type(d, jnp.int32)
+    d_ref[...] = jnp.where(d != d, jnp.int32(CANONICAL_NAN), bits)  # NaN: the model's NaN
 
 
-def _dot_tiles(a_ref, b_ref, acc, first, count, kt):
-    def body(t, acc):
-        k0 = pl.ds((first + t) * kt, kt)
-        return acc + jnp.dot(a_ref[:, k0], b_ref[k0, :], preferred_element_type=F32)
-
-    return lax.fori_loop(0, count, body, acc)
-
-
-def _kernel(a_ref, b_ref, c_ref, d_ref, *, tiles: int, kt: int, per_group: int | None):
-    c = c_ref[...]
-    if per_group is None:
-        d = _dot_tiles(a_ref, b_ref, c, 0, tiles, kt)
-    else:
-        groups = -(-tiles // per_group)
-
-        def group(g, total):
-            n = jnp.minimum(per_group, tiles - g * per_group)
-            part = _dot_tiles(a_ref, b_ref, jnp.zeros_like(total), g * per_group, n, kt)
-            return total + part  # FADD: a loop's result, which no compiler folds into a dot
-
-        d = lax.fori_loop(0, groups, group, c)
-    d_ref[...] = d
-
-
-def gemm_bits(cfg, A, B, C, *, interpret=None):
+def gemm_bits(cfg, A, B, C, *, interpret=None, tiles: Tiles | None = None):
     """The bits of :func:`jaxmma.gemm._gemm.gemm_bits` through the device's tensor cores.
 
     ``A [..., M, K]``, ``B [..., K, N]``, ``C [..., M, N]`` raw bits (uint32) of a form
-    :func:`why_not` accepts. ``interpret``: Pallas interpret mode (default: off a GPU),
-    where ``jnp.dot`` is the host's and gives the model's bits only when every sum is
-    exact.
+    :func:`why_not` accepts; ``C`` None is +0 (nothing to read). ``interpret``: Pallas
+    interpret mode (default: off a GPU), where ``jnp.dot`` is the host's and gives the
+    model's bits only when every sum is exact. ``tiles``: the tiling (default
+    :data:`TILES`, :data:`INTERPRET_TILES` interpreted).
     """
     ins = cfg.ins
     if interpret is None:
         interpret = jax.default_backend() != "gpu"
-    lead = jnp.broadcast_shapes(A.shape[:-2], B.shape[:-2], C.shape[:-2])
+    P = cfg.promote_every
+    t = tiles or (INTERPRET_TILES if interpret else TILES if P is None else PROMOTED_TILES)
+    shapes = [A.shape[:-2], B.shape[:-2]] + ([] if C is None else [C.shape[:-2]])
+    lead = jnp.broadcast_shapes(*shapes)
     M, K = A.shape[-2:]
     N = B.shape[-1]
     nb = int(np.prod(lead, dtype=np.int64))
     S = max(1, -(-K // ins.k))
-    P = cfg.promote_every
-    kt = _k_tile(ins, S, P)
-    Kp, Mp, Np = S * ins.k, -(-M // BM) * BM, -(-N // BN) * BN
+    sch = schedule(S, P, ins.k, t.max_kt)
+    Kp, Mp, Np = S * ins.k, -(-M // t.bm) * t.bm, -(-N // t.bn) * t.bn
 
     def prep(x, shape, rows, cols, fmt):
         x = jnp.broadcast_to(x, lead + x.shape[-2:]).reshape((nb,) + shape)
         x = jnp.pad(x, ((0, 0), (0, rows - shape[0]), (0, cols - shape[1])))
         if fmt == "f32":
             return lax.bitcast_convert_type(x, F32)
-        width = 8 if fmt in ("e4m3", "e5m2") else 16
-        narrow = x.astype(jnp.uint8 if width == 8 else jnp.uint16)
-        return lax.bitcast_convert_type(narrow, _DTYPES[fmt])
+        return lax.bitcast_convert_type(x.astype(jnp.uint16), _DTYPES[fmt])
 
-    a = prep(A, (M, K), Mp, Kp, ins.atype)
-    b = prep(B, (K, N), Kp, Np, ins.btype)
-    c = prep(C, (M, N), Mp, Np, "f32")
+    gi, gj = Mp // t.bm, Np // t.bn
+
+    def tile(z, p):  # program p of a batch element -> (row, column) of its tile of D
+        if not t.group_m or gi <= t.group_m:
+            return p // gj, p % gj
+        width = t.group_m * gj
+        first = (p // width) * t.group_m
+        rows = jnp.minimum(gi - first, t.group_m)
+        return first + (p % width) % rows, (p % width) // rows
+
+    def at(kind):
+        def index(z, p):
+            i, j = tile(z, p)
+            return {"a": (z, i, 0), "b": (z, 0, j), "d": (z, i, j)}[kind]
+
+        return index
+
+    ops = [prep(A, (M, K), Mp, Kp, ins.atype), prep(B, (K, N), Kp, Np, ins.btype)]
+    specs = [
+        pl.BlockSpec((None, t.bm, Kp), at("a")),
+        pl.BlockSpec((None, Kp, t.bn), at("b")),
+    ]
+    d_spec = pl.BlockSpec((None, t.bm, t.bn), at("d"))
+    if C is not None:
+        ops.append(prep(C, (M, N), Mp, Np, "f32"))
+        specs.append(d_spec)
+    if sch.group or sch.inner:
+        ops.append(jnp.zeros((1,), F32))
+        specs.append(pl.BlockSpec((1,), lambda z, p: (0,)))
     kwargs = {}
     if not interpret:
-        kwargs["compiler_params"] = plgpu.CompilerParams(num_warps=NUM_WARPS, num_stages=3)
-    per_group = None if P is None else P * ins.k // kt
+        kwargs["compiler_params"] = plgpu.CompilerParams(
+            num_warps=t.num_warps, num_stages=t.num_stages
+        )
+    kernel = functools.partial(_kernel, sch=sch, k=ins.k, has_c=C is not None, shape=(t.bm, t.bn))
     d = pl.pallas_call(
-        functools.partial(_kernel, tiles=Kp // kt, kt=kt, per_group=per_group),
-        out_shape=jax.ShapeDtypeStruct((nb, Mp, Np), F32),
-        grid=(nb, Mp // BM, Np // BN),
-        in_specs=[
-            pl.BlockSpec((None, BM, Kp), lambda z, i, j: (z, i, 0)),
-            pl.BlockSpec((None, Kp, BN), lambda z, i, j: (z, 0, j)),
-            pl.BlockSpec((None, BM, BN), lambda z, i, j: (z, i, j)),
-        ],
-        out_specs=pl.BlockSpec((None, BM, BN), lambda z, i, j: (z, i, j)),
+        kernel,
+        out_shape=jax.ShapeDtypeStruct((nb, Mp, Np), jnp.int32),
+        grid=(nb, gi * gj),
+        in_specs=specs,
+        out_specs=d_spec,
         interpret=interpret,
         **kwargs,
-    )(a, b, c)
+    )(*ops)
     bits = lax.bitcast_convert_type(d[:, :M, :N], jnp.uint32)
-    bits = jnp.where(jnp.isnan(d[:, :M, :N]), jnp.uint32(0x7FFFFFFF), bits)
     return bits.reshape(lead + (M, N))

@@ -15,9 +15,9 @@ Operands are prepared once outside the kernel (elementwise, ``O(MK + KN)``), per
   sign in bit 31, NaN / Inf / "zero or special" flags in bits 30 / 29 / 28;
 
 both stored K-major (``[K, M]`` and ``[K, N]``), so that one k of a tile is one contiguous
-load; per row of A (column of B) and fused block an ``info`` word: the block's sign bits
-in bits 0-15 and whether the block holds a zero or special (16), a NaN (17), an Inf (18);
-and per fused block and tile of D whether an Inf meets it.
+load; per row of A (column of B) and fused block an ``info`` word (whether the block
+holds a zero or special (bit 16), a NaN (17), an Inf (18)) and a sign word (bit j: the
+sign of the block's column j); and per fused block and tile of D whether an Inf meets it.
 
 Per product the term of the model, ``trunc(|a b| * 2**(lsb_a + lsb_b - unit))`` with
 ``unit = e_max - F``, is ``(ma * mb) >> r`` with ``r = unit + S - lsb_a - lsb_b`` (never
@@ -33,9 +33,10 @@ gives the same bits interpreted on a CPU as compiled on a GPU.
 
 Covered (:func:`plan`): dense floating ``mma`` forms whose blocks the fixed-width
 engine computes in one int32 group (sm_80 and later bf16 / f16 / tf32 with f32 or f16
-accumulators), and sm_90 ``.e4m3`` / ``.e5m2`` with f32 accumulators (two chains over
-interleaved k, then one IEEE add), with or without ``promote_every``. Anything else runs
-on the XLA path.
+accumulators), sm_90 ``.e4m3`` / ``.e5m2`` with f32 accumulators (two chains over
+interleaved k, then one IEEE add), and the dense floating ``wgmma`` forms (sm_90a: bf16 /
+f16 / tf32, and fp8 in blocks of 32 products with F = 13), with or without
+``promote_every``. Anything else runs on the XLA path.
 """
 
 from __future__ import annotations
@@ -56,7 +57,6 @@ from ..models import _table
 I32 = jnp.int32
 #: order of zero, NaN and Inf elements: never the largest (e_max starts at e_zero or C's)
 ABSENT = -(1 << 14)  # two of them still fit 16 bits
-SIGN_BITS = 0xFFFF
 ZERO_BIT = 1 << 16
 NAN_BIT = 1 << 17
 INF_BIT = 1 << 18
@@ -64,8 +64,9 @@ W_NAN = 1 << 30
 W_INF = 1 << 29
 W_ZERO = 1 << 28
 W_MAG = W_ZERO - 1
-#: the largest block the kernel sums in one int32 group (the sign bits of an info word)
-MAX_BLOCK = 16
+#: the largest block the kernel sums in one int32 group (the sign bits of a sign word;
+#: besides, ``L`` terms below ``2**(F + 2)`` each must sum below ``2**31``)
+MAX_BLOCK = 32
 
 #: "auto": the kernel where it covers the form and the default backend is a GPU, the XLA
 #: path elsewhere; "pallas": the kernel wherever it covers the form (interpreted when the
@@ -138,7 +139,7 @@ class Plan:
 def plan(cfg) -> Plan | None:
     """The kernel's plan for a GEMM configuration, or None where it does not cover it."""
     ins = cfg.ins
-    if ins.opcode != "mma" or ins.sparse or ins.stype or ins.kind:
+    if ins.opcode not in ("mma", "wgmma.mma_async") or ins.sparse or ins.stype or ins.kind:
         return None
     if ins.atype not in ("bf16", "f16", "tf32", "e4m3", "e5m2"):
         return None
@@ -149,14 +150,17 @@ def plan(cfg) -> Plan | None:
         gen = _table.family(arch)
     except ValueError:
         return None
-    bm = _table.block_model(arch, ins)
+    wgmma = ins.opcode == "wgmma.mma_async"
+    if wgmma and gen != 90:
+        return None
+    bm = _table.wgmma_block_model(ins) if wgmma else _table.block_model(arch, ins)
     sig_bits = max(_numerics.man_bits(ins.atype), _numerics.man_bits(ins.btype)) + 1
     if not _fixed.supports(bm, ins.dtype, sig_bits) or bm.F + 2 > 31:
         return None
     if gen == 90 and ins.shape == "m8n8k4":
         return None
     k = ins.k
-    fp8 = ins.atype in _table.FP8
+    fp8 = ins.atype in _table.FP8 and not wgmma  # wgmma fp8: one chain, C first
     if fp8:
         if gen != 90 or ins.dtype != "f32" or ins.ctype != "f32":
             return None
@@ -171,7 +175,7 @@ def plan(cfg) -> Plan | None:
         perm = None
         blocks = tuple((s, min(bm.L, k - s)) for s in range(0, k, bm.L))
         order_fmt = None
-    if any(n > MAX_BLOCK for _, n in blocks):
+    if any(n > MAX_BLOCK or n << (bm.F + 2) > 1 << 31 for _, n in blocks):
         return None
     return Plan(
         atype=ins.atype,
@@ -221,20 +225,27 @@ def _operand(fmt: str, bits, order_fmt, w: int, pre_shift: int):
 
 
 def _info(word, blocks, k: int):
-    """Per row (of ``word [..., R, S * k]``), step and block: the info word; ``[..., S *
-    len(blocks), R]``."""
+    """Per row (of ``word [..., R, S * k]``), step and block: the flags word (whether the
+    block holds a zero or special, a NaN, an Inf) and the sign word (bit j: the sign of
+    the block's column j); ``[..., S * len(blocks), R]`` each."""
     S = word.shape[-1] // k
     w = word.reshape(word.shape[:-1] + (S, k))
-    out = []
+    flags, signs = [], []
     for off, n in blocks:
         x = w[..., off : off + n]  # [..., R, S, n]
-        info = sum((_int32.srl(x[..., j], 31) << j) for j in range(n))
+        signs.append(
+            functools.reduce(jnp.bitwise_or, (_int32.srl(x[..., j], 31) << j for j in range(n)))
+        )
+        info = jnp.zeros(x.shape[:-1], I32)
         for w_bit, bit in ((W_ZERO, ZERO_BIT), (W_NAN, NAN_BIT), (W_INF, INF_BIT)):
             info = info | jnp.where(jnp.any((x & w_bit) != 0, axis=-1), I32(bit), 0)
-        out.append(info)
-    info = jnp.stack(out, axis=-1)  # [..., R, S, nblk]
-    info = info.reshape(info.shape[:-2] + (S * len(blocks),))
-    return jnp.swapaxes(info, -1, -2)
+        flags.append(info)
+
+    def rows_last(parts):  # [..., R, S, nblk] -> [..., S * nblk, R]
+        x = jnp.stack(parts, axis=-1)
+        return jnp.swapaxes(x.reshape(x.shape[:-2] + (S * len(blocks),)), -1, -2)
+
+    return rows_last(flags), rows_last(signs)
 
 
 # ---------------------------------------------------------------------------------------
@@ -260,7 +271,7 @@ def _block(p: Plan, refs, s, j: int, c, c_fmt: str):
     Values the rounding needs are computed after the loops over the block's columns from
     values the loops carry, so that few per-output arrays stay live across them.
     """
-    aow, aw, ai, bow, bw, bi, tile_inf = refs
+    aow, aw, ai, asg, bow, bw, bi, bsg, tile_inf = refs
     off, L = p.blocks[j]
     U = p.unroll if L % p.unroll == 0 else 1
     k0 = s * p.k + off
@@ -291,13 +302,13 @@ def _block(p: Plan, refs, s, j: int, c, c_fmt: str):
         return total, c
 
     total, c = lax.fori_loop(0, L // U, terms, (jnp.zeros_like(c), c))
-    info_a, info_b = ai[b, :][:, None], bi[b, :][None, :]
-    total = total + lax.population_count((info_a ^ info_b) & SIGN_BITS)
+    total = total + lax.population_count(asg[b, :][:, None] ^ bsg[b, :][None, :])
     unit = ushift - p.shift
 
-    # C's term: trunc(sig * 2**(exp - unit)), where exp - unit <= F - man(C)
+    # C's term: trunc(sig * 2**(exp - unit)), where exp - unit <= F - man(C) (below 0
+    # where the grid is coarser than C's significand: wgmma fp8, F = 13)
     c_fin, _, c_exp, c_sig, c_neg, _, _ = _int32.c_fields(c, c_fmt)
-    up = p.F - _numerics.man_bits(c_fmt)
+    up = max(p.F - _numerics.man_bits(c_fmt), 0)
     c_term = _int32.srl(jnp.where(c_fin, c_sig, 0) << up, jnp.minimum(up - c_exp + unit, 31))
     c_term = jnp.where(c_neg, -c_term, c_term)
     neg, mag = _int32.sum_two(total, c_term)
@@ -418,11 +429,11 @@ def gemm_bits(cfg, A, B, C, *, interpret=None, tiles: Tiles | None = None):
         (jnp.swapaxes(B, -1, -2), p.btype, p.wb, 0),
     ):
         ow, word = _operand(fmt, x, p.order_fmt, w, pre)  # [nb, R, Kp]
-        info = _info(word, p.blocks, p.k)  # [nb, S * nblk, R]
-        ops += [jnp.swapaxes(ow, -1, -2), jnp.swapaxes(word, -1, -2), info]  # [nb, Kp, R]
+        info, signs = _info(word, p.blocks, p.k)  # [nb, S * nblk, R]
+        ops += [jnp.swapaxes(ow, -1, -2), jnp.swapaxes(word, -1, -2), info, signs]
     # per block and tile of D: whether an Inf meets its rows of A or columns of B
     tiles_a = jnp.any((ops[2] & INF_BIT).reshape(nb, -1, Mp // t.bm, t.bm) != 0, axis=-1)
-    tiles_b = jnp.any((ops[5] & INF_BIT).reshape(nb, -1, Np // t.bn, t.bn) != 0, axis=-1)
+    tiles_b = jnp.any((ops[6] & INF_BIT).reshape(nb, -1, Np // t.bn, t.bn) != 0, axis=-1)
     tile_inf = (tiles_a[..., :, None] | tiles_b[..., None, :]).astype(I32)
     C = lax.bitcast_convert_type(C, I32)
 
@@ -442,7 +453,8 @@ def gemm_bits(cfg, A, B, C, *, interpret=None, tiles: Tiles | None = None):
         functools.partial(_kernel, p=p, steps=S),
         out_shape=jax.ShapeDtypeStruct((nb, Mp, Np), I32),
         grid=(nb, Mp // t.bm, Np // t.bn),
-        in_specs=[a_spec, a_spec, ai_spec, b_spec, b_spec, bi_spec, flag_spec, c_spec],
+        in_specs=[a_spec, a_spec, ai_spec, ai_spec, b_spec, b_spec, bi_spec, bi_spec, flag_spec]
+        + [c_spec],
         out_specs=c_spec,
         interpret=interpret,
         **kwargs,

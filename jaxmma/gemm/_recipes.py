@@ -101,7 +101,11 @@ def block_bits(chain, Ab, Bb, zero, scale_a, scale_b):
         return _ieee.ffma_f32(p, sg, total), None
 
     shape = jnp.broadcast_shapes(P.shape[1:], s.shape[1:])
-    P = jnp.broadcast_to(P, (G,) + shape)
-    s = jnp.broadcast_to(s, (G,) + shape)
+
+    def expand(x):  # [G, ...] -> [G, *shape] (batch dimensions the scales lack: 1)
+        x = x.reshape((G,) + (1,) * (len(shape) + 1 - x.ndim) + x.shape[1:])
+        return jnp.broadcast_to(x, (G,) + shape)
+
+    P, s = expand(P), expand(s)
     total, _ = jax.lax.scan(step, jnp.zeros(shape, jnp.uint32), (P, s))
     return total
