@@ -1230,6 +1230,8 @@ def test_issue20_bad_input_is_refused(fn, args, kwargs, exc, pattern, jit, mode)
     test_bad_input_is_refused(fn, args, kwargs, exc, pattern, jit, mode)
 
 
+# op by op (float64 inputs); test_x64 checks the doubles' rounding in the quick run
+@pytest.mark.full
 def test_issue20_a_double_is_rounded_once():
     """1 + 2**-8 + 2**-30 lies above the bf16 tie 1 + 2**-8: to nearest it is 0x3F81, and
     1.0078125 in every product with 1; through float32 (the tie) it would be 0x3F80."""

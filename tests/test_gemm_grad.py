@@ -124,14 +124,17 @@ def test_ins_mma_sparse_gradients_dense_and_compressed():
     B = jnp.asarray(_f32(32, 8), jnp.float16)
     C = jnp.zeros((16, 8), jnp.float32)
     dA = jnp.asarray(_f32(16, 32), jnp.float16)
-    _, t = jax.jvp(lambda a: ins.mma(a, B, C), (A,), (dA,))
+    # jitted: a concrete sparse A would run op by op (its structure is checked eagerly)
+    _, t = jax.jit(lambda a, da: jax.jvp(lambda x: ins.mma(x, B, C), (a,), (da,)))(A, dA)
     want = np.asarray(dA, np.float64) @ np.asarray(B, np.float64)
     np.testing.assert_allclose(np.asarray(t), want, rtol=1e-5, atol=1e-4)
     # compressed A with metadata: the tangent of a stored element meets its dense row of B
     values, e = jaxmma.sparse.compress(ins, A, registers=False)
     idx = jaxmma.sparse.metadata_indices(ins, e, 0)
     dv = jnp.asarray(_f32(16, 16), jnp.float16)
-    _, t = jax.jvp(lambda v: ins.mma(v, B, C, metadata=idx), (values,), (dv,))
+    _, t = jax.jit(lambda v, d: jax.jvp(lambda x: ins.mma(x, B, C, metadata=idx), (v,), (d,)))(
+        values, dv
+    )
     dense = np.zeros((16, 32))
     np.put_along_axis(dense, np.asarray(idx), np.asarray(dv, np.float64), axis=1)
     np.testing.assert_allclose(
@@ -165,7 +168,7 @@ def test_ins_mma_block_scaled_gradients_count_the_scales():
     # Quantized inputs: the derivative reaches C (elements and scales are integer bits)
     qa = jaxmma.quant.quantize_mx(jnp.asarray(_f32(16, 32)), "e4m3")
     qb = jaxmma.quant.quantize_mx(jnp.asarray(_f32(32, 8)), "e4m3", axis=-2)
-    gC = jax.grad(lambda c: jnp.sum(ins.mma(qa, qb, c) * 3.0))(C)
+    gC = jax.jit(jax.grad(lambda c: jnp.sum(ins.mma(qa, qb, c) * 3.0)))(C)
     np.testing.assert_array_equal(np.asarray(gC), np.full((16, 8), 3.0, np.float32))
     # matmul on floats quantized inside: the tangent of the dequantized values
     X, Y = _f32(16, 64), _f32(64, 8)

@@ -294,6 +294,9 @@ def _swap_to_former_form(monkeypatch):
     )
 
 
+# the former form, a regression guard: the short forms are checked against the general division
+# in the quick run
+@pytest.mark.full
 def test_quantizers_equal_their_former_form_on_raw_bits(monkeypatch):
     # every row of x is one NVFP4 tensor (vmap): a tensor of random normals has a global
     # scale that puts quotients everywhere on the e2m1 grid
@@ -386,6 +389,7 @@ def test_nvfp4_short_divisions_equal_the_general_one():
     assert np.any(np.asarray(fast).view(np.uint32) < 0x800000)  # subnormal results too
 
 
+@pytest.mark.full  # the former form again, end to end
 def test_nvfp4_gemm_on_float_inputs_equals_its_former_form(monkeypatch):
     """A jitted NVFP4 ``matmul`` on float inputs (quantized inside; ragged K = 72 padded
     with +0 blocks; raw bits with NaN, Inf, zeros and subnormals, so NaN and zero block

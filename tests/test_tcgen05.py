@@ -328,6 +328,7 @@ def test_jit_vmap_grad():
 
 
 # ---- MMA-Sim itself, where it is installed ----------------------------------------------
+@pytest.mark.full  # the live MMA-Sim comparison; the golden files are checked in the quick run
 def test_live_mmasim_comparison():
     """Fresh random bits through MMA-Sim and jaxmma (skipped without mmasim/torch)."""
     torch = pytest.importorskip("torch")
