@@ -4,6 +4,7 @@ from . import formats as formats
 from . import layouts as layouts
 from . import quant as quant
 from . import sparse as sparse
+from .gemm._gemm import DefaultArchWarning as DefaultArchWarning
 from .gemm._gemm import dot_general as dot_general
 from .gemm._gemm import matmul as matmul
 from .gemm._scaled_dot import scaled_dot_general as scaled_dot_general
@@ -16,6 +17,7 @@ from .instructions._instruction import tcgen05_instruction as tcgen05_instructio
 __version__ = "0.1.0"
 
 __all__ = [
+    "DefaultArchWarning",
     "Instruction",
     "all_instructions",
     "dot_general",
