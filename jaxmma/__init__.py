@@ -3,6 +3,7 @@
 from . import formats as formats
 from . import layouts as layouts
 from . import quant as quant
+from . import recipes as recipes
 from . import sparse as sparse
 from .gemm._gemm import DefaultArchWarning as DefaultArchWarning
 from .gemm._gemm import dot_general as dot_general
@@ -26,6 +27,7 @@ __all__ = [
     "layouts",
     "matmul",
     "quant",
+    "recipes",
     "scaled_dot_general",
     "scaled_matmul",
     "sparse",

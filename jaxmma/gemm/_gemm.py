@@ -427,28 +427,16 @@ def _quantize_operands(ins, A, B, quantize):
 _forward_jit = jax.jit(lambda cfg, *args: _forward(cfg, *args), static_argnums=0)
 
 
-def _grad_gemm(grad_ins: Instruction | None, keep: tuple[str | None, str | None]):
+def _grad_gemm(grad_ins: Instruction | None):
     """The gradient GEMM ``(x, y) -> x @ y`` on ``grad_ins`` (None: the exact product).
 
-    ``keep``: the forward's element format of the operand that enters on each side (None
-    for the gradient G). Where the gradient form reads that format on the same side, the
-    operand enters as the forward's converted values in their element dtype, bits kept
-    (an e4m3 operand of an ``.e5m2.e4m3`` dgrad is not rounded again)."""
+    The forward's operands enter as the float32 values of their converted elements: where
+    the gradient form reads the forward's element format on that side (the e4m3 w of an
+    ``.e5m2.e4m3`` dgrad), converting them again is exact, so the forward's bits are
+    what the gradient GEMM multiplies; another format rounds them again."""
     if grad_ins is None:
         return None
-
-    def cast(x, fmt, side):
-        want = _operands.element_dtype(fmt) if fmt else None
-        if fmt == side and want is not None and fmt not in ("tf32", "f64"):
-            return x.astype(want)  # exact: x holds values of that format
-        return x
-
-    def gemm(x, y):
-        x = cast(x, keep[0], grad_ins.atype)
-        y = cast(y, keep[1], grad_ins.btype)
-        return matmul(x, y, instruction=grad_ins)
-
-    return gemm
+    return functools.partial(matmul, instruction=grad_ins)
 
 
 def _gemm_values(cfg: Config, A, B, C, q):
@@ -456,10 +444,7 @@ def _gemm_values(cfg: Config, A, B, C, q):
     fwd = functools.partial(_forward_jit, cfg)
     vals = functools.partial(_operand_values, cfg)
     if cfg.grad_ins is not None:
-        ins = cfg.ins
-        reuse = q is None  # block-scaled values carry their scales: not element values
-        dgrad = _grad_gemm(cfg.dgrad_ins, (None, ins.btype if reuse else None))
-        wgrad = _grad_gemm(cfg.wgrad_ins, (ins.atype if reuse else None, None))
+        dgrad, wgrad = _grad_gemm(cfg.dgrad_ins), _grad_gemm(cfg.wgrad_ins)
         named = (("dgrad_instruction", cfg.dgrad_ins), ("wgrad_instruction", cfg.wgrad_ins))
         given = [n for n, i in named if i is not None]
         option = "/".join(given) + " (or grad_instruction)"
