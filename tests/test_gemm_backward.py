@@ -72,6 +72,7 @@ def test_backward_runs_on_the_forward_arch(fp8_case):
     assert not np.array_equal(_bits(dx), _bits(other))
 
 
+@pytest.mark.full  # quick run: tests/test_recipes.py checks the mixed forms with scales
 def test_dgrad_and_wgrad_mixed_forms_read_the_forward_e4m3_bits(fp8_case):
     x, w, g = fp8_case
     dx, dw = _vjp(x, w, g, arch="sm_90", dgrad_instruction=E5E4, wgrad_instruction=E4E5)
@@ -102,6 +103,7 @@ def _bf(x):
     return np.asarray(x).astype(ml_dtypes.bfloat16).astype(np.float64)
 
 
+@pytest.mark.full  # quick run: the Hessian test below
 def test_jvp_of_grad_is_the_exact_product_at_the_converted_values():
     x, w, v = _f32(16, 32), _f32(32, 8), _f32(32, 8)
     f = lambda w: 0.5 * jnp.sum(jaxmma.matmul(x, w, instruction=BF16, arch="sm_90") ** 2)  # noqa: E731
