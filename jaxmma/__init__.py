@@ -3,7 +3,9 @@
 from . import formats as formats
 from . import layouts as layouts
 from . import quant as quant
+from . import recipes as recipes
 from . import sparse as sparse
+from .gemm._gemm import DefaultArchWarning as DefaultArchWarning
 from .gemm._gemm import dot_general as dot_general
 from .gemm._gemm import matmul as matmul
 from .gemm._hlo import dots as xla_gpu_dots
@@ -18,6 +20,7 @@ from .instructions._instruction import tcgen05_instruction as tcgen05_instructio
 __version__ = "0.1.0"
 
 __all__ = [
+    "DefaultArchWarning",
     "Instruction",
     "all_instructions",
     "dot_general",
@@ -27,6 +30,7 @@ __all__ = [
     "layouts",
     "matmul",
     "quant",
+    "recipes",
     "scaled_dot_general",
     "scaled_matmul",
     "sparse",

@@ -18,6 +18,7 @@ FLOORS = (
     "operands",
     "instructions",
     "gemm",
+    "training",
     "",  # the public faces: jaxmma/*.py
     "conformance",
 )

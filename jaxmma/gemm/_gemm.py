@@ -27,6 +27,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
+import warnings
 
 import jax
 import jax.numpy as jnp
@@ -44,6 +45,29 @@ from . import _kernel, _native, _options, _pallas
 
 #: opcodes whose instruction is a matrix product
 PRODUCTS = ("mma", "wmma.mma", "wgmma.mma_async", "tcgen05.mma")
+
+
+class DefaultArchWarning(UserWarning):
+    """A GEMM-level call named no ``arch``: the instruction's default (the newest
+    architecture that runs the form) was emulated. Given once per form and process."""
+
+
+_WARNED: set = set()  # the forms DefaultArchWarning was given for
+
+
+def warn_default_arch(instruction, arch, ins: Instruction) -> None:
+    """:class:`DefaultArchWarning` once per form when ``instruction`` is text without
+    ``arch`` (an :class:`Instruction` object carries the arch it was built for)."""
+    if arch is not None or not isinstance(instruction, str) or ins.text in _WARNED:
+        return
+    _WARNED.add(ins.text)
+    warnings.warn(
+        f"arch: not given for {ins.text!r}; emulating {ins.arch}, the newest architecture "
+        "that runs the form. Pass arch= (e.g. arch='sm_90' for an H100) to choose the "
+        "numerics; the backward GEMMs follow it (docs/gemm.md, 'Architecture')",
+        DefaultArchWarning,
+        stacklevel=3,
+    )
 
 
 @functools.lru_cache(maxsize=512)
@@ -86,7 +110,8 @@ class Config:
 
     ins: Instruction
     promote_every: int | None = None
-    grad_ins: Instruction | None = None
+    dgrad_ins: Instruction | None = None  # dA = G @ B^T (None: the exact product)
+    wgrad_ins: Instruction | None = None  # dB = A^T @ G (None: the exact product)
     path: str = "auto"  # _pallas.MODE when configured: which implementation runs it
     native: bool = False  # the device's own tensor cores run it (see _native)
 
@@ -94,9 +119,32 @@ class Config:
     def text(self) -> str:
         return self.ins.text
 
+    @property
+    def grad_ins(self) -> Instruction | None:
+        """An instruction of the gradient GEMMs, if any runs emulated."""
+        return self.dgrad_ins or self.wgrad_ins
+
+
+def _grad_form(name: str, instruction, ins: Instruction) -> Instruction | None:
+    """A gradient GEMM's instruction: text on the forward's arch, an Instruction on its own."""
+    if instruction is None:
+        return None
+    grad = resolve(instruction, ins.arch if isinstance(instruction, str) else None)
+    if grad.sparse or grad.stype:
+        raise ValueError(
+            f"{name}: expected a dense mma form for the gradient GEMMs, got {grad.text!r}"
+        )
+    return grad
+
 
 def config(
-    instruction, arch=None, promote_every=None, grad_instruction=None, executor="auto"
+    instruction,
+    arch=None,
+    promote_every=None,
+    grad_instruction=None,
+    executor="auto",
+    dgrad_instruction=None,
+    wgrad_instruction=None,
 ) -> Config:
     ins = resolve(instruction, arch)
     if ins.atype == "f64" and not jax.config.jax_enable_x64:  # before any f64 array is made
@@ -116,16 +164,11 @@ def config(
                 f".{ins.dtype} accumulators (allowed only with .f32)"
             )
         promote_every = int(promote_every)
-    grad = None
-    if grad_instruction is not None:
-        grad = resolve(grad_instruction, None)
-        if grad.sparse or grad.stype:
-            raise ValueError(
-                f"grad_instruction: expected a dense mma form for the gradient GEMMs, got "
-                f"{grad.text!r}"
-            )
+    grad = _grad_form("grad_instruction", grad_instruction, ins)
+    dgrad = _grad_form("dgrad_instruction", dgrad_instruction, ins) or grad
+    wgrad = _grad_form("wgrad_instruction", wgrad_instruction, ins) or grad
     native = _native.choose(executor, ins, promote_every)
-    return Config(ins, promote_every, grad, _pallas.MODE, native)
+    return Config(ins, promote_every, dgrad, wgrad, _pallas.MODE, native)
 
 
 # ---------------------------------------------------------------------------------------
@@ -387,13 +430,28 @@ def _quantize_operands(ins, A, B, quantize):
 _forward_jit = jax.jit(lambda cfg, *args: _forward(cfg, *args), static_argnums=0)
 
 
+def _grad_gemm(grad_ins: Instruction | None):
+    """The gradient GEMM ``(x, y) -> x @ y`` on ``grad_ins`` (None: the exact product).
+
+    The forward's operands enter as the float32 values of their converted elements: where
+    the gradient form reads the forward's element format on that side (the e4m3 w of an
+    ``.e5m2.e4m3`` dgrad), converting them again is exact, so the forward's bits are
+    what the gradient GEMM multiplies; another format rounds them again."""
+    if grad_ins is None:
+        return None
+    return functools.partial(matmul, instruction=grad_ins)
+
+
 def _gemm_values(cfg: Config, A, B, C, q):
     """matmul after its arguments were checked."""
     fwd = functools.partial(_forward_jit, cfg)
     vals = functools.partial(_operand_values, cfg)
     if cfg.grad_ins is not None:
-        gemm = functools.partial(matmul, instruction=cfg.grad_ins)
-        return _ste.with_gemm_gradients(fwd, vals, gemm, A, B, C, q)
+        dgrad, wgrad = _grad_gemm(cfg.dgrad_ins), _grad_gemm(cfg.wgrad_ins)
+        named = (("dgrad_instruction", cfg.dgrad_ins), ("wgrad_instruction", cfg.wgrad_ins))
+        given = [n for n, i in named if i is not None]
+        option = "/".join(given) + " (or grad_instruction)"
+        return _ste.with_gemm_gradients(fwd, vals, dgrad, wgrad, A, B, C, q, option=option)
     return _ste.straight_through(fwd, vals, A, B, C, q)
 
 
@@ -407,6 +465,8 @@ def matmul(
     promote_every=None,
     quantize=None,
     grad_instruction=None,
+    dgrad_instruction=None,
+    wgrad_instruction=None,
     executor="auto",
     check=None,
     split_k=None,
@@ -414,6 +474,8 @@ def matmul(
     split_rule=None,
     split_reduce=None,
     input_rounding=None,
+    rounding=None,
+    key=None,
     epilogue=None,
     alpha=None,
     beta=None,
@@ -449,7 +511,10 @@ def matmul(
       instruction: PTX text of an ``mma`` / ``mma.sp`` / block-scaled ``mma`` /
         ``wmma.mma`` / ``wgmma.mma_async`` / ``tcgen05.mma`` form, or a
         :class:`jaxmma.Instruction`.
-      arch: the architecture whose arithmetic is emulated (default: the instruction's).
+      arch: the architecture whose arithmetic is emulated. Omitted with instruction text,
+        the newest architecture that runs the form is emulated and a
+        :class:`jaxmma.DefaultArchWarning` names it (once per form); an
+        :class:`Instruction` brings its own.
       promote_every: P k-steps between promotions of the instruction accumulator into an
         f32 total (f32 accumulators only); None: no promotion. P at least the number
         of k-steps is one group of all of them (the same bits, at no cost).
@@ -458,7 +523,13 @@ def matmul(
         block=32, scale_rounding="ceil")``).
       grad_instruction: compute the two gradient GEMMs of the backward pass through this
         dense instruction (e.g. an ``.e5m2`` form, as fp8 training recipes do) instead of
-        exactly; reverse mode only.
+        exactly. Text is parsed for the forward's ``arch``; an :class:`Instruction` keeps
+        its own. Reverse mode only (``jax.grad``, ``grad`` of ``grad``; forward mode over
+        the backward, as ``jax.hessian`` does, is refused by JAX's custom_vjp).
+      dgrad_instruction: the instruction of ``dA = G @ B^T`` alone (default
+        ``grad_instruction``; None for both: exact), e.g. ``.e5m2.e4m3`` with an e4m3
+        forward: B enters as the forward's e4m3 bits, not rounded again.
+      wgrad_instruction: the same for ``dB = A^T @ G`` (e.g. ``.e4m3.e5m2``).
       executor: ``"auto"`` (default), ``"native"`` or ``"emulate"``. Where the GPU at
         hand runs the form with the modelled numerics (sm_90 tensor cores: ``wgmma``
         bf16/f16 and ``mma.sync`` m16n8k16 bf16/f16 with f32 accumulators), ``"auto"``
@@ -476,8 +547,13 @@ def matmul(
         ``k_tile``: the kernel's K tile, default the instruction's k), each chained from
         +0, the f32 partials added in ``split_reduce`` order (``"sequential"``,
         ``"halving"`` or a pairing tree). docs/gemm.md says which rule models which call.
-      input_rounding: ``"rn"``, ``"rna"`` or ``"rz"``: float inputs rounded to the element
-        type so (``.tf32`` from float32 too: ``"rn"`` as cuBLAS does); None: as above.
+      input_rounding: ``"rn"``, ``"rna"``, ``"rz"`` or ``"stochastic"``: float inputs
+        rounded to the element type so (``.tf32`` from float32 too: ``"rn"`` as cuBLAS
+        does); None: as above (to nearest even).
+      rounding: the same option under its short name (give one of the two).
+      key: a ``jax.random`` key, required by ``"stochastic"`` (and only there): A's
+        random bits are ``jax.random.bits(jax.random.split(key)[0], A.shape, uint32)``,
+        B's from ``split(key)[1]``, rounded as ``jaxmma.formats.encode`` documents.
       epilogue: None (C starts the chain), ``"f32"`` (``out(fma(alpha, acc, beta * C))``
         in f32, one rounding to the output) or ``"rounded"``
         (``out(f32(out(alpha * acc)) + beta * C)``: rounded twice); ``alpha``, ``beta``:
@@ -511,8 +587,12 @@ def matmul(
       >>> D.shape, D.dtype, float(D[0, 0])
       ((40, 24), dtype('float32'), 100.0)
     """
-    cfg = config(instruction, arch, promote_every, grad_instruction, executor)
+    cfg = config(
+        instruction, arch, promote_every, grad_instruction, executor, dgrad_instruction,
+        wgrad_instruction,
+    )  # fmt: skip
     ins = cfg.ins
+    warn_default_arch(instruction, arch, ins)
     for name, x in (("A", A), ("B", B), ("C", C)):
         _values.check_numeric(x, name)
     if not ins.stype:  # doubles rounded once, before JAX would make them float32
@@ -521,15 +601,23 @@ def matmul(
         if C is not None:
             C = _operands.float64_operand(ins, ins.ctype, C, "C")
     _check_flag(ins, check)
+    if rounding is not None:
+        if input_rounding is not None and input_rounding != rounding:
+            raise ValueError(
+                f"rounding: the same option as input_rounding; got rounding={rounding!r} "
+                f"and input_rounding={input_rounding!r} (give one)"
+            )
+        input_rounding = rounding
     opts = _options.kernel_options(
         ins, split_k=split_k, k_tile=k_tile, split_rule=split_rule, split_reduce=split_reduce,
         input_rounding=input_rounding, epilogue=epilogue, alpha=alpha, beta=beta,
         out_dtype=out_dtype, convert_inputs=convert_inputs,
     )  # fmt: skip
+    _kernel.check_key(opts, key)
     if opts is not None or scale_a is not None or scale_b is not None:
         return _kernel.matmul(
             cfg, opts, A, B, C, scale_a, scale_b, chain=gemm_bits,
-            check_shapes=_check_shapes, quantize=quantize,
+            check_shapes=_check_shapes, quantize=quantize, key=key,
         )  # fmt: skip
     q = None
     if ins.stype:
@@ -588,8 +676,10 @@ def dot_general(
     casts the accumulator result (round to nearest); ``precision`` is accepted and
     ignored (the instruction fixes the arithmetic). A drop-in for the ``dot_general=``
     argument of flax layers:
-    ``functools.partial(jaxmma.dot_general, instruction=...)``. Further keyword arguments
-    (``quantize``, ``grad_instruction``, ``executor``, ``check``) go to :func:`matmul`.
+    ``functools.partial(jaxmma.dot_general, instruction=..., arch=...)``. Further keyword
+    arguments (``quantize``, ``grad_instruction``, ``dgrad_instruction``,
+    ``wgrad_instruction``, ``rounding``, ``key``, ``executor``, ``check``, the kernel
+    options) go to :func:`matmul`.
 
     Example:
       >>> import functools, jax, jax.numpy as jnp, jaxmma

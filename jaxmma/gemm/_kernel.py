@@ -16,6 +16,7 @@ import jax.numpy as jnp
 from ..bits import _formats, _packing, _values
 from ..models import _models
 from ..operands import _operands
+from ..util import _ste
 from . import _epilogue, _recipes, _split
 from ._options import KernelOptions
 
@@ -25,7 +26,13 @@ DEFAULT = KernelOptions()
 FP8 = (jnp.dtype(jnp.float8_e4m3fn), jnp.dtype(jnp.float8_e5m2))
 
 
-def operand_bits(ins, fmt: str, x, name: str, rounding):
+def random_bits(key, which: int, shape):
+    """uint32 random bits of operand ``which`` (0: A, 1: B) for stochastic rounding:
+    ``jax.random.bits(jax.random.split(key)[which], shape, uint32)``."""
+    return jax.random.bits(jax.random.split(key)[which], shape, jnp.uint32)
+
+
+def operand_bits(ins, fmt: str, x, name: str, rounding, rbits=None):
     """:func:`jaxmma.operands._operands.to_bits`, with float inputs rounded to ``fmt`` by
     ``rounding`` (``.tf32`` from float32 included; inputs already in an element dtype
     other than float32 are taken as they are)."""
@@ -37,14 +44,23 @@ def operand_bits(ins, fmt: str, x, name: str, rounding):
         return _operands.to_bits(ins, fmt, x, name)
     if x.dtype.itemsize < 2:
         x = x.astype(F32)
-    bits = _formats.encode(fmt, x, rounding=rounding, saturate=fmt in _operands.SATURATE)
+    rb = None if rounding != "stochastic" else jnp.broadcast_to(rbits, x.shape)
+    sat = fmt in _operands.SATURATE
+    bits = _formats.encode(fmt, x, rounding=rounding, saturate=sat, random_bits=rb)
     return _packing.to_container(bits, fmt) if ins.kind == "f8f6f4" else bits
 
 
-def _bits_forward(cfg, opts, kind, chain, A, B, C, SA, SB):
+def _random(opts, key, A, B):
+    if opts.input_rounding != "stochastic":
+        return None, None
+    return random_bits(key, 0, jnp.shape(A)), random_bits(key, 1, jnp.shape(B))
+
+
+def _bits_forward(cfg, opts, kind, chain, A, B, C, SA, SB, key):
     ins = cfg.ins
-    Ab = operand_bits(ins, ins.atype, A, "A", opts.input_rounding)
-    Bb = operand_bits(ins, ins.btype, B, "B", opts.input_rounding)
+    ra, rb = _random(opts, key, A, B)
+    Ab = operand_bits(ins, ins.atype, A, "A", opts.input_rounding, ra)
+    Bb = operand_bits(ins, ins.btype, B, "B", opts.input_rounding, rb)
     lead = jnp.broadcast_shapes(Ab.shape[:-2], Bb.shape[:-2])
     shape = lead + (Ab.shape[-2], Bb.shape[-1])
     Ab = jnp.broadcast_to(Ab, lead + Ab.shape[-2:])
@@ -79,7 +95,7 @@ def _is_float(x) -> bool:
     return x is not None and jnp.issubdtype(jnp.result_type(x), jnp.floating)
 
 
-def _gemm(cfg, opts, kind, chain, A, B, C, SA, SB):
+def _gemm(cfg, opts, kind, chain, A, B, C, SA, SB, key):
     """Values in, values out, with the straight-through tangent."""
     ins = cfg.ins
     K, N = jnp.shape(A)[-1], jnp.shape(B)[-1]
@@ -100,16 +116,24 @@ def _gemm(cfg, opts, kind, chain, A, B, C, SA, SB):
         return d
 
     @jax.custom_jvp
-    def f(A, B, C, SA, SB):
-        return _forward_jit(cfg, opts, kind, chain, A, B, C, SA, SB)
+    def f(A, B, C, SA, SB, key):
+        return _forward_jit(cfg, opts, kind, chain, A, B, C, SA, SB, key)
 
     @f.defjvp
     def f_jvp(primals, tangents):
         out = f(*primals)
-        A, B, C, SA, SB = primals
+        A, B, C, SA, SB, key = primals
+        tangents = tangents[:5]
+        primals = primals[:5]
         rnd = opts.input_rounding
-        va = _operands.values(ins, ins.atype, operand_bits(ins, ins.atype, A, "A", rnd))
-        vb = _operands.values(ins, ins.btype, operand_bits(ins, ins.btype, B, "B", rnd))
+
+        def vals(A, B, _):
+            ra, rb = _random(opts, key, A, B)
+            va = _operands.values(ins, ins.atype, operand_bits(ins, ins.atype, A, "A", rnd, ra))
+            vb = _operands.values(ins, ins.btype, operand_bits(ins, ins.btype, B, "B", rnd, rb))
+            return va, vb
+
+        va, vb = _ste.straight_values(vals, A, B, None)
         prim = [va, vb, None if C is None else jnp.asarray(C, F32), SA, SB]
         prim = [None if p is None else jnp.asarray(p, F32) for p in prim]
         tans = []
@@ -131,10 +155,34 @@ def _gemm(cfg, opts, kind, chain, A, B, C, SA, SB):
         _, t = jax.jvp(g, tuple(prim[i] for i in keep), tuple(tans[i] for i in keep))
         return out, jnp.broadcast_to(t, out.shape).astype(out.dtype)
 
-    return f(A, B, C, SA, SB)
+    return f(A, B, C, SA, SB, key)
 
 
-def matmul(cfg, opts, A, B, C, scale_a, scale_b, *, chain, check_shapes, quantize):
+def check_key(opts, key):
+    """``key`` for ``input_rounding='stochastic'`` (a jax.random key), None otherwise."""
+    stochastic = opts is not None and opts.input_rounding == "stochastic"
+    if stochastic and key is None:
+        raise ValueError(
+            "key: rounding='stochastic' needs a jax.random key (key=jax.random.key(0)); got None"
+        )
+    if not stochastic and key is not None:
+        raise ValueError(
+            "key: only used with rounding='stochastic' (a random key for the conversion "
+            f"of float inputs), got rounding={None if opts is None else opts.input_rounding!r}"
+        )
+    if key is None:
+        return None
+    key = jnp.asarray(key)
+    if not (jnp.issubdtype(key.dtype, jax.dtypes.prng_key) or key.dtype == jnp.uint32):
+        raise TypeError(f"key: expected a jax.random key, got dtype {key.dtype}")
+    if key.dtype == jnp.uint32:
+        key = jax.random.wrap_key_data(key)
+    if key.shape != ():
+        raise ValueError(f"key: expected one key (shape ()), got shape {key.shape}")
+    return key
+
+
+def matmul(cfg, opts, A, B, C, scale_a, scale_b, *, chain, check_shapes, quantize, key=None):
     """:func:`jaxmma.matmul` with kernel options (``opts``) or fp8 scales."""
     ins = cfg.ins
     opts = DEFAULT if opts is None else opts
@@ -180,4 +228,4 @@ def matmul(cfg, opts, A, B, C, scale_a, scale_b, *, chain, check_shapes, quantiz
                     f"{name}: convert_inputs='f16' takes float8_e4m3fn or float8_e5m2 "
                     f"arrays, got {x.dtype}"
                 )
-    return _gemm(cfg, opts, kind, chain, A, B, C, scale_a, scale_b)
+    return _gemm(cfg, opts, kind, chain, A, B, C, scale_a, scale_b, check_key(opts, key))

@@ -26,7 +26,7 @@ import numpy as np
 SPLIT_RULES = ("cublas", "cutlass", "xla")
 #: orders in which the f32 partials are added (a nested tuple of slice indices also works)
 REDUCES = ("sequential", "halving")
-INPUT_ROUNDINGS = ("rn", "rna", "rz")
+INPUT_ROUNDINGS = ("rn", "rna", "rz", "stochastic")
 #: where C enters: None (the chain's start), "f32" (one f32 epilogue), "rounded" (the
 #: accumulator rounded to the output type first, then C added in f32 and rounded again)
 EPILOGUES = (None, "f32", "rounded")

@@ -41,7 +41,21 @@ def straight_through(fn, x):
     @f.defjvp
     def f_jvp(primals, tangents):
         (v,), (t,) = primals, tangents
-        out = fn(v)
+        out = f(v)  # f itself: a derivative of this rule meets the same rule (any order)
         return out, t.astype(out.dtype)
 
     return f(x)
+
+
+@jax.custom_jvp
+def values_of(x, v):
+    """``v`` (values computed from ``x``, such as ``x`` rounded, of ``x``'s shape) with the
+    derivative of ``x``: straight through, to any order. Compute ``v`` from
+    ``jax.lax.stop_gradient(x)`` so that nothing else is differentiated."""
+    return v
+
+
+@values_of.defjvp
+def _values_of_jvp(primals, tangents):
+    (x, v), (tx, _) = primals, tangents
+    return values_of(x, v), jax.numpy.broadcast_to(tx, v.shape).astype(v.dtype)

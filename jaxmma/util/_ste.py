@@ -18,6 +18,8 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
+from . import _grad
+
 F32 = jnp.float32
 HIGHEST = jax.lax.Precision.HIGHEST
 
@@ -63,7 +65,7 @@ def straight_through(forward, values, A, B, C, aux, lift_a=None, lift_b=None):
         out = f(A, B, C, aux)
         if not jnp.issubdtype(out.dtype, jnp.floating):
             return out, jnp.zeros(out.shape, jax.dtypes.float0)
-        va, vb = values(A, B, aux)
+        va, vb = straight_values(values, A, B, aux)
         t = jnp.zeros(out.shape, F32)
         if _is_float(A) and _is_float(dA):
             t = t + _product(dA if lift_a is None else lift_a(dA, aux), vb)
@@ -76,6 +78,20 @@ def straight_through(forward, values, A, B, C, aux, lift_a=None, lift_b=None):
     return f(A, B, C, aux)
 
 
+def straight_values(values, A, B, aux):
+    """``values(A, B, aux)`` whose derivative with respect to float A and B is the
+    identity (straight through), so that the tangent ``dA @ B + A @ dB``, linear in A and
+    B, has derivatives itself: ``jax.hessian``, ``jvp`` of ``grad``, ``grad`` of ``grad``.
+    Operands stored in another shape (compressed sparse A) keep no second derivative."""
+    sg = jax.lax.stop_gradient
+    va, vb = values(sg(A), sg(B), aux)
+    if _is_float(A) and jnp.shape(A) == va.shape:
+        va = _grad.values_of(A, va)
+    if _is_float(B) and jnp.shape(B) == vb.shape:
+        vb = _grad.values_of(B, vb)
+    return va, vb
+
+
 def _unbroadcast(g, shape):
     """Sum ``g`` over the leading dimensions that broadcasting added to ``shape``."""
     extra = g.ndim - len(shape)
@@ -84,29 +100,49 @@ def _unbroadcast(g, shape):
     return jnp.sum(g, axis=axes, keepdims=True) if axes else g
 
 
-def with_gemm_gradients(forward, values, gemm, A, B, C, aux):
-    """``forward`` with reverse-mode gradients computed by ``gemm``: ``dA = gemm(G, B^T)``
-    and ``dB = gemm(A^T, G)`` on float32 values, ``dC = G``.
+_REVERSE_ONLY = (
+    "{option}: the gradient GEMMs it emulates exist in reverse mode only (jax.grad, "
+    "jax.vjp, grad of grad); forward-mode derivatives (jax.jvp, jvp of grad, jax.hessian, "
+    "jax.jacfwd) have no emulated GEMM to run. Use jax.jacrev(jax.grad(...)) or leave "
+    "{option} unset for straight-through derivatives of every order"
+)
 
-    ``gemm(x, y)`` is the GEMM of the gradients (the GEMM layer passes
-    :func:`jaxmma.matmul` on its ``grad_instruction``).
+
+def _refuse_forward_mode(option: str, *xs) -> None:
+    """TypeError naming ``option`` when any of ``xs`` carries a forward-mode tangent."""
+    for x in jax.tree.leaves(xs):
+        if type(x).__name__ == "JVPTracer":
+            raise TypeError(_REVERSE_ONLY.format(option=option))
+
+
+def with_gemm_gradients(forward, values, dgrad, wgrad, A, B, C, aux, option="grad_instruction"):
+    """``forward`` with reverse-mode gradients computed by GEMMs: ``dA = dgrad(G, B^T)``
+    and ``dB = wgrad(A^T, G)`` on float32 values (None: the exact product), ``dC = G``.
+
+    ``dgrad(x, y)`` / ``wgrad(x, y)`` are the GEMMs of the gradients (the GEMM layer
+    passes :func:`jaxmma.matmul` on its ``dgrad_instruction`` / ``wgrad_instruction``).
+    Forward-mode derivatives raise a TypeError naming ``option``; reverse over reverse
+    works (the gradient GEMMs have straight-through derivatives themselves).
     """
+    dgrad = dgrad or _product
+    wgrad = wgrad or _product
 
     @jax.custom_vjp
     def f(A, B, C, aux):
         return forward(A, B, C, aux)
 
     def fwd(A, B, C, aux):
+        _refuse_forward_mode(option, A, B, C)  # jvp of grad, jax.hessian
         return f(A, B, C, aux), (A, B, C, aux)
 
     def bwd(res, g):
         A, B, C, aux = res
-        va, vb = values(A, B, aux)
+        va, vb = straight_values(values, A, B, aux)
         g = g.astype(F32)
         grads = []
         for x, d in (
-            (A, lambda: gemm(g, jnp.swapaxes(vb, -1, -2).astype(F32))),
-            (B, lambda: gemm(jnp.swapaxes(va, -1, -2).astype(F32), g)),
+            (A, lambda: dgrad(g, jnp.swapaxes(vb, -1, -2).astype(F32))),
+            (B, lambda: wgrad(jnp.swapaxes(va, -1, -2).astype(F32), g)),
             (C, lambda: g),
         ):
             if _is_float(x):
@@ -126,4 +162,5 @@ def with_gemm_gradients(forward, values, gemm, A, B, C, aux):
         return (*grads, zero_aux)
 
     f.defvjp(fwd, bwd)
+    _refuse_forward_mode(option, A, B, C)  # jax.jvp
     return f(A, B, C, aux)

@@ -1,0 +1,38 @@
+"""Low-precision training recipes over jaxmma.matmul: fp8 (per-tensor current and
+delayed scaling, row-wise, DeepSeek-V3 block-wise), NVFP4, loss scaling (docs/recipes.md)."""
+
+from .training._loss_scale import all_finite as all_finite
+from .training._loss_scale import dynamic_init as dynamic_init
+from .training._loss_scale import dynamic_update as dynamic_update
+from .training._loss_scale import scale_loss as scale_loss
+from .training._loss_scale import unscale as unscale
+from .training._nvfp4 import hadamard_rows as hadamard_rows
+from .training._nvfp4 import quantize_2d as quantize_nvfp4_2d
+from .training._recipes import Recipe as Recipe
+from .training._recipes import bf16 as bf16
+from .training._recipes import blockwise as blockwise
+from .training._recipes import current_scaling as current_scaling
+from .training._recipes import delayed_scaling as delayed_scaling
+from .training._recipes import nvfp4 as nvfp4
+from .training._recipes import rowwise as rowwise
+from .training._scales import amax as amax
+from .training._scales import scale_from_amax as scale_from_amax
+
+__all__ = [
+    "Recipe",
+    "all_finite",
+    "amax",
+    "bf16",
+    "blockwise",
+    "current_scaling",
+    "delayed_scaling",
+    "dynamic_init",
+    "dynamic_update",
+    "hadamard_rows",
+    "nvfp4",
+    "quantize_nvfp4_2d",
+    "rowwise",
+    "scale_from_amax",
+    "scale_loss",
+    "unscale",
+]

@@ -1,0 +1,51 @@
+"""Loss scaling: a loss multiplied before differentiation so that small gradients stay
+above the smallest value of a low-precision gradient format, and the gradients divided
+back afterwards; static or dynamic (halved on a non-finite gradient, doubled after
+``period`` finite steps), with its state an explicit pytree."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+F32 = jnp.float32
+
+
+def scale_loss(loss, scale):
+    """``loss * scale`` (differentiate this)."""
+    return loss * jnp.asarray(scale, F32).astype(jnp.result_type(loss))
+
+
+def unscale(grads, scale):
+    """Every gradient divided by ``scale``."""
+    s = jnp.asarray(scale, F32)
+    return jax.tree.map(lambda g: (g / s.astype(g.dtype)).astype(g.dtype), grads)
+
+
+def all_finite(tree):
+    """True (a bool array) where every leaf of ``tree`` is finite."""
+    leaves = [jnp.all(jnp.isfinite(x)) for x in jax.tree.leaves(tree)]
+    return jnp.all(jnp.stack(leaves)) if leaves else jnp.bool_(True)
+
+
+def dynamic_init(scale: float = 2.0**15):
+    """The state of dynamic loss scaling: ``{"scale": f32, "good": int32}``."""
+    if not scale > 0:
+        raise ValueError(f"scale: expected a positive initial loss scale, got {scale!r}")
+    return {"scale": jnp.asarray(scale, F32), "good": jnp.zeros((), jnp.int32)}
+
+
+def dynamic_update(state, grads, *, period: int = 2000, factor: float = 2.0):
+    """``(finite, next_state)``: halve (``/ factor``) on a non-finite gradient, grow
+    (``* factor``) after ``period`` finite steps in a row. Skip the update where
+    ``finite`` is False."""
+    if isinstance(period, bool) or not isinstance(period, int) or period < 1:
+        raise ValueError(f"period: expected a positive int, got {period!r}")
+    if not factor > 1:
+        raise ValueError(f"factor: expected a float > 1, got {factor!r}")
+    ok = all_finite(grads)
+    good = jnp.where(ok, state["good"] + 1, 0)
+    grow = good >= period
+    scale = jnp.where(ok, jnp.where(grow, state["scale"] * factor, state["scale"]),
+                      state["scale"] / factor)  # fmt: skip
+    return ok, {"scale": scale.astype(F32), "good": jnp.where(grow, 0, good).astype(jnp.int32)}

@@ -1,0 +1,114 @@
+"""The NVFP4 linear layer ``x [M, K] @ w [K, N]`` of NVIDIA's NVFP4 recipe, with its
+backward (arXiv:2509.25149; docs/recipes.md):
+
+* fprop ``x @ w``: x in 1 x 16 blocks along K, w in 16 x 16 blocks (2D scales, so the
+  backward reads the same quantized weight transposed); rounding to nearest;
+* dgrad ``G @ w^T``: G in 1 x 16 blocks along N (stochastic rounding with a key, else
+  to nearest), w^T the forward's quantized w, transposed;
+* wgrad ``x^T @ G``: both inputs multiplied along the token dimension M by a 16 x 16
+  random Hadamard transform (``H diag(signs) / 4``, orthogonal, so the exact product is
+  unchanged), then quantized in 1 x 16 blocks along M (G stochastic).
+
+Each tensor has NVIDIA's per-tensor global scale (``amax / (6 * 448)``); every GEMM is
+an emulated block-scaled GEMM on ``recipe.forward`` (a ``.ue4m3`` scale_vec 16 form).
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from ..bits import _formats
+from ..gemm._gemm import matmul
+from ..operands import _quant
+
+F32 = jnp.float32
+BLOCK = 16
+
+
+def _sylvester(n: int) -> np.ndarray:
+    h = np.ones((1, 1))
+    while h.shape[0] < n:
+        h = np.block([[h, h], [h, -h]])
+    return h
+
+
+#: the 16 x 16 Hadamard matrix, orthonormal (entries +-1/4)
+HADAMARD = (_sylvester(BLOCK) / 4).astype(np.float32)
+
+
+def quantize_2d(w):
+    """NVFP4 ``w [K, N]`` with one ue4m3 scale per 16 x 16 block, as the B operand
+    (blocked along K, ``axis=-2``), and the same tensor transposed, ``[N, K]``, as the B
+    operand of ``G @ w^T`` (blocked along N): two :class:`Quantized` of the same bits.
+
+    Block scale ``s = ue4m3(amax_b / (6 g))`` (nearest, saturating), element
+    ``e2m1(w / (s g))`` with the quotient rounded to float32 first, ``g`` the global
+    scale."""
+    K, N = w.shape
+    g = _quant.nvfp4_global_scale(w)
+    a = jnp.abs(w).reshape(K // BLOCK, BLOCK, N // BLOCK, BLOCK).max(axis=(1, 3))
+    sbits = _formats.encode("ue4m3", a / (F32(6) * g), saturate=True)
+    sv = _formats.decode("ue4m3", sbits)
+    full = jnp.repeat(jnp.repeat(sv, BLOCK, 0), BLOCK, 1) * g
+    q = jnp.where(full > 0, w / jnp.where(full > 0, full, F32(1)), F32(0))
+    e = _formats.encode("e2m1", jax.lax.stop_gradient(q), saturate=True).astype(jnp.uint8)
+    sb = sbits.astype(jnp.uint8)
+    qw = _quant.Quantized(e, jnp.repeat(sb, BLOCK, 1), g, "e2m1", "ue4m3", BLOCK, -2)
+    qwt = _quant.Quantized(e.T, jnp.repeat(sb.T, BLOCK, 1), g, "e2m1", "ue4m3", BLOCK, -2)
+    return qw, qwt
+
+
+def hadamard_rows(x, signs):
+    """``x [M, C]`` with every 16 rows multiplied by ``H diag(signs)`` (an orthogonal
+    16 x 16 matrix): ``hadamard_rows(x)^T hadamard_rows(y) == x^T y`` exactly in reals."""
+    M, C = x.shape
+    t = jnp.asarray(HADAMARD) * signs[None, :]
+    xb = x.reshape(M // BLOCK, BLOCK, C)
+    return jnp.einsum("ij,bjc->bic", t, xb, precision=jax.lax.Precision.HIGHEST).reshape(M, C)
+
+
+def _q(x, axis, rounding, key):
+    return _quant.quantize_nvfp4(
+        jax.lax.stop_gradient(x), axis=axis, rounding=rounding,
+        key=key if rounding == "stochastic" else None,
+    )  # fmt: skip
+
+
+def _gemm(r, qa, qb):
+    return matmul(qa, qb, instruction=r.forward, arch=r.arch)
+
+
+def linear(r, x, w, key):
+    """``x [M, K] @ w [K, N]`` (float32) under NVIDIA's NVFP4 recipe ``r``."""
+
+    def forward(x, w):
+        qx = _q(x, -1, "rn", None)
+        qw, qwt = quantize_2d(jax.lax.stop_gradient(w))
+        return _gemm(r, qx, qw), (x, qwt)
+
+    @jax.custom_vjp
+    def f(x, w, key):
+        return forward(x, w)[0]
+
+    def fwd(x, w, key):
+        y, res = forward(x, w)
+        return y, (res, key)
+
+    def bwd(saved, g):
+        (x, qwt), key = saved
+        g = g.astype(F32)
+        stochastic = r.grad_rounding == "stochastic"
+        k1, k2, k3 = jax.random.split(key, 3) if key is not None else (None, None, None)
+        dx = _gemm(r, _q(g, -1, r.grad_rounding, k1), qwt)
+        if r.hadamard:
+            signs = jax.random.rademacher(k3 if stochastic else jax.random.key(0), (BLOCK,))
+            xh, gh = hadamard_rows(x, signs.astype(F32)), hadamard_rows(g, signs.astype(F32))
+        else:
+            xh, gh = x, g
+        dw = _gemm(r, _q(xh.T, -1, "rn", None), _q(gh, -2, r.grad_rounding, k2))
+        return dx, dw, None
+
+    f.defvjp(fwd, bwd)
+    return f(x, w, key)

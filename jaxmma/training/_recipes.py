@@ -1,0 +1,288 @@
+"""Training recipes: which tensors are quantized how, for each GEMM of a linear layer.
+
+A :class:`Recipe` is frozen configuration (hashable, a ``jit`` static argument); its
+state, where it has one (delayed scaling's amax histories), is an explicit pytree made
+by :meth:`Recipe.init`. Each constructor names what it reproduces, with the public
+source (docs/recipes.md).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import math
+
+import jax.numpy as jnp
+
+from ..gemm._gemm import dot_general as _dot_general
+from ..gemm._gemm import matmul as _matmul
+from ..gemm._gemm import resolve
+from . import _fp8, _nvfp4, _scales
+
+F32 = jnp.float32
+FP8 = "mma.sync.aligned.m16n8k32.row.col.f32.{a}.{b}.f32"
+BF16 = "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32"
+NVFP4 = (
+    "tcgen05.mma.cta_group::1.kind::mxf4nvf4.block_scale.block16.m128n256k64.f32.e2m1.e2m1.ue4m3"
+)
+SCALINGS = ("none", "tensor", "delayed", "row", "block", "nvfp4")
+AMAX_COMPUTE = ("max", "most_recent")
+FP8_FORMATS = ("e4m3", "e5m2")
+
+
+@dataclasses.dataclass(frozen=True)
+class Recipe:
+    """One training recipe (see the constructors: :func:`bf16`, :func:`current_scaling`,
+    :func:`delayed_scaling`, :func:`rowwise`, :func:`blockwise`, :func:`nvfp4`)."""
+
+    name: str
+    scaling: str
+    forward: str
+    dgrad: str | None
+    wgrad: str | None
+    arch: str
+    promote_every: int | None = None
+    x_fmt: str = "e4m3"
+    w_fmt: str = "e4m3"
+    g_fmt: str = "e5m2"
+    margin: int = 0
+    history: int = 0
+    amax_compute: str = "max"
+    grad_rounding: str = "rn"
+    hadamard: bool = False
+    source: str = ""
+
+    def init(self):
+        """The recipe's state: delayed scaling's amax histories ``{"x", "w", "g"}``
+        (float32 ``[history]``, zeros: the first step uses scale 1); None otherwise."""
+        if self.scaling != "delayed":
+            return None
+        return {k: jnp.zeros((self.history,), F32) for k in ("x", "w", "g")}
+
+    def matmul(self, x, w, state=None, *, key=None):
+        """``x [..., K] @ w [K, N]`` -> float32 ``[..., N]`` under this recipe.
+
+        Args:
+          x: float activations, any leading dimensions (flattened into the GEMM's M).
+          w: float weights ``[K, N]``.
+          state: :meth:`init`'s pytree for delayed scaling (None otherwise). Its next
+            value is its cotangent: ``jax.grad(loss, argnums=<state>)`` returns it.
+          key: a ``jax.random`` key; required with ``grad_rounding="stochastic"``.
+
+        Raises:
+          ValueError: a missing key, a key without stochastic rounding, a state of the
+            wrong structure or amax history length, sizes the recipe's blocks do not
+            divide.
+        """
+        _check_key(self, key)
+        _check_state(self, state)
+        x, w = jnp.asarray(x), jnp.asarray(w)
+        if w.ndim != 2 or x.ndim < 1 or x.shape[-1] != w.shape[0]:
+            raise ValueError(f"x, w: expected x [..., K] and w [K, N], got {x.shape} and {w.shape}")
+        lead, K, N = x.shape[:-1], w.shape[0], w.shape[1]
+        x2 = x.reshape(math.prod(lead), K).astype(F32)
+        _check_sizes(self, x2.shape[0], K, N)
+        w32 = w.astype(F32)
+        if self.scaling == "none":
+            y = _matmul(
+                x2, w32, instruction=self.forward, arch=self.arch,
+                dgrad_instruction=self.dgrad, wgrad_instruction=self.wgrad,
+            )  # fmt: skip
+        elif self.scaling == "nvfp4":
+            y = _nvfp4.linear(self, x2, w32, key)
+        else:
+            y = _fp8.linear(self, x2, w32, state, key)
+        return y.reshape(lead + (N,))
+
+    def dot_general(self, state=None, *, key=None):
+        """A ``jax.lax.dot_general`` stand-in running this recipe (the ``dot_general=``
+        of flax's ``nn.Dense``): ``lhs [..., K]`` contracted with ``rhs [K, N]`` on
+        ``dimension_numbers`` ``(((lhs.ndim - 1,), (0,)), ((), ()))``."""
+        return functools.partial(_recipe_dot_general, self, state, key)
+
+
+def _recipe_dot_general(
+    recipe, state, key, lhs, rhs, dimension_numbers, precision=None,
+    preferred_element_type=None, **kw,
+):  # fmt: skip
+    del precision
+    (lc, rc), (lb, rb) = dimension_numbers
+    lhs, rhs = jnp.asarray(lhs), jnp.asarray(rhs)
+    if tuple(lb) or tuple(rb) or tuple(lc) != (lhs.ndim - 1,) or tuple(rc) != (0,):
+        if recipe.scaling == "none":  # a plain emulated GEMM takes any dot_general
+            return _dot_general(
+                lhs, rhs, dimension_numbers, preferred_element_type=preferred_element_type,
+                instruction=recipe.forward, arch=recipe.arch,
+            )  # fmt: skip
+        raise ValueError(
+            f"dimension_numbers: recipe {recipe.name!r} takes a linear layer's "
+            f"(((lhs.ndim - 1,), (0,)), ((), ())) with a 2-D rhs, got {dimension_numbers}"
+        )
+    if rhs.ndim != 2:
+        raise ValueError(f"rhs: expected a 2-D kernel [K, N], got shape {rhs.shape}")
+    out = recipe.matmul(lhs, rhs, state, key=key)
+    return out if preferred_element_type is None else out.astype(preferred_element_type)
+
+
+def _check_key(r: Recipe, key) -> None:
+    if r.grad_rounding == "stochastic" and key is None:
+        raise ValueError(
+            f"key: recipe {r.name!r} rounds gradients stochastically "
+            "(grad_rounding='stochastic') and needs a jax.random key: "
+            "recipe.matmul(x, w, state, key=jax.random.key(step))"
+        )
+    if r.grad_rounding != "stochastic" and key is not None:
+        raise ValueError(
+            f"key: recipe {r.name!r} rounds to nearest (grad_rounding='rn'); a key is used "
+            "only with grad_rounding='stochastic'"
+        )
+
+
+def _check_state(r: Recipe, state) -> None:
+    if r.scaling != "delayed":
+        if state is not None:
+            raise ValueError(f"state: recipe {r.name!r} keeps no state; expected None")
+        return
+    if not isinstance(state, dict) or set(state) != {"x", "w", "g"}:
+        raise ValueError(
+            f"state: expected recipe.init()'s dict of amax histories with keys "
+            f"['g', 'w', 'x'], got {type(state).__name__}"
+            + (f" with keys {sorted(state)}" if isinstance(state, dict) else "")
+        )
+    for k in ("x", "w", "g"):
+        shape = jnp.shape(state[k])
+        if shape != (r.history,):
+            raise ValueError(
+                f"state: the amax history of {k} has shape {shape}; recipe {r.name!r} "
+                f"keeps history={r.history}, expected ({r.history},)"
+            )
+
+
+def _check_sizes(r: Recipe, M: int, K: int, N: int) -> None:
+    need = {"block": _fp8.GROUP, "nvfp4": 64}.get(r.scaling)
+    if need is None:
+        return
+    for name, n in (("M (tokens)", M), ("K", K), ("N", N)):
+        if n % need:
+            raise ValueError(
+                f"x, w: recipe {r.name!r} needs {name} a multiple of {need} (its blocks "
+                f"and GEMMs), got {n}"
+            )
+
+
+def _choice(name, value, allowed):
+    if value not in allowed:
+        raise ValueError(f"{name}: expected one of {list(allowed)}, got {value!r}")
+    return value
+
+
+def _int(name, value, low):
+    if isinstance(value, bool) or not isinstance(value, int) or value < low:
+        raise ValueError(f"{name}: expected an int >= {low}, got {value!r}")
+    return value
+
+
+def _fp8_recipe(name, scaling, source, *, arch, promote_every, x_fmt, w_fmt, g_fmt, margin,
+                grad_rounding, instructions=None, history=0, amax_compute="max"):  # fmt: skip
+    for n, v in (("x_fmt", x_fmt), ("w_fmt", w_fmt), ("g_fmt", g_fmt)):
+        _choice(n, v, FP8_FORMATS)
+    _choice("grad_rounding", grad_rounding, _scales.ROUNDINGS)
+    _choice("amax_compute", amax_compute, AMAX_COMPUTE)
+    _int("margin", margin, 0)
+    fwd, dgrad, wgrad = instructions or (
+        FP8.format(a=x_fmt, b=w_fmt),
+        FP8.format(a=g_fmt, b=w_fmt),
+        FP8.format(a=x_fmt, b=g_fmt),
+    )
+    for n, text in (("forward", fwd), ("dgrad", dgrad), ("wgrad", wgrad)):
+        ins = resolve(text, arch)  # errors name the form and arch now, not at the first step
+        if ins.stype or ins.sparse or ins.dtype != "f32":
+            raise ValueError(f"instructions: the {n} GEMM needs a dense .f32 form, got {text}")
+    return Recipe(
+        name, scaling, fwd, dgrad, wgrad, arch, promote_every, x_fmt, w_fmt, g_fmt, margin,
+        history, amax_compute, grad_rounding, False, source,
+    )  # fmt: skip
+
+
+def bf16(*, arch: str = "sm_90", instruction: str = BF16) -> Recipe:
+    """bf16 GEMMs (forward, dgrad and wgrad) with f32 accumulation: the baseline."""
+    return Recipe("bf16", "none", instruction, instruction, instruction, arch,
+                  source="baseline")  # fmt: skip
+
+
+def current_scaling(*, arch="sm_90", promote_every=4, margin=0, x_fmt="e4m3", w_fmt="e4m3",
+                    g_fmt="e5m2", grad_rounding="rn", instructions=None) -> Recipe:  # fmt: skip
+    """Per-tensor current scaling (torchao float8 "tensorwise": one scale per tensor from
+    its own amax, computed at each step): forward e4m3 x e4m3, dgrad e5m2 x e4m3, wgrad
+    e4m3 x e5m2, the backward reusing the forward's e4m3 x and w.
+
+    ``instructions``: ``(forward, dgrad, wgrad)`` texts to use instead of the m16n8k32
+    ``mma.sync`` forms of these formats; ``promote_every``: k-steps between promotions
+    (4: every 128 elements of K)."""
+    return _fp8_recipe(
+        "current_scaling", "tensor", "torchao float8 tensorwise (dynamic per-tensor scales)",
+        arch=arch, promote_every=promote_every, x_fmt=x_fmt, w_fmt=w_fmt, g_fmt=g_fmt,
+        margin=margin, grad_rounding=grad_rounding, instructions=instructions,
+    )  # fmt: skip
+
+
+def delayed_scaling(*, history=16, amax_compute="max", margin=0, arch="sm_90",
+                    promote_every=4, x_fmt="e4m3", w_fmt="e4m3", g_fmt="e5m2",
+                    grad_rounding="rn", instructions=None) -> Recipe:  # fmt: skip
+    """Transformer Engine's delayed scaling ("HYBRID": e4m3 forward, e5m2 backward): the
+    scale of each tensor at step t is ``fmax / amax / 2**margin`` with ``amax`` the max
+    (``amax_compute="max"``) or the latest (``"most_recent"``) of an amax history of the
+    earlier steps; this step's amax enters the history for the next. State:
+    :meth:`Recipe.init`; the next state is the state's cotangent."""
+    _int("history", history, 1)
+    return _fp8_recipe(
+        "delayed_scaling", "delayed", "Transformer Engine DelayedScaling (HYBRID)",
+        arch=arch, promote_every=promote_every, x_fmt=x_fmt, w_fmt=w_fmt, g_fmt=g_fmt,
+        margin=margin, grad_rounding=grad_rounding, instructions=instructions,
+        history=history, amax_compute=amax_compute,
+    )  # fmt: skip
+
+
+def rowwise(*, arch="sm_90", promote_every=4, margin=0, x_fmt="e4m3", w_fmt="e4m3",
+            g_fmt="e5m2", grad_rounding="rn", instructions=None) -> Recipe:  # fmt: skip
+    """torchao float8 "rowwise": one scale per row of A and per column of B of each GEMM
+    (along its K), applied as ``torch._scaled_mm``'s row-wise epilogue; each backward
+    GEMM quantizes its operands along its own K from the high-precision x, w and G."""
+    return _fp8_recipe(
+        "rowwise", "row", "torchao float8 rowwise (row-wise scales, torch._scaled_mm)",
+        arch=arch, promote_every=promote_every, x_fmt=x_fmt, w_fmt=w_fmt, g_fmt=g_fmt,
+        margin=margin, grad_rounding=grad_rounding, instructions=instructions,
+    )  # fmt: skip
+
+
+def blockwise(*, arch="sm_90", margin=0, grad_rounding="rn", instructions=None) -> Recipe:
+    """DeepSeek-V3's fine-grained fp8 (arXiv:2412.19437, section 3.3): e4m3 for every
+    tensor; activations and gradients in 1 x 128 tiles, weights in 128 x 128 blocks;
+    each 128-wide K group promoted to f32 with its two scales (the cuBLASLt block-scale
+    epilogue). dgrad reads the forward's quantized w transposed; wgrad quantizes x^T in
+    1 x 128 tiles along M and G in 128 x 128 blocks (the block kernel's B scales)."""
+    return _fp8_recipe(
+        "blockwise", "block", "DeepSeek-V3 block-wise fp8 (arXiv:2412.19437)",
+        arch=arch, promote_every=None, x_fmt="e4m3", w_fmt="e4m3", g_fmt="e4m3",
+        margin=margin, grad_rounding=grad_rounding, instructions=instructions,
+    )  # fmt: skip
+
+
+def nvfp4(*, arch="sm_100a", instruction=NVFP4, grad_rounding="stochastic",
+          hadamard=True) -> Recipe:  # fmt: skip
+    """NVIDIA's NVFP4 pretraining recipe (arXiv:2509.25149): e2m1 with a ue4m3 scale per
+    16 and a float32 scale per tensor in fprop, dgrad and wgrad; weights in 16 x 16
+    blocks, activations and gradients 1 x 16 along K; a 16 x 16 random Hadamard transform
+    on both wgrad inputs (``hadamard``); gradients rounded stochastically (a key per
+    step). Which layers stay in higher precision is the model's choice."""
+    _choice("grad_rounding", grad_rounding, _scales.ROUNDINGS)
+    if not isinstance(hadamard, bool):
+        raise ValueError(f"hadamard: expected True or False, got {hadamard!r}")
+    ins = resolve(instruction, arch)
+    if ins.stype != "ue4m3":
+        raise ValueError(f"instruction: expected an NVFP4 (.ue4m3 scales) form, got {instruction}")
+    return Recipe(
+        "nvfp4", "nvfp4", instruction, instruction, instruction, arch,
+        x_fmt="e2m1", w_fmt="e2m1", g_fmt="e2m1", grad_rounding=grad_rounding,
+        hadamard=hadamard, source="NVIDIA NVFP4 pretraining (arXiv:2509.25149)",
+    )  # fmt: skip

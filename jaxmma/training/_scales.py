@@ -1,0 +1,72 @@
+"""Scales of the fp8 recipes: amax, scale from amax, casts, and the amax history.
+
+A scale ``s`` maps a tensor into the format: the cast is ``round(x * s)`` (saturating,
+to nearest or stochastic) and its decode scale ``1 / s`` goes to the GEMM
+(``matmul(scale_a=, scale_b=)``). ``s = fmax / amax / 2**margin`` in float32, 1 where the
+amax is 0 or not finite (docs/recipes.md).
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+from ..bits import _formats
+
+F32 = jnp.float32
+#: the largest finite value of each fp8 element format
+FMAX = {"e4m3": float.fromhex("0x1.cp8"), "e5m2": float.fromhex("0x1.cp15")}  # 448, 57344
+ROUNDINGS = ("rn", "stochastic")
+
+
+def amax(x, axis=None):
+    """max |x| over ``axis`` (keepdims), float32; NaN/Inf ignored."""
+    a = jnp.abs(jnp.asarray(x, F32))
+    a = jnp.where(jnp.isfinite(a), a, F32(0))
+    return jnp.max(a, axis=axis, keepdims=axis is not None)
+
+
+def scale_from_amax(a, fmt: str, margin: int = 0):
+    """``fmax / a / 2**margin`` (float32); 1 where ``a`` is 0 or not finite."""
+    ok = (a > 0) & jnp.isfinite(a)
+    s = F32(FMAX[fmt]) / jnp.where(ok, a, F32(1)) / F32(2.0**margin)
+    return jnp.where(ok, s, F32(1))
+
+
+def cast(x, scale, fmt: str, rounding: str = "rn", key=None):
+    """``x * scale`` rounded to ``fmt`` (saturating): float32 values on the format's grid,
+    which the GEMM reads back exactly (the same element bits).
+
+    ``rounding="stochastic"`` draws ``jax.random.bits(key, x.shape, uint32)``."""
+    y = jnp.asarray(x, F32) * scale
+    kw = {"rounding": rounding, "saturate": True}
+    if rounding == "stochastic":
+        kw["random_bits"] = jax.random.bits(key, y.shape, jnp.uint32)
+    y = jax.lax.stop_gradient(y)
+    return _formats.decode(fmt, _formats.encode(fmt, y, **kw))
+
+
+def blocks(x, rows: int, cols: int):
+    """``x [R, C]`` -> ``[R / rows, rows, C / cols, cols]`` (sizes divide)."""
+    R, C = x.shape
+    return x.reshape(R // rows, rows, C // cols, cols)
+
+
+def block_amax(x, rows: int, cols: int):
+    """amax of each ``rows x cols`` block of ``x [R, C]`` -> ``[R / rows, C / cols]``."""
+    return jnp.max(amax(blocks(x, rows, cols), axis=(1, 3)), axis=(1, 3))
+
+
+def expand(s, rows: int, cols: int):
+    """Block values ``[R / rows, C / cols]`` -> one per element ``[R, C]``."""
+    return jnp.repeat(jnp.repeat(s, rows, axis=0), cols, axis=1)
+
+
+def push(history, a):
+    """The amax history with ``a`` (this step's amax) in front, the oldest dropped."""
+    return jnp.concatenate([jnp.reshape(a, (1,)).astype(F32), history[:-1]])
+
+
+def history_amax(history, how: str):
+    """The amax a delayed scale uses: ``"max"`` of the window or ``"most_recent"``."""
+    return jnp.max(history) if how == "max" else history[0]

@@ -1,0 +1,248 @@
+"""jaxmma.recipes: each recipe's scales and GEMMs against hand-written references (numpy
+scales and casts, explicit jaxmma.matmul calls with explicit instructions and arch)."""
+
+import functools
+
+import jax
+import jax.numpy as jnp
+import ml_dtypes
+import numpy as np
+import pytest
+
+import jaxmma
+from jaxmma import recipes
+
+E4 = "mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32"
+E5E4 = "mma.sync.aligned.m16n8k32.row.col.f32.e5m2.e4m3.f32"
+E4E5 = "mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e5m2.f32"
+RNG = np.random.default_rng(2024)
+mm = functools.partial(jaxmma.matmul, arch="sm_90")
+
+
+def _f32(*shape, scale=1.0):
+    return (RNG.standard_normal(shape) * scale).astype(np.float32)
+
+
+def _bits(x):
+    return np.asarray(x, np.float32).view(np.uint32)
+
+
+def _cast(x, s, dtype):
+    """numpy reference of a scaled cast: float32 x * s, to nearest even, saturating."""
+    y = (np.asarray(x, np.float32) * np.float32(s)).astype(np.float32)
+    fmax = float(ml_dtypes.finfo(dtype).max)
+    return np.clip(y, -fmax, fmax).astype(dtype).astype(np.float32)
+
+
+def _vjp(rec, x, w, g, state=None, key=None):
+    y, vjp = jax.vjp(lambda a, b, s: rec.matmul(a, b, s, key=key), x, w, state)
+    return (y, *vjp(g))
+
+
+@pytest.fixture(scope="module")
+def small():
+    # x spans 1e-3 .. 1e3 in magnitude: unscaled e4m3 would saturate and underflow
+    x = _f32(32, 64, scale=1e3)
+    w = _f32(64, 32, scale=1e-3)
+    g = _f32(32, 32, scale=1e-6)  # small gradients: e5m2 without a scale underflows
+    return x, w, g
+
+
+def test_current_scaling_scales_and_gemms_are_the_hand_written_ones(small):
+    x, w, g = small
+    rec = recipes.current_scaling()
+    y, dx, dw, _ = _vjp(rec, x, w, g)
+    sx = np.float32(448) / np.abs(x).max()
+    sw = np.float32(448) / np.abs(w).max()
+    sg = np.float32(57344) / np.abs(g).max()
+    xq, wq = _cast(x, sx, ml_dtypes.float8_e4m3fn), _cast(w, sw, ml_dtypes.float8_e4m3fn)
+    gq = _cast(g, sg, ml_dtypes.float8_e5m2)
+    inv = lambda s: np.float32(1) / s  # noqa: E731
+    want_y = mm(xq, wq, instruction=E4, promote_every=4, scale_a=inv(sx), scale_b=inv(sw))
+    want_dx = mm(gq, wq.T.copy(), instruction=E5E4, promote_every=4, scale_a=inv(sg),
+                 scale_b=inv(sw))  # fmt: skip
+    want_dw = mm(xq.T.copy(), gq, instruction=E4E5, promote_every=4, scale_a=inv(sx),
+                 scale_b=inv(sg))  # fmt: skip
+    np.testing.assert_array_equal(_bits(y), _bits(want_y))
+    np.testing.assert_array_equal(_bits(dx), _bits(want_dx))
+    np.testing.assert_array_equal(_bits(dw), _bits(want_dw))
+    # and it is useful: a few percent from the exact gradient, where unscaled e5m2 is 0
+    exact = x.astype(np.float64).T @ g
+    assert np.linalg.norm(np.asarray(dw) - exact) < 0.1 * np.linalg.norm(exact)
+    assert np.mean(np.asarray(dw) == 0) < 0.01
+
+
+def test_delayed_scaling_uses_the_history_and_returns_the_next_state(small):
+    x, w, g = small
+    rec = recipes.delayed_scaling(history=4)
+    state = {
+        "x": jnp.asarray([100.0, 2000.0, 0.0, 0.0], jnp.float32),
+        "w": jnp.asarray([5e-3, 1e-3, 2e-3, 0.0], jnp.float32),
+        "g": jnp.asarray([1e-5, 0.0, 0.0, 0.0], jnp.float32),
+    }
+    y, dx, dw, new = _vjp(rec, x, w, g, state)
+    sx, sw, sg = (np.float32(448) / np.float32(2000), np.float32(448) / np.float32(5e-3),
+                  np.float32(57344) / np.float32(1e-5))  # fmt: skip
+    xq, wq = _cast(x, sx, ml_dtypes.float8_e4m3fn), _cast(w, sw, ml_dtypes.float8_e4m3fn)
+    inv = lambda s: np.float32(1) / s  # noqa: E731
+    want_y = mm(xq, wq, instruction=E4, promote_every=4, scale_a=inv(sx), scale_b=inv(sw))
+    np.testing.assert_array_equal(_bits(y), _bits(want_y))
+    gq = _cast(g, sg, ml_dtypes.float8_e5m2)
+    want_dx = mm(gq, wq.T.copy(), instruction=E5E4, promote_every=4, scale_a=inv(sg),
+                 scale_b=inv(sw))  # fmt: skip
+    np.testing.assert_array_equal(_bits(dx), _bits(want_dx))
+    for k, a, old in (("x", x, state["x"]), ("w", w, state["w"]), ("g", g, state["g"])):
+        want = np.concatenate([[np.abs(a).max()], np.asarray(old)[:-1]]).astype(np.float32)
+        np.testing.assert_array_equal(np.asarray(new[k]), want)
+    # a fresh state (zeros) gives scale 1 at the first step
+    assert all(np.all(np.asarray(v) == 0) for v in rec.init().values())
+
+
+def test_dot_general_is_the_recipe_in_a_dense_layer(small):
+    x, w, _ = small
+    rec = recipes.current_scaling()
+    dg = rec.dot_general()
+    x3 = x.reshape(2, 16, 64)
+    out = jax.lax.dot_general  # the signature it stands in for
+    del out
+    y = dg(x3, w, (((2,), (0,)), ((), ())))
+    np.testing.assert_array_equal(_bits(y), _bits(rec.matmul(x, w).reshape(2, 16, 32)))
+
+
+def test_bad_options_and_state_are_clear_errors_at_trace_time(small):
+    x, w, _ = small
+    with pytest.raises(ValueError, match="amax_compute: expected one of"):
+        recipes.delayed_scaling(amax_compute="mean")
+    with pytest.raises(ValueError, match="grad_rounding: expected one of"):
+        recipes.current_scaling(grad_rounding="up")
+    with pytest.raises(ValueError, match="history: expected an int >= 1"):
+        recipes.delayed_scaling(history=0)
+    with pytest.raises(ValueError, match="g_fmt: expected one of"):
+        recipes.rowwise(g_fmt="e2m1")
+    rec = recipes.delayed_scaling(history=16)
+    bad = {k: jnp.zeros((8,), jnp.float32) for k in ("x", "w", "g")}
+    with pytest.raises(ValueError, match="history of x has shape \\(8,\\).*history=16"):
+        jax.jit(lambda s: rec.matmul(x, w, s))(bad)
+    with pytest.raises(ValueError, match="state: expected recipe.init"):
+        rec.matmul(x, w, None)
+    sr = recipes.current_scaling(grad_rounding="stochastic")
+    with pytest.raises(ValueError, match="key: recipe 'current_scaling' rounds gradients"):
+        jax.jit(lambda a: sr.matmul(a, w))(x)
+    with pytest.raises(ValueError, match="key: recipe 'current_scaling' rounds to nearest"):
+        recipes.current_scaling().matmul(x, w, key=jax.random.key(0))
+    with pytest.raises(ValueError, match="needs K a multiple of 128"):
+        recipes.blockwise().matmul(np.ones((128, 64), np.float32), np.ones((64, 128), np.float32))
+    with pytest.raises(ValueError, match="arch"):
+        recipes.current_scaling(arch="sm_80")  # no fp8 mma on Ampere
+
+
+def test_nvfp4_2d_weight_quantizer_against_numpy():
+    w = _f32(32, 48)
+    w[:16, 16:32] *= 100  # one block far larger than the rest
+    qw, qwt = recipes.quantize_nvfp4_2d(jnp.asarray(w))
+    g = np.float32(np.abs(w).max()) / np.float32(6 * 448)
+    np.testing.assert_array_equal(np.float32(qw.global_scale), g)
+    blocks = np.abs(w).reshape(2, 16, 3, 16).max(axis=(1, 3))
+    s = (blocks / (np.float32(6) * g)).astype(np.float32).astype(ml_dtypes.float8_e4m3fn)
+    s = s.astype(np.float32)
+    full = np.repeat(np.repeat(s, 16, 0), 16, 1) * g  # the divisor, in float32
+    e = (w / full).astype(np.float32).astype(ml_dtypes.float4_e2m1fn).astype(np.float64)
+    # the value: element * scale * global, exact, rounded once to float32
+    want = e * np.repeat(np.repeat(s, 16, 0), 16, 1).astype(np.float64) * np.float64(g)
+    want = want.astype(np.float32)
+    np.testing.assert_array_equal(np.asarray(jaxmma.quant.dequantize(qw)), want)
+    np.testing.assert_array_equal(np.asarray(jaxmma.quant.dequantize(qwt)), want.T)
+
+
+def test_hadamard_rows_keeps_the_product():
+    x, y = _f32(32, 8), _f32(32, 4)
+    signs = jnp.asarray(np.where(RNG.random(16) < 0.5, -1.0, 1.0), jnp.float32)
+    hx, hy = recipes.hadamard_rows(x, signs), recipes.hadamard_rows(y, signs)
+    np.testing.assert_allclose(np.asarray(hx).T @ np.asarray(hy), x.T @ y, rtol=1e-4, atol=1e-4)
+    assert not np.allclose(np.asarray(hx), x)
+
+
+def test_loss_scaling():
+    st = recipes.dynamic_init(8.0)
+    ok, st = recipes.dynamic_update(st, {"a": jnp.ones(3)}, period=2)
+    assert bool(ok) and float(st["scale"]) == 8.0 and int(st["good"]) == 1
+    ok, st = recipes.dynamic_update(st, {"a": jnp.ones(3)}, period=2)
+    assert float(st["scale"]) == 16.0 and int(st["good"]) == 0
+    ok, st = recipes.dynamic_update(st, {"a": jnp.array([1.0, jnp.inf])}, period=2)
+    assert not bool(ok) and float(st["scale"]) == 8.0
+    g = recipes.unscale({"a": jnp.full(2, 6.0)}, 4.0)
+    np.testing.assert_array_equal(np.asarray(g["a"]), [1.5, 1.5])
+    assert float(recipes.scale_loss(jnp.float32(0.5), 4.0)) == 2.0
+    with pytest.raises(ValueError, match="period"):
+        recipes.dynamic_update(st, {}, period=0)
+
+
+# --------------------------------------------------------------------------- full sweep
+@pytest.mark.full
+def test_blockwise_scales_and_gemms_are_the_hand_written_ones():
+    x, w, g = _f32(128, 256, scale=10.0), _f32(256, 128, scale=0.01), _f32(128, 128, scale=1e-4)
+    rec = recipes.blockwise()
+    y, dx, dw, _ = _vjp(rec, x, w, g)
+    ax = np.abs(x).reshape(128, 2, 128).max(-1)  # [M, K/128]
+    aw = np.abs(w).reshape(2, 128, 1, 128).max(axis=(1, 3))  # [K/128, N/128]
+    sx, sw = np.float32(448) / ax, np.float32(448) / aw
+    xq = _cast(x, np.repeat(sx, 128, 1), ml_dtypes.float8_e4m3fn)
+    wq = _cast(w, np.repeat(np.repeat(sw, 128, 0), 128, 1), ml_dtypes.float8_e4m3fn)
+    want_y = mm(xq, wq, instruction=E4, scale_a=np.float32(1) / sx, scale_b=np.float32(1) / sw)
+    np.testing.assert_array_equal(_bits(y), _bits(want_y))
+    ag = np.abs(g).reshape(128, 1, 128).max(-1)  # [M, N/128]
+    sg = np.float32(448) / ag
+    gq = _cast(g, np.repeat(sg, 128, 1), ml_dtypes.float8_e4m3fn)
+    want_dx = mm(gq, wq.T.copy(), instruction=E4, scale_a=np.float32(1) / sg,
+                 scale_b=(np.float32(1) / sw).T.copy())  # fmt: skip
+    np.testing.assert_array_equal(_bits(dx), _bits(want_dx))
+    exact = x.astype(np.float64).T @ g
+    assert np.linalg.norm(np.asarray(dw) - exact) < 0.1 * np.linalg.norm(exact)
+
+
+@pytest.mark.full
+def test_nvfp4_forward_and_dgrad_are_the_hand_written_gemms():
+    x, w, g = _f32(64, 64), _f32(64, 64), _f32(64, 64)
+    rec = recipes.nvfp4(grad_rounding="rn", hadamard=False)
+    y, dx, dw, _ = _vjp(rec, x, w, g)
+    qw, qwt = recipes.quantize_nvfp4_2d(jnp.asarray(w))
+    nv = functools.partial(jaxmma.matmul, instruction=rec.forward, arch="sm_100a")
+    want_y = nv(jaxmma.quant.quantize_nvfp4(x), qw)
+    np.testing.assert_array_equal(_bits(y), _bits(want_y))
+    want_dx = nv(jaxmma.quant.quantize_nvfp4(g), qwt)
+    np.testing.assert_array_equal(_bits(dx), _bits(want_dx))
+    want_dw = nv(jaxmma.quant.quantize_nvfp4(x.T.copy()), jaxmma.quant.quantize_nvfp4(g, axis=-2))
+    np.testing.assert_array_equal(_bits(dw), _bits(want_dw))
+
+
+@pytest.mark.full
+def test_rowwise_forward_is_the_hand_written_gemm(small):
+    x, w, _ = small
+    y = recipes.rowwise().matmul(x, w)
+    sx = np.float32(448) / np.abs(x).max(1, keepdims=True)
+    sw = np.float32(448) / np.abs(w).max(0, keepdims=True)
+    xq, wq = _cast(x, sx, ml_dtypes.float8_e4m3fn), _cast(w, sw, ml_dtypes.float8_e4m3fn)
+    want = mm(xq, wq, instruction=E4, promote_every=4, scale_a=np.float32(1) / sx,
+              scale_b=np.float32(1) / sw)  # fmt: skip
+    np.testing.assert_array_equal(_bits(y), _bits(want))
+
+
+@pytest.mark.full
+def test_a_jitted_training_step_with_delayed_scaling_and_stochastic_gradients():
+    x, t = _f32(64, 32), _f32(64, 32)
+    w = _f32(32, 32, scale=0.1)
+    rec = recipes.delayed_scaling(history=4, grad_rounding="stochastic")
+
+    @jax.jit
+    def step(w, state, key):
+        loss = lambda w, s: jnp.mean((rec.matmul(x, w, s, key=key) - t) ** 2)  # noqa: E731
+        value, (gw, new_state) = jax.value_and_grad(loss, argnums=(0, 1))(w, state)
+        return w - 0.1 * gw, new_state, value
+
+    state = rec.init()
+    losses = []
+    for i in range(6):
+        w, state, value = step(w, state, jax.random.key(i))
+        losses.append(float(value))
+    assert losses[-1] < losses[0]
+    assert np.all(np.asarray(state["x"]) > 0)
