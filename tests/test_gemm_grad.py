@@ -118,29 +118,57 @@ def test_ins_mma_bf16_gradients():
 SP = "mma.sp::ordered_metadata.sync.aligned.m16n8k32.row.col.f32.f16.f16.f32"
 
 
-# eager: sparse calls run op by op (slow); the same tangents under jax.jit gave wrong rows on
-# jax 0.11.2's CPU backend (not on 0.10.2), under investigation
-@pytest.mark.full
 def test_ins_mma_sparse_gradients_dense_and_compressed():
+    """Jitted, with the metadata a traced argument. An earlier rule also formed the product
+    of the lifted A with B's instantiated zero tangent; XLA:CPU's YNNPACK dot fusion (jaxlib
+    0.10.2 and 0.11.2) computed that product from uninitialized memory (wrong rows, up to
+    1e38, in most compilations)."""
     ins = jaxmma.instruction(SP, arch="sm_90")
     A = jaxmma.sparse.prune(ins, jnp.asarray(_f32(16, 32), jnp.float16))
     B = jnp.asarray(_f32(32, 8), jnp.float16)
     C = jnp.zeros((16, 8), jnp.float32)
     dA = jnp.asarray(_f32(16, 32), jnp.float16)
-    _, t = jax.jvp(lambda a: ins.mma(a, B, C), (A,), (dA,))
+    t = jax.jit(lambda a, d: jax.jvp(lambda a: ins.mma(a, B, C), (a,), (d,))[1])(A, dA)
     want = np.asarray(dA, np.float64) @ np.asarray(B, np.float64)
     np.testing.assert_allclose(np.asarray(t), want, rtol=1e-5, atol=1e-4)
     # compressed A with metadata: the tangent of a stored element meets its dense row of B
     values, e = jaxmma.sparse.compress(ins, A, registers=False)
     idx = jaxmma.sparse.metadata_indices(ins, e, 0)
     dv = jnp.asarray(_f32(16, 16), jnp.float16)
-    _, t = jax.jvp(lambda v: ins.mma(v, B, C, metadata=idx), (values,), (dv,))
     dense = np.zeros((16, 32))
     np.put_along_axis(dense, np.asarray(idx), np.asarray(dv, np.float64), axis=1)
-    np.testing.assert_allclose(
-        np.asarray(t), dense @ np.asarray(B, np.float64), rtol=1e-5, atol=1e-4
-    )
+    for _ in range(3):  # fresh compilations (the fault came and went between them)
+        fn = jax.jit(lambda v, i, d: jax.jvp(lambda v: ins.mma(v, B, C, metadata=i), (v,), (d,))[1])
+        t = fn(values, idx, dv)
+        np.testing.assert_allclose(
+            np.asarray(t), dense @ np.asarray(B, np.float64), rtol=1e-5, atol=1e-4
+        )
+        jax.clear_caches()
     assert np.abs(np.asarray(t)).sum() > 0
+
+
+def _dots(fn, *args) -> int:
+    return str(jax.make_jaxpr(fn)(*args)).count("dot_general")
+
+
+def test_a_constant_operand_adds_no_product_to_the_tangent():
+    """The tangent with respect to one operand is one GEMM: no product with the zero
+    tangent of a closed-over operand (ins.mma, matmul, scaled_matmul)."""
+    A, B = jnp.asarray(_f32(16, 16), jnp.bfloat16), jnp.asarray(_f32(16, 8), jnp.bfloat16)
+    C = jnp.zeros((16, 8), jnp.float32)
+    fp8 = jnp.asarray(_f32(1, 16, 32), jnp.float8_e4m3fn)
+    e8 = jnp.ones((1, 16, 1), jnp.float8_e8m0fnu)
+    cases = (
+        (lambda a: INS.mma(a, B, C), A),
+        (lambda a: jaxmma.matmul(a, B, instruction=BF16, arch="sm_90"), A),
+        (
+            lambda a: jaxmma.scaled_matmul(a.astype(fp8.dtype), fp8[:, :8], e8, e8[:, :8]),
+            fp8.astype(jnp.float32),
+        ),
+    )
+    for fn, x in cases:
+        jvp = lambda x, t, fn=fn: jax.jvp(fn, (x,), (t,))  # noqa: E731
+        assert _dots(jvp, x, x) - _dots(fn, x) == 1, fn
 
 
 BS = (

@@ -10,6 +10,8 @@ reads times their scales (differentiable in the scales too).
 
 from __future__ import annotations
 
+import functools
+
 import jax
 import jax.numpy as jnp
 
@@ -119,7 +121,8 @@ def _gemm(cfg, opts, kind, chain, A, B, C, SA, SB, key):
     def f(A, B, C, SA, SB, key):
         return _forward_jit(cfg, opts, kind, chain, A, B, C, SA, SB, key)
 
-    @f.defjvp
+    # symbolic zeros: an operand without a tangent adds no term (see util/_ste.py)
+    @functools.partial(f.defjvp, symbolic_zeros=True)
     def f_jvp(primals, tangents):
         out = f(*primals)
         A, B, C, SA, SB, key = primals
@@ -136,23 +139,23 @@ def _gemm(cfg, opts, kind, chain, A, B, C, SA, SB, key):
         va, vb = _ste.straight_values(vals, A, B, None)
         prim = [va, vb, None if C is None else jnp.asarray(C, F32), SA, SB]
         prim = [None if p is None else jnp.asarray(p, F32) for p in prim]
-        tans = []
-        for x, p, t in zip(primals, prim, tangents, strict=True):
-            if p is None:
-                tans.append(None)
-            elif _is_float(x) and _is_float(t):
-                tans.append(jnp.broadcast_to(jnp.asarray(t, F32), p.shape))
-            else:
-                tans.append(jnp.zeros(p.shape, F32))
-        keep = [i for i, p in enumerate(prim) if p is not None]
+        # the operands that carry a tangent are the variables; the others stay constants
+        moving = [
+            i
+            for i, (x, p, t) in enumerate(zip(primals, prim, tangents, strict=True))
+            if p is not None and _is_float(x) and _ste._has_tangent(t)
+        ]
+        if not moving:
+            return out, jnp.zeros(out.shape, out.dtype)
 
         def g(*xs):
-            full = [None] * 5
-            for i, x in zip(keep, xs, strict=True):
+            full = list(prim)
+            for i, x in zip(moving, xs, strict=True):
                 full[i] = x
             return exact(*full)
 
-        _, t = jax.jvp(g, tuple(prim[i] for i in keep), tuple(tans[i] for i in keep))
+        tans = tuple(jnp.broadcast_to(jnp.asarray(tangents[i], F32), prim[i].shape) for i in moving)
+        _, t = jax.jvp(g, tuple(prim[i] for i in moving), tans)
         return out, jnp.broadcast_to(t, out.shape).astype(out.dtype)
 
     return f(A, B, C, SA, SB, key)

@@ -257,18 +257,23 @@ def _scaled_matmul_jvp(cfg, primals, tangents):
     s_a = jnp.repeat(cfg.values(sa, cfg.ins.stype), cfg.block, axis=-1)
     s_b = jnp.repeat(cfg.values(sb, cfg.ins.stype), cfg.block, axis=-1)
     va, vb = cfg.values(a, cfg.afmt), cfg.values(b, cfg.bfmt)
-    dA = jnp.zeros(va.shape, F32)
-    dB = jnp.zeros(vb.shape, F32)
+    # only the terms with a tangent: a product with an all-zero matrix would cost a GEMM
+    # (and XLA:CPU's YNNPACK dot fusion once read such products from uninitialized memory)
+    dA = dB = None
     if not zero(da):
-        dA = dA + da.astype(F32) * s_a
+        dA = da.astype(F32) * s_a
     if not zero(dsa):  # ue4m3: the instruction reads |scale|
-        dA = dA + va * jnp.repeat(dsa.astype(F32) * jnp.sign(sa.astype(F32)), cfg.block, -1)
+        t = va * jnp.repeat(dsa.astype(F32) * jnp.sign(sa.astype(F32)), cfg.block, -1)
+        dA = t if dA is None else dA + t
     if not zero(db):
-        dB = dB + db.astype(F32) * s_b
+        dB = db.astype(F32) * s_b
     if not zero(dsb):
-        dB = dB + vb * jnp.repeat(dsb.astype(F32) * jnp.sign(sb.astype(F32)), cfg.block, -1)
+        t = vb * jnp.repeat(dsb.astype(F32) * jnp.sign(sb.astype(F32)), cfg.block, -1)
+        dB = t if dB is None else dB + t
     prod = functools.partial(jnp.einsum, "bmk,bnk->bmn", precision=HIGHEST)
-    return out, prod(dA, vb * s_b) + prod(va * s_a, dB)
+    terms = [prod(dA, vb * s_b)] if dA is not None else []
+    terms += [prod(va * s_a, dB)] if dB is not None else []
+    return out, sum(terms[1:], terms[0]) if terms else jnp.zeros(out.shape, out.dtype)
 
 
 def scaled_matmul(

@@ -15,6 +15,8 @@ the reverse pass through a given instruction (e.g. ``.e5m2``), reverse mode only
 
 from __future__ import annotations
 
+import functools
+
 import jax
 import jax.numpy as jnp
 
@@ -26,6 +28,11 @@ HIGHEST = jax.lax.Precision.HIGHEST
 
 def _is_float(t) -> bool:
     return t is not None and jnp.issubdtype(jnp.result_type(t), jnp.floating)
+
+
+def _has_tangent(t) -> bool:
+    """A float tangent that is not a symbolic zero."""
+    return not isinstance(t, jax.custom_derivatives.SymbolicZero) and _is_float(t)
 
 
 def _product(x, y):
@@ -58,7 +65,11 @@ def straight_through(forward, values, A, B, C, aux, lift_a=None, lift_b=None):
     def f(A, B, C, aux):
         return forward(A, B, C, aux)
 
-    @f.defjvp
+    # symbolic zeros: an operand without a tangent (a closed-over constant) adds no term.
+    # Instantiated, its zero tangent would be a product with an all-zero matrix, which
+    # costs a GEMM and which XLA:CPU's YNNPACK dot fusion (jaxlib 0.10/0.11) computed from
+    # uninitialized memory when the other factor was a fused reduction.
+    @functools.partial(f.defjvp, symbolic_zeros=True)
     def f_jvp(primals, tangents):
         A, B, C, aux = primals
         dA, dB, dC, _ = tangents
@@ -67,11 +78,11 @@ def straight_through(forward, values, A, B, C, aux, lift_a=None, lift_b=None):
             return out, jnp.zeros(out.shape, jax.dtypes.float0)
         va, vb = straight_values(values, A, B, aux)
         t = jnp.zeros(out.shape, F32)
-        if _is_float(A) and _is_float(dA):
+        if _is_float(A) and _has_tangent(dA):
             t = t + _product(dA if lift_a is None else lift_a(dA, aux), vb)
-        if _is_float(B) and _is_float(dB):
+        if _is_float(B) and _has_tangent(dB):
             t = t + _product(va, dB if lift_b is None else lift_b(dB, aux))
-        if _is_float(C) and _is_float(dC):
+        if _is_float(C) and _has_tangent(dC):
             t = t + jnp.broadcast_to(dC.astype(F32), out.shape)
         return out, t.astype(out.dtype)
 
