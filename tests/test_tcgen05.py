@@ -281,8 +281,9 @@ def test_enable_input_d_and_scale_input_d():
     C = jnp.full((64, 8), 1000.0, jnp.float32)
     assert float(ins.mma(A, B, C)[0, 0]) == 1016.0
     assert float(ins.mma(A, B, C, enable_input_d=False)[0, 0]) == 16.0
+    assert float(ins.mma(A, B, C, scale_input_d=3)[0, 0]) == 16.0 + 1000.0 / 8
     with pytest.raises(ValueError, match="scale_input_d"):
-        ins.mma(A, B, C, scale_input_d=3)
+        ins.mma(A, B, C, scale_input_d=16)
     with pytest.raises(ValueError, match="enable_input_d"):
         ins.mma(A, B, C, enable_input_d=2)
     with pytest.raises(ValueError, match=r"A \[\.\.\., M, 16\]"):

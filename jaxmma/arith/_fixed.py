@@ -121,9 +121,12 @@ def _signed_limbs(x):
     return neg, jnp.stack([mag & U32(0xFFFF), mag >> U32(16)], axis=-1)
 
 
-def block(a: Operand, b: Operand, c_bits, ctype: str, dtype: str, model: BlockModel):
+def block(
+    a: Operand, b: Operand, c_bits, ctype: str, dtype: str, model: BlockModel, c_shift: int = 0
+):
     """One fused block: the L products of ``a [..., M, L]`` and ``b [..., L, N]`` and C.
 
+    ``c_shift``: C enters as ``C * 2**-c_shift`` exactly (its decoded exponent lowered).
     Returns the block's ``dtype`` bits (uint32 ``[..., M, N]``), the same bits as
     :func:`jaxmma._numerics.fused_sum` on the same terms.
     """
@@ -131,6 +134,7 @@ def block(a: Operand, b: Operand, c_bits, ctype: str, dtype: str, model: BlockMo
     col = lambda x, i: x[..., :, i, None]  # noqa: E731  [..., M, 1]
     row = lambda x, i: x[..., None, i, :]  # noqa: E731  [..., 1, N]
     c = _formats.fields(ctype, c_bits)
+    c = c._replace(exp=c.exp - c_shift)
     c_finite = (c.sig != 0) & ~c.nan & ~c.inf
     e_zero = model.e_zero(dtype)
 
@@ -260,12 +264,15 @@ def round_f32_rz(neg, mag, unit):
     return _round(neg, mag, unit, "f32", _F32_RZ)
 
 
-def chain(a: Operand, b: Operand, c_bits, ctype: str, dtype: str, model: BlockModel):
-    """Blocks of ``model.L`` products chained over the K axis (see ``block_chain``)."""
+def chain(
+    a: Operand, b: Operand, c_bits, ctype: str, dtype: str, model: BlockModel, c_shift: int = 0
+):
+    """Blocks of ``model.L`` products chained over the K axis (see ``block_chain``); the
+    first block takes ``C * 2**-c_shift``."""
     K = a.sig.shape[-1]
-    acc, acc_type = c_bits, ctype
+    acc, acc_type, shift = c_bits, ctype, c_shift
     for start in range(0, K, model.L):
         s = slice(start, min(start + model.L, K))
-        acc = block(cols(a, s), rows(b, s), acc, acc_type, dtype, model)
-        acc_type = dtype
+        acc = block(cols(a, s), rows(b, s), acc, acc_type, dtype, model, shift)
+        acc_type, shift = dtype, 0
     return acc

@@ -209,14 +209,15 @@ def operand_order(fields, fmt, order_fmt=None):
     return jnp.maximum(lead, emin)
 
 
-def c_terms(c_bits, ctype: str) -> Terms:
-    """The accumulator as a term ``[..., m, n, 1]``."""
+def c_terms(c_bits, ctype: str, shift: int = 0) -> Terms:
+    """The accumulator as a term ``[..., m, n, 1]``; ``shift``: times ``2**-shift`` exactly
+    (the decoded exponent lowered, the significand kept: ``tcgen05.mma``'s scale-input-d)."""
     f = _formats.fields(ctype, c_bits)
     t = Terms(
         f.sign.astype(U32),
         jnp.where(f.nan | f.inf, U32(0), f.sig),
-        f.exp,
-        element_order(f, ctype),
+        f.exp - shift,
+        element_order(f, ctype) - shift,
         f.nan,
         f.inf,
     )
@@ -232,18 +233,21 @@ def take(terms: Terms, idx) -> Terms:
 
 
 # ------------------------------------------------------------------------------ chains
-def block_chain(prod: Terms, c_bits, ctype: str, dtype: str, model: BlockModel, width=0):
+def block_chain(
+    prod: Terms, c_bits, ctype: str, dtype: str, model: BlockModel, width=0, c_shift: int = 0
+):
     """Run the chain of fused blocks over the k axis of ``prod`` ``[..., m, n, K]``.
 
     ``width``: bits of the exact sum, for the exact model (see :func:`exact_width`).
+    ``c_shift``: the first block takes ``C * 2**-c_shift`` exactly (see :func:`c_terms`).
     """
     K = prod.sig.shape[-1]
     L = K if (model.L is None or model.exact) else model.L
-    acc, acc_type = c_bits, ctype
+    acc, acc_type, shift = c_bits, ctype, c_shift
     for start in range(0, K, L):
         block = take(prod, slice(start, min(start + L, K)))
-        acc = fused_sum(concat(block, c_terms(acc, acc_type)), dtype, model, width)
-        acc_type = dtype
+        acc = fused_sum(concat(block, c_terms(acc, acc_type, shift)), dtype, model, width)
+        acc_type, shift = dtype, 0
     return acc
 
 

@@ -24,6 +24,7 @@ from ..models import _models
 from ..operands import _scaling, _sparse
 from ..util import _grad, _shapes, _ste
 from . import _mma
+from . import _tcgen05_options as _options
 
 #: the sign bit of each element in its operand encoding (f8f6f4 / mxf8f6f4: the byte
 #: container holds fp6 in bits 5:0 and fp4 in bits 5:2; mxf4*: an e2m1 nibble)
@@ -36,18 +37,39 @@ def sign_bit(ins, fmt: str) -> int:
     return _SIGN[fmt]
 
 
-def _check(ins, model, enable_input_d, scale_input_d) -> None:
+def _check(ins, model, enable_input_d) -> None:
     if ins.opcode != "tcgen05.mma":
         raise ValueError(f"ins: expected a tcgen05.mma instruction, got {ins.text}")
     if model not in (None, "exact"):
         raise ValueError(f"model: expected None (Blackwell's) or 'exact', got {model!r}")
     if not isinstance(enable_input_d, (bool, int)) or enable_input_d not in (0, 1):
         raise ValueError(f"enable_input_d: expected True or False, got {enable_input_d!r}")
-    if isinstance(scale_input_d, bool) or scale_input_d != 0:
+
+
+def _lane_mask(ins, mask, d_lane, M):
+    """The rows of D that ``disable_output_lane`` leaves unwritten: bool ``[..., M, 1]``,
+    or None without a mask (:mod:`._tcgen05_options`)."""
+    if mask is None:
+        if d_lane != 0:
+            raise ValueError(
+                f"d_lane: the lane of D for disable_output_lane, given {d_lane!r} "
+                "without disable_output_lane"
+            )
+        return None
+    words = _options.mask_words(ins, mask)
+    if M != ins.m:
         raise ValueError(
-            f"scale_input_d: expected 0, got {scale_input_d!r}; D * 2**-scale_input_d "
-            "(1-15, .kind::tf32/.kind::f16) has no published model and is not emulated"
+            f"disable_output_lane: maps Tensor Memory lanes to the {ins.m} rows of D of "
+            f"{ins.text}; got M = {M} rows"
         )
+    return _options.disabled_rows(ins, words, d_lane)
+
+
+def _keep_rows(ins, D, C, Cb, rows):
+    """D with the ``rows`` (bool ``[..., M, 1]``) holding C, D's old contents, bit for bit
+    (a float C keeps its derivative there)."""
+    old = C if getattr(C, "dtype", None) == D.dtype else _values.from_bits(ins.dtype, Cb)
+    return jnp.where(rows, old, D)
 
 
 def matrix_mma(
@@ -58,6 +80,8 @@ def matrix_mma(
     *,
     enable_input_d=True,
     scale_input_d=0,
+    disable_output_lane=None,
+    d_lane=0,
     scale_a=None,
     scale_b=None,
     metadata=None,
@@ -82,7 +106,15 @@ def matrix_mma(
         elementwise over the output).
       C: ``[..., M, N]`` in the accumulator dtype (float32, float16, int32) or raw bits.
       enable_input_d: the ``enable-input-d`` predicate; False gives ``D = A * B``.
-      scale_input_d: only 0 (the default) is emulated.
+      scale_input_d: the ``scale-input-d`` immediate, a Python int: 0 (the default), or
+        1..15 for ``.kind::f16``/``.kind::tf32``: ``D = A * B + C * 2**-scale_input_d``,
+        C scaled exactly (its exponent lowered) before the same fused sum.
+      disable_output_lane: None, or the mask words of ``disable-output-lane`` (int
+        ``[..., 4]`` for ``.cta_group::1``; not the block-scaled kinds): a row of D whose
+        Tensor Memory lane has its bit set keeps C, bit for bit (M = 128: row r is lane r;
+        M = 64: lane ``32 (r // 16) + d_lane + r % 16``). C's M must be the instruction's.
+        ``.cta_group::2`` is refused (docs/tcgen05.md says why).
+      d_lane: M = 64 only: the lane field of the D address, 0 or 16.
       scale_a, scale_b: block-scaled kinds: ``scale_A [..., M, K / block]`` and
         ``scale_B [..., K / block, N]`` as raw bits (uint8/uint32),
         ``jnp.float8_e8m0fnu`` (``.ue8m0``) or ``jnp.float8_e4m3fn`` (``.ue4m3``).
@@ -105,7 +137,8 @@ def matrix_mma(
       >>> float(D[0, 0]) == 1 + 2.0**-14  # F = 25 keeps it (Hopper's wgmma drops it)
       True
     """
-    _check(ins, model, enable_input_d, scale_input_d)
+    _check(ins, model, enable_input_d)
+    shift = _options.scale_input_d(ins, scale_input_d)
     kwargs = {"scale_a": scale_a, "scale_b": scale_b}
     if ins.stype:
         A, B, kwargs = _scaling.matrix_operands(ins, A, B, kwargs)
@@ -149,6 +182,8 @@ def matrix_mma(
         Ab = Ab ^ jnp.uint32(1 << sign_bit(ins, ins.atype))
     if ins.negate_b:
         Bb = Bb ^ jnp.uint32(1 << sign_bit(ins, ins.btype))
+    keep = _lane_mask(ins, disable_output_lane, d_lane, M)
+    C_old = Cb
     if not enable_input_d:
         Cb = jnp.zeros_like(Cb)
     aux = {"bits": (Ab, Bb, Cb), "idx": idx, "scales": scales, "bad": bad}
@@ -164,9 +199,9 @@ def matrix_mma(
             idx = jnp.broadcast_to(idx, lead + idx.shape[-2:])
         Ab, Bb, Cb = (jnp.broadcast_to(x, lead + x.shape[-2:]) for x in (Ab, Bb, Cb))
         if idx is None:
-            D = _models.mma_bits(ins, Ab, Bb, Cb, scales=aux["scales"], model=model)
+            D = _models.mma_bits(ins, Ab, Bb, Cb, scales=aux["scales"], model=model, c_shift=shift)
         else:  # sparse calls run eagerly (their structure is checked): compile the sum once
-            D = _sparse_bits(ins, model, Ab, Bb, Cb, aux["scales"], idx)
+            D = _sparse_bits(ins, model, shift, Ab, Bb, Cb, aux["scales"], idx)
         if aux["bad"] is not None:
             D = _sparse.poison_rows(ins, D, aux["bad"])
         return _values.from_bits(ins.dtype, D)
@@ -180,21 +215,25 @@ def matrix_mma(
             dx = _mma._lift(ins, op, op == "a" and compressed, dx, aux)
         return -dx if negate else dx
 
-    return _ste.straight_through(
+    Cf = None if not enable_input_d else _mma._float_or_none(C)
+    if Cf is not None and shift:  # the tangent of C * 2**-s (the forward reads the bits)
+        Cf = Cf * jnp.asarray(2.0**-shift, Cf.dtype)
+    D = _ste.straight_through(
         forward,
         functools.partial(_mma._operand_values, ins),
         _mma._float_or_none(A),
         _mma._float_or_none(B),
-        None if not enable_input_d else _mma._float_or_none(C),
+        Cf,
         aux,
         lift_a=functools.partial(lift, "a", ins.negate_a),
         lift_b=functools.partial(lift, "b", ins.negate_b),
     )
+    return D if keep is None else _keep_rows(ins, D, C, C_old, keep)
 
 
-@functools.partial(jax.jit, static_argnums=(0, 1))
-def _sparse_bits(ins, model, A, B, C, scales, idx):
-    return _models.mma_bits(ins, A, B, C, scales=scales, model=model, sparse_idx=idx)
+@functools.partial(jax.jit, static_argnums=(0, 1, 2))
+def _sparse_bits(ins, model, shift, A, B, C, scales, idx):
+    return _models.mma_bits(ins, A, B, C, scales=scales, model=model, sparse_idx=idx, c_shift=shift)
 
 
 def _sparse_shapes(ins, A, B, C, metadata) -> None:

@@ -15,8 +15,9 @@ def sig_bits(ins) -> int:
     return max(_numerics.man_bits(ins.atype), _numerics.man_bits(ins.btype)) + 1
 
 
-def chain(ins, fa, fb, C, ctype, bm, b_rows, order_fmt=None, ks=None):
-    """The block chain over the products of k in ``ks`` (all by default), C first.
+def chain(ins, fa, fb, C, ctype, bm, b_rows, order_fmt=None, ks=None, c_shift=0):
+    """The block chain over the products of k in ``ks`` (all by default), C first
+    (times ``2**-c_shift`` exactly, ``tcgen05.mma``'s scale-input-d).
 
     The fixed-width engine (:mod:`jaxmma.arith._fixed`) computes it where it covers the model; the
     general multi-limb engine otherwise. Both give the same bits.
@@ -26,8 +27,8 @@ def chain(ins, fa, fb, C, ctype, bm, b_rows, order_fmt=None, ks=None):
         b = _fixed.operand(fb, ins.btype, order_fmt)
         if ks is not None:
             a, b = _fixed.cols(a, ks), _fixed.rows(b, ks)
-        return _fixed.chain(a, b, C, ctype, ins.dtype, bm)
+        return _fixed.chain(a, b, C, ctype, ins.dtype, bm, c_shift)
     prod = _numerics.product_terms(fa, fb, ins.atype, ins.btype, order_fmt=order_fmt, b_rows=b_rows)
     if ks is not None:
         prod = _numerics.take(prod, ks)
-    return _numerics.block_chain(prod, C, ctype, ins.dtype, bm)
+    return _numerics.block_chain(prod, C, ctype, ins.dtype, bm, c_shift=c_shift)

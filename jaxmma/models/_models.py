@@ -34,18 +34,23 @@ def gather_rows(B, sparse_idx):
     return jnp.take_along_axis(B[..., None, :, :], sparse_idx[..., :, :, None], axis=-2)
 
 
-def mma_bits(ins, A, B, C, *, scales=None, model=None, sparse_idx=None):
+def mma_bits(ins, A, B, C, *, scales=None, model=None, sparse_idx=None, c_shift=0):
     """Raw-bit ``D = A @ B + C``.
 
     ``sparse_idx``: for ``mma.sp``, int32 ``[..., M, K/2]``, the dense column (k) of each
     stored element of the compressed A; the stored products alone enter the sum.
+    ``c_shift``: ``tcgen05.mma`` only, its scale-input-d (``C * 2**-c_shift``).
     """
     if ins.opcode == "wmma.mma" and model is None and family(ins.arch_number) == 90:
         return sm90_wmma(ins, A, B, C)
     if ins.opcode == "wgmma.mma_async":  # Hopper's warpgroup MMA has its own parameters
         return _wgmma.mma_bits(ins, A, B, C, model=model)
     if ins.opcode == "tcgen05.mma":  # Blackwell's 5th-generation tensor core
-        return _tcgen05.mma_bits(ins, A, B, C, scales=scales, model=model, sparse_idx=sparse_idx)
+        return _tcgen05.mma_bits(
+            ins, A, B, C, scales=scales, model=model, sparse_idx=sparse_idx, c_shift=c_shift
+        )
+    if c_shift:
+        raise ValueError(f"c_shift: an operand of tcgen05.mma only, not of {ins.text}")
     a = ins.atype
     B = gather_rows(B, sparse_idx)
     rows = sparse_idx is not None

@@ -32,7 +32,7 @@ def _gather_rows(B, sparse_idx):
     return jnp.take_along_axis(B[..., None, :, :], sparse_idx[..., :, :, None], axis=-2)
 
 
-def mma_bits(ins, A, B, C, *, scales=None, model=None, sparse_idx=None):
+def mma_bits(ins, A, B, C, *, scales=None, model=None, sparse_idx=None, c_shift=0):
     """Raw-bit ``D = A @ B + C`` of a ``tcgen05.mma`` form, for any M and N.
 
     Args:
@@ -50,10 +50,15 @@ def mma_bits(ins, A, B, C, *, scales=None, model=None, sparse_idx=None):
         of 16 stored products for ``mxf4*``); the rows of B at pruned columns are never
         read, so a NaN or Inf there does not reach D. Stored product ``j`` takes scale
         block ``j // (K / 2 / SFA_N)``, the block of its dense column.
+      c_shift: ``scale-input-d`` (``.kind::f16``/``.kind::tf32``): C enters the fused
+        sum as ``C * 2**-c_shift`` exactly, its decoded exponent lowered (no rounding,
+        below the f32 normal range too).
     Returns:
       uint32 ``[..., M, N]``: raw bits of D in ``ins.dtype``.
     """
     rows = sparse_idx is not None
+    if c_shift and ins.kind not in ("f16", "tf32"):
+        raise ValueError(f"c_shift: scale-input-d is for .kind::f16/.kind::tf32, not {ins.text}")
     if rows:
         B = _gather_rows(B, sparse_idx)
     if ins.kind == "i8":
@@ -63,6 +68,8 @@ def mma_bits(ins, A, B, C, *, scales=None, model=None, sparse_idx=None):
     fa, fb = _fields(ins, ins.atype, A), _fields(ins, ins.btype, B)
     if model == "exact":
         prod = _numerics.product_terms(fa, fb, ins.atype, ins.btype, b_rows=rows)
-        width = _numerics.exact_width(ins.atype, ins.btype, ins.ctype, A.shape[-1])
-        return _numerics.block_chain(prod, C, ins.ctype, ins.dtype, _numerics.EXACT, width)
-    return chain(ins, fa, fb, C, ins.ctype, tcgen05_block_model(ins), rows)
+        width = _numerics.exact_width(ins.atype, ins.btype, ins.ctype, A.shape[-1]) + c_shift
+        return _numerics.block_chain(
+            prod, C, ins.ctype, ins.dtype, _numerics.EXACT, width, c_shift=c_shift
+        )
+    return chain(ins, fa, fb, C, ins.ctype, tcgen05_block_model(ins), rows, c_shift=c_shift)
