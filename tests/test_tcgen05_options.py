@@ -149,6 +149,18 @@ def test_scale_input_d_errors(value, text, err, needle):
         ins.mma(A, B, C, scale_input_d=value, **kw)
 
 
+def test_scale_input_d_needs_the_sm_100_family():
+    A = jnp.zeros((128, 16), jnp.bfloat16)
+    B = jnp.zeros((16, 16), jnp.bfloat16)
+    C = jnp.ones((128, 16), jnp.float32)
+    ok = jaxmma.instruction(F16_F32, arch="sm_103a")
+    assert float(ok.mma(A, B, C, scale_input_d=1)[0, 0]) == 0.5
+    ins = jaxmma.instruction(F16_F32, arch="sm_110a")
+    ins.mma(A, B, C, scale_input_d=0)
+    with pytest.raises(ValueError, match="scale_input_d: 1 needs sm_100a .* not sm_110a"):
+        ins.mma(A, B, C, scale_input_d=1)
+
+
 def test_scale_input_d_traced_is_refused():
     ins = jaxmma.instruction(F16_F32)
     A, B, C = _operands(ins, seed=6)

@@ -28,6 +28,8 @@ import numpy as np
 
 #: kinds whose syntax has the scale-input-d immediate
 SCALE_KINDS = ("f16", "tf32")
+#: targets with a nonzero scale-input-d: sm_100a, and the sm_100f family (PTX ISA 8.8)
+SCALE_ARCHS = (100, 103)
 #: the largest scale-input-d the spec allows
 MAX_SCALE = 15
 #: the block-scaled kinds, whose syntax has no disable-output-lane vector
@@ -59,6 +61,11 @@ def scale_input_d(ins, value) -> int:
         raise ValueError(
             f"scale_input_d: {s} is not allowed for .kind::{ins.kind} ({ins.text}): only "
             ".kind::f16 and .kind::tf32 take scale-input-d (0..15); other kinds take 0"
+        )
+    if s and ins.arch_number not in SCALE_ARCHS:
+        raise ValueError(
+            f"scale_input_d: {s} needs sm_100a or the sm_100f family (sm_100, sm_103), "
+            f"not {ins.arch}; other targets take 0"
         )
     return s
 

@@ -7,7 +7,7 @@ with the parameters of :func:`jaxmma.models._table.tcgen05_block_model` (MMA-Sim
 ``TCGen05MMA``); the block-scaled kinds share sm_120's models (:mod:`_scaled`, MMA-Sim's
 ``TCGen05MMABlockScale``); ``.kind::i8`` is the exact integer sum, wrapped or clamped
 once (idesc saturate). Options of the instruction (negation, ``enable-input-d``) are
-applied above, in :mod:`jaxmma.instructions._tcgen05`.
+applied above, in :mod:`jaxmma.instructions._tcgen05`; scale-input-d enters here (``c_shift``).
 """
 
 from __future__ import annotations
