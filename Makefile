@@ -5,6 +5,12 @@ STAMP := $(VENV)/.installed
 # faster XLA:CPU compilation of the many small programs; results are bit-identical
 FAST_XLA := --xla_backend_optimization_level=0 --xla_llvm_disable_expensive_passes=true
 
+# a persistent compilation cache shared by the test workers, the notebook kernels and the
+# demo: a program compiled once is read back by every later process (bit-identical; JAX keys
+# each entry by the program, the XLA flags and the versions). `make clean` empties it.
+JAX_CACHE := JAX_COMPILATION_CACHE_DIR="$(CURDIR)/.cache/jax" \
+	JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS=0 JAX_COMPILATION_CACHE_MAX_SIZE=2000000000
+
 .PHONY: demo test test-all lint clean
 
 $(STAMP): pyproject.toml
@@ -14,7 +20,7 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 demo: $(STAMP)
-	XLA_FLAGS="$(FAST_XLA)" $(BIN)/python -m jaxmma
+	$(JAX_CACHE) XLA_FLAGS="$(FAST_XLA)" $(BIN)/python -m jaxmma
 
 lint: $(STAMP)
 	$(BIN)/ruff check jaxmma tests benchmarks docs
@@ -23,11 +29,11 @@ lint: $(STAMP)
 # the quick run: one golden record per opcode and shape of each file, one case per family of
 # the heavy parametrizations (JAXMMA_TEST_SEED picks them: today's date unless set)
 test: $(STAMP) lint
-	$(BIN)/python -m pytest -n 2 --dist worksteal tests
+	$(JAX_CACHE) $(BIN)/python -m pytest -n 2 --dist worksteal tests
 
 # the full sweep: every golden record and every case (tests marked 'full' included)
 test-all: $(STAMP) lint
-	$(BIN)/python -m pytest -n 2 --dist worksteal tests --full
+	$(JAX_CACHE) $(BIN)/python -m pytest -n 2 --dist worksteal tests --full
 
 clean:
-	rm -rf $(VENV) .pytest_cache .ruff_cache
+	rm -rf $(VENV) .pytest_cache .ruff_cache .cache

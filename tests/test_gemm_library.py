@@ -20,6 +20,7 @@ import pytest
 
 import jaxmma
 from jaxmma.conformance import _library
+from jaxmma.gemm import _native
 
 GOLDEN = os.path.join(os.path.dirname(__file__), "golden", "library")
 RECORDS = _library.load(GOLDEN)
@@ -41,13 +42,13 @@ def _bits(x):
     return x.view(np.uint16) if x.dtype.itemsize == 2 else x.view(np.uint32)
 
 
-def emulate(rec, rows=None, cols=None):
+def emulate(rec, rows=None, cols=None, **extra):
     case = _library.case_of(rec)
     x = _library.regenerate(rec)
     r = slice(None) if rows is None else slice(0, rows)
     c = slice(None) if cols is None else slice(0, cols)
     A, B = _array(x["A"][r], case.dtype), _array(x["B"][:, c], case.dtype)
-    kw = _library.kernel_options(case, rec.meta["kernels"])
+    kw = _library.kernel_options(case, rec.meta["kernels"]) | extra
     C = _array(x["C"][r, c], case.out) if case.op == "addmm" else None
     if case.op == "linear":  # the bias, broadcast over the rows
         bias = _array(x["C"][c], case.out)
@@ -133,3 +134,32 @@ def test_the_options_matter():
             kw.pop("alpha", None)
         got = _bits(jaxmma.matmul(A, B, C, **{k: v for k, v in kw.items() if v is not None}))
         assert not np.array_equal(got, rec.outputs["d"][:CORNER, :CORNER]), (key, change)
+
+
+def _native_form(rec) -> str | None:
+    """Why the capture's form has no native path (None: it has one on an sm_90 GPU)."""
+    kw = _library.kernel_options(_library.case_of(rec), rec.meta["kernels"])
+    return _native.why_not(jaxmma.instruction(kw["instruction"], arch=kw["arch"]))
+
+
+@pytest.mark.every_case
+@pytest.mark.skipif(_native.device_reason() is not None, reason="needs an sm_90 GPU")
+@pytest.mark.parametrize("rec", RECORDS, ids=_ids)
+def test_capture_reproduced_on_the_native_executor(rec):
+    """On an H100/H200: every capture whose form runs natively, whole, through
+    ``executor="native"`` (split-K, epilogues, alpha/beta and 16-bit outputs included)."""
+    if rec.meta["key"] in NOT_REPRODUCED:
+        pytest.skip(NOT_REPRODUCED[rec.meta["key"]])
+    why = _native_form(rec)
+    if why is not None:
+        pytest.skip(why)
+    got, want = emulate(rec, executor="native")
+    differ = np.flatnonzero(got != want)
+    assert differ.size == 0, f"{differ.size} of {want.size} elements differ"
+
+
+def test_some_captures_have_a_native_form():
+    """The native test above skips the forms the device cannot run; most captures (the
+    bf16 and f16 ones) are not among them."""
+    native = [r for r in RECORDS if _native_form(r) is None]
+    assert len(native) >= len(RECORDS) // 2, len(native)
