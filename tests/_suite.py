@@ -47,7 +47,7 @@ def params(items, key, *, salt="", ids=None):
 
 
 #: the quick run keeps one in this many cases of a parametrized test (at least one)
-CASE_SHARE = 8
+CASE_SHARE = 16
 
 
 def thin(names):

@@ -59,7 +59,7 @@ def test_thin_keeps_a_share_of_each_function(monkeypatch):
         kept = thin(NAMES)
         assert kept == thin(list(NAMES))  # the same draw in every process
         names = [NAMES[i] for i in kept]
-        assert sum(n.startswith("t.py::f[") for n in names) == 3  # ceil(20 / 8)
+        assert sum(n.startswith("t.py::f[") for n in names) == 2  # ceil(20 / 16)
         assert sum(n.startswith("t.py::g[") for n in names) == 1
         assert "t.py::h" in names
         seen.update(kept)
