@@ -41,6 +41,7 @@ Choices where the spec is silent (the tests check each one):
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from typing import NamedTuple
 
@@ -525,6 +526,14 @@ def encode(fmt: str, x, *, rounding="rn", saturate=False, random_bits=None, ftz=
                 f"got {shape}"
             )
         rbits = jnp.broadcast_to(jnp.asarray(random_bits), x.shape)
+    return _encode_bits(f.name, rounding, bool(saturate), bool(ftz), x, rbits)
+
+
+# one compiled program per format and rounding, not one per operation of an eager call
+# (inside a caller's jit it is inlined: the same operations)
+@functools.partial(jax.jit, static_argnums=(0, 1, 2, 3))
+def _encode_bits(name: str, rounding: str, saturate: bool, ftz: bool, x, rbits):
+    f = FORMATS[name]
     src = FORMATS["f64" if x.dtype == jnp.float64 else "f32"]
     raw = lax.bitcast_convert_type(x, jnp.uint64 if src.bits == 64 else jnp.uint32)
     fl = _float_fields(src, raw)
@@ -553,7 +562,13 @@ def decode(fmt: str, bits) -> jax.Array:
     """
     f = get_format(fmt)
     _need_x64(f)
-    x = _as_bits(bits, f)
+    return _decode_bits(f.name, _as_bits(bits, f))
+
+
+@functools.partial(jax.jit, static_argnums=0)
+def _decode_bits(name: str, x):
+    f = FORMATS[name]
+    fmt = name
     if f.name == "f64":
         return lax.bitcast_convert_type(x, jnp.float64)
     if f.name in ("f32", "tf32"):
