@@ -1,19 +1,16 @@
-"""flax and optax around jaxmma: ``nn.Dense(dot_general=...)`` with a recipe's or a plain
-instruction's contraction, trained under ``jax.jit`` with an optax optimizer. The
-references are hand-written ``jaxmma.matmul`` calls on the layer's own parameters."""
-
-import functools
+"""flax and optax around jaxmma: ``nn.Dense(dot_general=...)`` with a recipe's
+contraction, trained under ``jax.jit`` with an optax optimizer. The references are
+hand-written recipe GEMMs on the layer's own parameters."""
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
+import pytest
 from flax import linen as nn
 
-import jaxmma
 from jaxmma import recipes
 
-E4 = "mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32"
 RNG = np.random.default_rng(77)
 
 
@@ -35,24 +32,24 @@ class MLP(nn.Module):
 
 
 def test_dense_layers_are_the_hand_written_gemms():
-    """Both layers of the model, recipe and plain instruction: the output is the chained
-    GEMMs on the layer's parameters, bit for bit (batch dimensions of x included)."""
+    """Both layers of the model with a recipe's contraction: the output is the recipe's
+    GEMMs on the layer's parameters, bit for bit (batch dimensions of x included). A plain
+    instruction's ``jaxmma.dot_general`` in a dense layer: tests/test_gemm_api.py."""
     x = _f32(2, 16, 64, scale=30.0)  # wide values: unscaled e4m3 would saturate
     rec = recipes.current_scaling()
-    plain = functools.partial(jaxmma.dot_general, instruction=E4, arch="sm_90")
-    for dg, gemm in (
-        (rec.dot_general(), rec.matmul),
-        (plain, functools.partial(jaxmma.matmul, instruction=E4, arch="sm_90")),
-    ):
-        model = MLP(dg)
-        params = model.init(jax.random.key(0), x)["params"]
-        got = jax.jit(model.apply)({"params": params}, x)
-        d0, d1 = params["Dense_0"], params["Dense_1"]
-        h = jax.nn.relu(gemm(x.reshape(32, 64), d0["kernel"]) + d0["bias"][None, :])
-        want = (gemm(h, d1["kernel"]) + d1["bias"][None, :]).reshape(2, 16, 8)
-        np.testing.assert_array_equal(_bits(got), _bits(want))
+    model = MLP(rec.dot_general())
+    params = model.init(jax.random.key(0), x)["params"]
+    got = jax.jit(model.apply)({"params": params}, x)
+    d0, d1 = params["Dense_0"], params["Dense_1"]
+    h = jax.nn.relu(rec.matmul(x.reshape(32, 64), d0["kernel"]) + d0["bias"][None, :])
+    want = (rec.matmul(h, d1["kernel"]) + d1["bias"][None, :]).reshape(2, 16, 8)
+    np.testing.assert_array_equal(_bits(got), _bits(want))
+    # the recipe's GEMM differs from the exact product: the check above could fail
+    exact = jnp.matmul(x.reshape(32, 64), d0["kernel"], precision="highest")
+    assert not np.array_equal(_bits(rec.matmul(x.reshape(32, 64), d0["kernel"])), _bits(exact))
 
 
+@pytest.mark.full  # 30 s of compilation; the forward test above runs in the quick run
 def test_an_optax_training_step_under_jit():
     """adam on the fp8 recipe model: the gradients are those of the hand-written GEMMs
     (straight through, the backward on the recipe's e5m2 forms), and the loss falls."""
