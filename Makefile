@@ -9,7 +9,7 @@ FAST_XLA := --xla_backend_optimization_level=0 --xla_llvm_disable_expensive_pass
 # demo: a program compiled once is read back by every later process (bit-identical; JAX keys
 # each entry by the program, the XLA flags and the versions). No size limit: JAX's limit
 # locks the whole cache on every read and write, which serialized the two test workers
-# (a quick run grows it by about 60 MB; `make clean` empties it).
+# (a day's quick run adds 60-90 MB; `make clean` empties it).
 JAX_CACHE := JAX_COMPILATION_CACHE_DIR="$(CURDIR)/.cache/jax" \
 	JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS=0
 
