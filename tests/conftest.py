@@ -17,14 +17,16 @@ between the quick run (``make test``) and the full sweep (``make test-all``).
 import datetime
 import os
 
+from _suite import full_sweep, seed, thin, xla_flags
+
 # Faster XLA:CPU compilation for the many small programs the suite builds; results are
-# bit-identical (integer arithmetic only).
-os.environ.setdefault(
-    "XLA_FLAGS", "--xla_backend_optimization_level=0 --xla_llvm_disable_expensive_passes=true"
-)
+# bit-identical. Set once by the controller, before JAX starts its backend: xdist workers,
+# notebook kernels and the suite's subprocesses inherit it. A run with XLA_FLAGS set keeps
+# them.
+if "XLA_FLAGS" not in os.environ:
+    os.environ["XLA_FLAGS"] = xla_flags()
 
 import jax  # noqa: E402
-from _suite import full_sweep, seed, thin  # noqa: E402
 
 jax.config.update("jax_numpy_dtype_promotion", "strict")
 jax.config.update("jax_numpy_rank_promotion", "raise")

@@ -230,9 +230,6 @@ def sweep() -> dict:
 def test_x64_gives_the_same_bits(tmp_path):
     path = tmp_path / "x64.npz"
     env = dict(os.environ, JAX_ENABLE_X64="1", PYTHONPATH=os.path.dirname(HERE))
-    env.setdefault(
-        "XLA_FLAGS", "--xla_backend_optimization_level=0 --xla_llvm_disable_expensive_passes=true"
-    )
     run = subprocess.run(
         [sys.executable, __file__, str(path)], env=env, capture_output=True, text=True
     )
