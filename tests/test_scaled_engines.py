@@ -2,6 +2,7 @@
 products of the integer magnitudes (dense forms) and the elementwise integer products
 (the path sparse forms take, run here on B's rows repeated for every row of A)."""
 
+import jax
 import numpy as np
 import pytest
 
@@ -13,6 +14,18 @@ FORMS = (
     "mma.sync.aligned.m16n8k64.row.col.kind::mxf4nvf4.block_scale.scale_vec::2X.f32.e2m1.e2m1.f32.ue8m0",
     "mma.sync.aligned.m16n8k64.row.col.kind::mxf4.block_scale.scale_vec::2X.f32.e2m1.e2m1.f32.ue8m0",
 )
+
+
+def _run():
+    """``_scaled.mma_bits`` as one compiled program (a fresh one per call: the fusion test
+    swaps a module function between runs); op by op it would compile hundreds."""
+    return jax.jit(
+        lambda ins, *a, **kw: _scaled.mma_bits(ins, *a, **kw),
+        static_argnums=0,
+        static_argnames="b_rows",
+    )
+
+
 SPECIAL_SCALES = np.array([0x00, 0x01, 0x38, 0x7F, 0x80, 0xFE, 0xFF], np.uint32)
 SPECIAL_C = np.array(
     [0, 0x80000000, 0x7F800000, 0xFF800000, 0x7FC00001, 1, 0x80000001, 0x7F7FFFFF], np.uint32
@@ -36,9 +49,9 @@ def test_group_sums_as_matrix_products_match_the_elementwise_sums(text):
     SB = rng.integers(0, 256, (4, 2 * nb, N), dtype=np.uint32)
     SA[1:3] = rng.choice(SPECIAL_SCALES, (2, M, 2 * nb))
     SB[2:4] = rng.choice(SPECIAL_SCALES, (2, 2 * nb, N))
-    fast = np.asarray(_scaled.mma_bits(ins, A, B, C, (SA, SB)))
+    fast = np.asarray(_run()(ins, A, B, C, (SA, SB)))
     rows = np.broadcast_to(B[:, None], (4, M, K, N))
-    slow = np.asarray(_scaled.mma_bits(ins, A, rows, C, (SA, SB), b_rows=True))
+    slow = np.asarray(_run()(ins, A, rows, C, (SA, SB), b_rows=True))
     assert fast.dtype == np.uint32 and fast.shape == (4, M, N)
     np.testing.assert_array_equal(fast, slow)
     assert np.isnan(fast.view(np.float32)).any()  # NaN scales and C reached the sums
@@ -69,9 +82,9 @@ def test_mxf8f6f4_on_the_fixed_engine_matches_the_general_engine(text):
     SA[1] = rng.choice(SPECIAL_SCALES, (M, 2))
     SB[2] = rng.choice(SPECIAL_SCALES, (2, N))
     SA[3], SB[3] = 127 + rng.integers(-3, 4, (M, 2)), 127 + rng.integers(-3, 4, (2, N))
-    fast = np.asarray(_scaled.mma_bits(ins, A, B, C, (SA, SB)))
+    fast = np.asarray(_run()(ins, A, B, C, (SA, SB)))
     rows = np.broadcast_to(B[:, None], (4, M, K, N))
-    slow = np.asarray(_scaled.mma_bits(ins, A, rows, C, (SA, SB), b_rows=True))
+    slow = np.asarray(_run()(ins, A, rows, C, (SA, SB), b_rows=True))
     np.testing.assert_array_equal(fast, slow)
     assert np.isnan(fast.view(np.float32)).any()
 
@@ -99,7 +112,7 @@ def test_group_fusion_in_int32_matches_the_multi_limb_sum(text, monkeypatch):
     SA[5], SB[5] = rng.integers(0, 8, (M, nb)), rng.integers(0, 8, (nb, N))  # tiny scales
     for fusion in (_scaled._group_sum, _scaled._group_sum_wide):
         monkeypatch.setattr(_scaled, "_group_sum", fusion)
-        outs.append(np.asarray(_scaled.mma_bits(ins, A, B, C, (SA, SB))))
+        outs.append(np.asarray(_run()(ins, A, B, C, (SA, SB))))
     np.testing.assert_array_equal(outs[0], outs[1])
     f = outs[0].view(np.float32)
     assert np.isnan(f).any() and (np.abs(f) > 1).any() and (np.abs(f) < 2.0**-10).any()

@@ -2,7 +2,7 @@
 
 PTX ISA section 9.7.14 distributes the elements of each matrix operand over the 32 lanes of
 a warp. This module writes each distribution once, per layout family, as a function of the
-lane (``jnp`` integer ops, vmapped over ``jnp.arange(32)``), evaluates it once per
+lane (``jnp`` integer ops, vmapped over ``np.arange(32)``), evaluates it once per
 configuration and caches the result as read-only NumPy ``int32`` tables. It holds data
 only: no bit packing (see ``_packing``) and no arithmetic.
 
@@ -37,8 +37,6 @@ import functools
 from collections.abc import Callable
 from typing import NamedTuple
 
-import jax
-import jax.numpy as jnp
 import numpy as np
 
 __all__ = [
@@ -222,15 +220,14 @@ def _frozen(x, dtype) -> np.ndarray:
 
 
 def _tabulate(fn: Callable, count: int = _LANES, dtype=np.int32) -> tuple[np.ndarray, ...]:
-    """Evaluate ``fn(index)`` for ``index = 0..count-1`` (eagerly, even under a trace)."""
-    with jax.ensure_compile_time_eval():
-        outs = jax.vmap(fn)(jnp.arange(count, dtype=jnp.int32))
-    return tuple(_frozen(o, dtype) for o in outs)
+    """``fn(index)`` for ``index = 0..count-1``, stacked (NumPy: nothing traced or compiled)."""
+    outs = [fn(np.int32(index)) for index in range(count)]
+    return tuple(_frozen(np.stack(o), dtype) for o in zip(*outs, strict=True))
 
 
 def _split(lane, nelem: int, epr: int):
     """(g, t, element index i, register index, position j) for one lane."""
-    i = jnp.arange(nelem, dtype=jnp.int32)
+    i = np.arange(nelem, dtype=np.int32)
     return lane >> 2, lane & 3, i, i // epr, i % epr
 
 
@@ -246,15 +243,15 @@ def _quad_a(lane, *, nelem: int, epr: int, m: int):
     row_blocks = m // 8
     row = g + 8 * (reg % row_blocks)
     col = epr * t + j + 4 * epr * (reg // row_blocks)
-    return jnp.zeros_like(row), row, col
+    return np.zeros_like(row), row, col
 
 
 def _quad_b(lane, *, nelem: int, epr: int):
     """Multiplicand B of every quad-based shape: column ``g``, ``epr`` rows per lane."""
     g, t, _, reg, j = _split(lane, nelem, epr)
     row = epr * t + j + 4 * epr * reg
-    col = jnp.broadcast_to(g, row.shape)
-    return jnp.zeros_like(row), row, col
+    col = np.broadcast_to(g, row.shape)
+    return np.zeros_like(row), row, col
 
 
 def _quad_c(lane, *, nelem: int):
@@ -265,7 +262,7 @@ def _quad_c(lane, *, nelem: int):
     g, t, i, _, _ = _split(lane, nelem, 1)
     row = g + 8 * (i >> 1)
     col = 2 * t + (i & 1)
-    return jnp.zeros_like(row), row, col
+    return np.zeros_like(row), row, col
 
 
 def _quad_pair(lane, *, operand: str, layout: str, ctype: str, nelem: int):
@@ -274,20 +271,20 @@ def _quad_pair(lane, *, operand: str, layout: str, ctype: str, nelem: int):
     MMA ``mat = (lane >> 2) & 3`` runs on lanes ``4*mat..4*mat+3`` (low group) and
     ``16+4*mat..`` (high group); ``hi = lane >> 4`` picks the group.
     """
-    i = jnp.arange(nelem, dtype=jnp.int32)
-    mat = jnp.broadcast_to((lane >> 2) & 3, i.shape)
+    i = np.arange(nelem, dtype=np.int32)
+    mat = np.broadcast_to((lane >> 2) & 3, i.shape)
     hi = lane >> 4
     low = lane & 3
     if operand == "a" and layout == "row":
-        row, col = jnp.broadcast_to(low + 4 * hi, i.shape), i
+        row, col = np.broadcast_to(low + 4 * hi, i.shape), i
     elif operand == "a":
-        row, col = (i & 3) + 4 * hi, jnp.broadcast_to(low, i.shape)
+        row, col = (i & 3) + 4 * hi, np.broadcast_to(low, i.shape)
     elif operand == "b" and layout == "row":
-        row, col = jnp.broadcast_to(low, i.shape), i + 4 * hi
+        row, col = np.broadcast_to(low, i.shape), i + 4 * hi
     elif operand == "b":
-        row, col = i, jnp.broadcast_to(low + 4 * hi, i.shape)
+        row, col = i, np.broadcast_to(low + 4 * hi, i.shape)
     elif ctype == "f16":
-        row, col = jnp.broadcast_to(low + 4 * hi, i.shape), i
+        row, col = np.broadcast_to(low + 4 * hi, i.shape), i
     else:  # .f32 accumulators
         row = (lane & 1) + (i & 2) + 4 * hi
         col = (i & 4) + (lane & 2) + (i & 1)
@@ -511,14 +508,14 @@ def _meta_pair_cols(lane, *, sel: int):
 def _meta_pair_rows(lane, *, sel: int):
     """Lane pair ``t >> 1 == sel``; row ``g + 8*(t&1)``, chunk ``n``."""
     g, t, n, _, _ = _split(lane, 8, 1)
-    return (t >> 1) == sel, jnp.broadcast_to(g + 8 * (t & 1), n.shape), n
+    return (t >> 1) == sel, np.broadcast_to(g + 8 * (t & 1), n.shape), n
 
 
 def _meta_all(lane, *, sel: int):
     """All four lanes of a quad; row ``g + 8*(t&1)``, chunk ``8*(t>>1) + n``."""
     del sel  # must be 0
     g, t, n, _, _ = _split(lane, 8, 1)
-    return t >= 0, jnp.broadcast_to(g + 8 * (t & 1), n.shape), 8 * (t >> 1) + n
+    return t >= 0, np.broadcast_to(g + 8 * (t & 1), n.shape), 8 * (t >> 1) + n
 
 
 # (shape, atype group) -> (per-lane function, chunk size, selectors)
@@ -623,12 +620,10 @@ def metadata_layout(*, shape: str, atype: str, selector: int) -> MetadataLayout:
 @functools.cache
 def _metadata_table(shape: str, atype: str, selector: int) -> MetadataLayout:
     _, _, (_, fn, _, _) = _meta_entry(shape, atype)
-    with jax.ensure_compile_time_eval():
-        used, row, chunk = jax.vmap(functools.partial(fn, sel=selector))(
-            jnp.arange(_LANES, dtype=jnp.int32)
-        )
-        row = jnp.where(used[:, None], row, -1)
-        chunk = jnp.where(used[:, None], chunk, -1)
+    used, row, chunk = _tabulate(functools.partial(fn, sel=selector), _LANES, np.int32)
+    used = used.astype(bool)
+    row = np.where(used[:, None], row, -1)
+    chunk = np.where(used[:, None], chunk, -1)
     return MetadataLayout(_frozen(used, bool), _frozen(row, np.int32), _frozen(chunk, np.int32))
 
 
@@ -641,15 +636,15 @@ _THREAD_IDS = {"a": (0, 1), "b": (0, 1, 2, 3)}
 
 def _scale_a(row, *, nblk: int, tid: int, bid: int):
     """SF_A of row m, k-block j: lane ``4*(m%8) + 2*tid + m//8``, byte ``bid + j``."""
-    j = jnp.arange(nblk, dtype=jnp.int32)
-    lane = jnp.broadcast_to(4 * (row % 8) + 2 * tid + row // 8, j.shape)
+    j = np.arange(nblk, dtype=np.int32)
+    lane = np.broadcast_to(4 * (row % 8) + 2 * tid + row // 8, j.shape)
     return lane, bid + j
 
 
 def _scale_b(col, *, nblk: int, tid: int, bid: int):
     """SF_B of column n, k-block j: lane ``4*n + tid``, byte ``bid + j``."""
-    j = jnp.arange(nblk, dtype=jnp.int32)
-    return jnp.broadcast_to(4 * col + tid, j.shape), bid + j
+    j = np.arange(nblk, dtype=np.int32)
+    return np.broadcast_to(4 * col + tid, j.shape), bid + j
 
 
 def scale_layout(
@@ -724,7 +719,7 @@ def _ld_m8n8(lane, *, nelem: int, trans: bool):
     """m8n8 .b16: register i holds matrix i; half h of lane l is row ``g``, column
     ``2t + h`` (``.trans``: row ``2t + h``, column ``g``)."""
     g, t, _, reg, h = _split(lane, nelem, 2)
-    a, b = jnp.broadcast_to(g, h.shape), 2 * t + h
+    a, b = np.broadcast_to(g, h.shape), 2 * t + h
     return (reg, b, a) if trans else (reg, a, b)
 
 
@@ -738,7 +733,7 @@ def _ld_m16n16(lane, *, nelem: int):
 def _ld_m8n16(lane, *, nelem: int):
     """m8n16 .b8x16: register i holds matrix i; byte j is row ``g``, column ``4t + j``."""
     g, t, _, reg, j = _split(lane, nelem, 4)
-    return reg, jnp.broadcast_to(g, j.shape), 4 * t + j
+    return reg, np.broadcast_to(g, j.shape), 4 * t + j
 
 
 def _st_m16n8(lane, *, nelem: int):
@@ -750,7 +745,7 @@ def _st_m16n8(lane, *, nelem: int):
 
 def _addr_lane(index, *, rows: int):
     """The lane whose address starts row r of matrix i: ``rows * i + r``."""
-    r = jnp.arange(rows, dtype=jnp.int32)
+    r = np.arange(rows, dtype=np.int32)
     return (rows * index + r,)
 
 
