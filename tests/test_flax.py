@@ -38,15 +38,21 @@ def test_dense_layers_are_the_hand_written_gemms():
     x = _f32(2, 16, 64, scale=30.0)  # wide values: unscaled e4m3 would saturate
     rec = recipes.current_scaling()
     model = MLP(rec.dot_general())
-    params = model.init(jax.random.key(0), x)["params"]
+    params = jax.jit(model.init)(jax.random.key(0), x)["params"]  # one program, not op by op
     got = jax.jit(model.apply)({"params": params}, x)
-    d0, d1 = params["Dense_0"], params["Dense_1"]
-    h = jax.nn.relu(rec.matmul(x.reshape(32, 64), d0["kernel"]) + d0["bias"][None, :])
-    want = (rec.matmul(h, d1["kernel"]) + d1["bias"][None, :]).reshape(2, 16, 8)
+
+    @jax.jit
+    def hand(p):
+        d0, d1 = p["Dense_0"], p["Dense_1"]
+        first = rec.matmul(x.reshape(32, 64), d0["kernel"])
+        h = jax.nn.relu(first + d0["bias"][None, :])
+        return (rec.matmul(h, d1["kernel"]) + d1["bias"][None, :]).reshape(2, 16, 8), first
+
+    want, first = hand(params)
     np.testing.assert_array_equal(_bits(got), _bits(want))
     # the recipe's GEMM differs from the exact product: the check above could fail
-    exact = jnp.matmul(x.reshape(32, 64), d0["kernel"], precision="highest")
-    assert not np.array_equal(_bits(rec.matmul(x.reshape(32, 64), d0["kernel"])), _bits(exact))
+    exact = jnp.matmul(x.reshape(32, 64), params["Dense_0"]["kernel"], precision="highest")
+    assert not np.array_equal(_bits(first), _bits(exact))
 
 
 @pytest.mark.full  # 30 s of compilation; the forward test above runs in the quick run
