@@ -42,6 +42,45 @@ def test_fmul_is_correctly_rounded():
     assert np.any((want & 0x7F800000) == 0) and np.any(want == 0x80000000)  # subnormals, -0
 
 
+def _short(n, seed, exps):
+    """f32 bits whose significands have 13 significant bits: products of two have 25 or
+    26, so a third of them are ties of the rounding to 24."""
+    rng = np.random.default_rng(seed)
+    sig = ((rng.integers(0, 2**12, n) | 2**12) << 11) & 0x7FFFFF
+    return ((rng.integers(0, 2, n) << 31) | (rng.choice(exps, n) << 23) | sig).astype(np.uint32)
+
+
+def test_fmul_ties_round_to_even_also_below_the_normal_range():
+    n = 40_000
+    x = _short(n, 5, np.arange(1, 255))
+    y = _short(n, 6, np.concatenate([np.arange(1, 255), [0, 0, 1, 2]]))
+    y[::9] = x[::9] & 0x807FFFFF  # subnormal y: products far below the normal range
+    got = np.asarray(jax.jit(_ieee.fmul_f32)(x, y))
+    with np.errstate(all="ignore"):
+        prod = x.view(np.float32).astype(np.float64) * y.view(np.float32).astype(np.float64)
+        want = prod.astype(np.float32)
+    assert np.array_equal(got, want.view(np.uint32))
+    # the cases exist: ties (the exact product halfway between two floats), ties below
+    # the normal range, overflow to Inf, underflow to -0
+    below = np.nextafter(np.abs(want), np.float32(0)).astype(np.float64)
+    above = np.nextafter(np.abs(want), np.float32(np.inf)).astype(np.float64)
+    mag = np.abs(prod)
+    tie = (mag - below == np.abs(want) - mag) | (above - mag == mag - np.abs(want))
+    tie &= np.isfinite(want) & (mag != np.abs(want))
+    assert tie.sum() > 1000 and (tie & (np.abs(want) < 2.0**-126)).sum() > 10
+    assert np.isinf(want).any() and (got == 0x80000000).any()
+
+
+def test_fmul_specials():
+    inf, nan, one, zero = 0x7F800000, 0x7FC00001, 0x3F800000, 0
+    tiny, neg = 1, 0x80000000  # the least subnormal; the sign bit
+    got = np.asarray(_ieee.fmul_f32(
+        np.array([inf, zero | neg, nan, inf, tiny, tiny | neg, 0x7F7FFFFF, one], np.uint32),
+        np.array([zero, inf, one, one | neg, tiny, 0x3F000000, 0x40000000, zero | neg], np.uint32),
+    ))  # fmt: skip
+    assert got.tolist() == [0x7FFFFFFF, 0x7FFFFFFF, 0x7FFFFFFF, inf | neg, 0, neg, inf, neg]
+
+
 def _round_f32(exact: Fraction, neg_zero: bool) -> int:
     if exact == 0:
         return 0x80000000 if neg_zero else 0

@@ -181,6 +181,11 @@ def sweep() -> dict:
         ".f32.e2m1.e4m3.f32.ue8m0"
     )
     out["matmul-quantize-mx"] = _bits(jaxmma.matmul(x[0], w, instruction=mx))
+    # FMUL (the int32 multiply) in a scaled epilogue with alpha
+    e4 = "mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32"
+    sa, sb = jnp.float32(2.0**-130), jnp.float32(3.0)  # subnormal products included
+    scaled = jaxmma.matmul(x[0], w, instruction=e4, arch="sm_90", scale_a=sa, scale_b=sb)
+    out["matmul-scaled"] = _bits(scaled)
     q = quant.quantize_nvfp4(x, global_scale=jnp.float32(0.5))
     out["quantize_nvfp4"] = np.concatenate([_bits(q.elements).ravel(), _bits(q.scales).ravel()])
 
@@ -265,7 +270,7 @@ def test_x64_gives_the_same_bits(tmp_path):
         if on[key].dtype != off[key].dtype or not np.array_equal(on[key], off[key]):
             failures.append(f"{key}: x64 on differs from x64 off")
     assert not failures, "\n".join(failures)
-    assert len(off) == len(forms()) * 1 + 3 + 15 + 6
+    assert len(off) == len(forms()) * 1 + 4 + 15 + 6
 
 
 if __name__ == "__main__":  # the child process: x64 on

@@ -2,10 +2,11 @@
 
 GEMM epilogues scale accumulators (``acc * scale``) and DeepSeek-style block scaling
 accumulates ``fma(P, s, total)``; their bits must not depend on the host's float unit
-(flush-to-zero, contraction). Both are computed here as an exact sum rounded once to
-nearest even with the general engine (:func:`jaxmma.arith._numerics.fused_sum`): the
-product ``x * y`` enters as three exact terms, ``x``'s 24-bit significand times each
-byte of ``y``'s, so no term needs more than 32 bits.
+(flush-to-zero, contraction). FMUL is the int32 multiply of :mod:`jaxmma.arith._int32`;
+FFMA is an exact sum rounded once to nearest even with the general engine
+(:func:`jaxmma.arith._numerics.fused_sum`): the product ``x * y`` enters as three exact
+terms, ``x``'s 24-bit significand times each byte of ``y``'s, so no term needs more than
+32 bits.
 
 Special values as the hardware gives them: NaN in, ``Inf * 0`` or ``Inf - Inf`` give the
 canonical NaN; overflow gives Inf; subnormals are kept; an exact zero is +0 unless every
@@ -17,7 +18,7 @@ from __future__ import annotations
 import jax.numpy as jnp
 
 from ..bits import _formats
-from . import _numerics
+from . import _int32, _numerics
 
 U32 = jnp.uint32
 
@@ -57,8 +58,10 @@ def _round(terms: _numerics.Terms):
 
 
 def fmul_f32(x_bits, y_bits):
-    """f32 ``x * y`` rounded to nearest even (FMUL), uint32 bits, broadcasting."""
-    return _round(_product_terms(x_bits, y_bits))
+    """f32 ``x * y`` rounded to nearest even (FMUL), uint32 bits, broadcasting: the int32
+    multiply of :mod:`jaxmma.arith._int32` (a few dozen operations; the same bits as the
+    exact sum of the three product terms, which :func:`ffma_f32` rounds)."""
+    return _int32.ieee_mul_f32(x_bits, y_bits)
 
 
 def ffma_f32(x_bits, y_bits, z_bits):

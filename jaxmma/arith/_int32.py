@@ -1,11 +1,12 @@
 """The fused-block arithmetic in 32-bit integer operations, kernel-neutral.
 
 The rounding of a block sum (:func:`round_bits`, the fixed-width engine's rounding of
-:mod:`jaxmma.arith._fixed` written in int32) and the IEEE f32 addition (:func:`ieee_add`,
-FADD) on int32 bit patterns. Both the XLA path (:func:`jaxmma.arith._numerics.ieee_add`)
-and the Pallas kernel (:mod:`jaxmma.gemm._pallas`) call them, so the two give the same
-bits; only elementwise ``jax.numpy``/``lax`` operations are used, which lower on every
-backend and inside a Pallas kernel alike.
+:mod:`jaxmma.arith._fixed` written in int32), the IEEE f32 addition (:func:`ieee_add`,
+FADD) and multiplication (:func:`ieee_mul`, FMUL) on int32 bit patterns. Both the XLA
+path (:func:`jaxmma.arith._numerics.ieee_add`) and the Pallas kernel
+(:mod:`jaxmma.gemm._pallas`) call them, so the two give the same bits; only elementwise
+``jax.numpy``/``lax`` operations are used, which lower on every backend and inside a
+Pallas kernel alike.
 """
 
 from __future__ import annotations
@@ -130,6 +131,48 @@ def ieee_add_f32(x_bits, y_bits):
     as_i32 = lambda b: lax.bitcast_convert_type(jnp.asarray(b, jnp.uint32), I32)  # noqa: E731
     x, y = jnp.broadcast_arrays(as_i32(x_bits), as_i32(y_bits))
     return lax.bitcast_convert_type(ieee_add(x, y), jnp.uint32)
+
+
+def _normalized(a):
+    """|f32| bits (int32, finite) -> (significand with its leading one at bit 23, or 0;
+    the exponent of its lsb): subnormals shifted up, their exponent lowered to match."""
+    e = srl(a, 23)
+    sig = (a & 0x7FFFFF) | jnp.where(e != 0, I32(1 << 23), 0)
+    shift = jnp.clip(lax.clz(sig) - 8, 0, 23)
+    return sig << shift, jnp.maximum(e, 1) - 150 - shift
+
+
+def ieee_mul(x, y):
+    """f32 ``x * y`` rounded to nearest even on int32 bits (FMUL; subnormals kept, the
+    sign of a zero or underflowed product is the sign of the product, overflow to Inf,
+    the canonical NaN for NaN inputs and ``Inf * 0``).
+
+    The 48-bit product of the two 24-bit significands is formed from 16-bit halves in
+    uint32: its top 32 bits exactly, the low 16 folded into a sticky bit (the rounding
+    point lies at least 6 bits above it, both significands being normalized first)."""
+    ax, ay = x & 0x7FFFFFFF, y & 0x7FFFFFFF
+    inf = I32(0x7F800000)
+    nan = (ax > inf) | (ay > inf) | ((ax == inf) & (ay == 0)) | ((ay == inf) & (ax == 0))
+    neg = (x ^ y) < 0
+    mx, ux = _normalized(ax)
+    my, uy = _normalized(ay)
+    u32 = lambda v: lax.bitcast_convert_type(v, jnp.uint32)  # noqa: E731
+    xh, xl = u32(srl(mx, 16)), u32(mx & 0xFFFF)
+    yh, yl = u32(srl(my, 16)), u32(my & 0xFFFF)
+    low = xl * yl  # < 2**32
+    top = ((xh * yh) << 16) + (xh * yl + xl * yh) + (low >> 16)  # the product >> 16
+    mag = lax.bitcast_convert_type(top | ((low & 0xFFFF) != 0).astype(jnp.uint32), I32)
+    bits = round_bits(neg, mag, ux + uy + 16, "f32", 23, nearest=True)
+    bits = bits | jnp.where(neg, I32(-(2**31)), 0)  # zeros and underflows keep the sign
+    bits = jnp.where((ax == inf) | (ay == inf), inf | (bits & I32(-(2**31))), bits)
+    return jnp.where(nan, I32(CANONICAL_NAN["f32"]), bits)
+
+
+def ieee_mul_f32(x_bits, y_bits):
+    """:func:`ieee_mul` on uint32 raw bits (broadcasting): f32 ``x * y``, FMUL."""
+    as_i32 = lambda b: lax.bitcast_convert_type(jnp.asarray(b, jnp.uint32), I32)  # noqa: E731
+    x, y = jnp.broadcast_arrays(as_i32(x_bits), as_i32(y_bits))
+    return lax.bitcast_convert_type(ieee_mul(x, y), jnp.uint32)
 
 
 def round_f32_rz(neg, mag, unit):
