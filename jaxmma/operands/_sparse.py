@@ -62,6 +62,7 @@ lowest-index non-zero slots.
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
 import functools
 import operator
@@ -148,8 +149,30 @@ def _want_check(check, *inputs) -> bool:
     return bool(check)
 
 
+#: set while an eager call with concrete operands is traced as one program
+#: (:func:`as_concrete`): every check decides as it does for concrete inputs
+_AS_CONCRETE = contextvars.ContextVar("jaxmma_sparse_as_concrete", default=False)
+
+
 def _concrete(*xs) -> bool:
-    return not any(isinstance(x, jax.core.Tracer) for x in xs)
+    return _AS_CONCRETE.get() or not any(isinstance(x, jax.core.Tracer) for x in xs)
+
+
+@contextlib.contextmanager
+def as_concrete(default_check: bool):
+    """Trace an eager call whose operands are concrete as one program that decides every
+    check as the op-by-op call would: ``check=None`` takes ``default_check`` (the
+    :class:`checked` default at the call), and every check that raises for concrete inputs
+    stages :func:`jaxmma.util._errors.raise_if` in recording mode: when the program runs,
+    a failed check counts in :func:`jaxmma.util._errors.failures` (the caller then reruns
+    the call op by op, which raises the ``ValueError``)."""
+    tokens = _AS_CONCRETE.set(True), _DEFAULT_CHECK.set(bool(default_check))
+    try:
+        with _errors.recording():
+            yield
+    finally:
+        _DEFAULT_CHECK.reset(tokens[1])
+        _AS_CONCRETE.reset(tokens[0])
 
 
 # ---------------------------------------------------------------------------------------

@@ -14,6 +14,9 @@ position inside one element.
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
+import itertools
 from collections.abc import Callable
 
 import jax
@@ -37,6 +40,34 @@ def first(bad) -> tuple[int, ...]:
     return tuple(int(i) for i in np.unravel_index(int(np.argmax(bad)), bad.shape))
 
 
+#: set while a program is traced whose checks record failures instead of raising
+_RECORD = contextvars.ContextVar("jaxmma_errors_record", default=False)
+_failed = itertools.count()  # next() is atomic: the callbacks may run on other threads
+_FAILURES = [0]
+
+
+def _note_failure() -> None:
+    _FAILURES[0] = next(_failed) + 1
+
+
+def failures() -> int:
+    """How many checks traced under :func:`recording` have found a bad value so far (it
+    only grows; compare it before and after a call, after :func:`jax.effects_barrier`)."""
+    return _FAILURES[0]
+
+
+@contextlib.contextmanager
+def recording():
+    """Checks traced inside the block stage a callback that counts a failure
+    (:func:`failures`) instead of raising: the program runs to its end, and its caller
+    decides what a failure means."""
+    token = _RECORD.set(True)
+    try:
+        yield
+    finally:
+        _RECORD.reset(token)
+
+
 def raise_if(bad, message: Callable[..., str], **values) -> None:
     """Raise ``ValueError(message(pos, **values))`` where ``bad`` has a true entry.
 
@@ -57,9 +88,13 @@ def raise_if(bad, message: Callable[..., str], **values) -> None:
             raise ValueError(message(first(b), **{k: np.asarray(v) for k, v in values.items()}))
         return
 
+    record = _RECORD.get()
+
     def host(bad, values):
         b = np.asarray(bad)
-        if b.any():
+        if b.any() and record:
+            _note_failure()
+        elif b.any():
             raise ValueError(message(first(b), **{k: np.asarray(v) for k, v in values.items()}))
 
     io_callback(host, None, bad, values, ordered=False)
