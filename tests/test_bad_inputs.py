@@ -1388,6 +1388,7 @@ def test_issue20_matmul_check_true_raises_under_jit():
     A[0, :4] = 1
     with pytest.raises(RUNTIME, match=r"ValueError: A\[0, 0\]: row 0, chunk 0 .* 4 non-zero"):
         f(A)
+        jax.effects_barrier()  # a GPU reports host-callback errors here
     with pytest.raises(ValueError, match=r"A\[0, 0\]: row 0, chunk 0"):
         jaxmma.matmul(A, B, instruction=SP_F32, check=True)  # eager: at once
     dg = jax.jit(
@@ -1395,6 +1396,7 @@ def test_issue20_matmul_check_true_raises_under_jit():
     )
     with pytest.raises(RUNTIME, match=r"ValueError: A\[0, 0\]: row 0, chunk 0"):
         dg(A)
+        jax.effects_barrier()  # a GPU reports host-callback errors here
 
 
 @pytest.mark.parametrize("mode", ["eager", "jit"])
@@ -1432,6 +1434,7 @@ def test_issue20_ins_mma_metadata_out_of_range_traced(value):
     np.testing.assert_array_equal(np.asarray(g(jnp.asarray(idx, jnp.int32))), ref)
     with pytest.raises(RUNTIME, match=r"ValueError: metadata: row 5, chunk 1 has dense columns"):
         g(jnp.asarray(bad, jnp.int32))
+        jax.effects_barrier()  # a GPU reports host-callback errors here
 
 
 def test_issue20_ins_mma_dense_sparse_a_traced():
@@ -1447,6 +1450,7 @@ def test_issue20_ins_mma_dense_sparse_a_traced():
     np.testing.assert_array_equal(np.delete(got, 11, 0), np.delete(ref, 11, 0))
     with pytest.raises(RUNTIME, match=r"ValueError: A: row 11, chunk 4 .* 4 non-zero"):
         jax.jit(lambda a: ins.mma(a, B, C, check=True))(A)
+        jax.effects_barrier()  # a GPU reports host-callback errors here
 
 
 def test_issue20_register_level_check_under_plain_jit():
@@ -1457,8 +1461,10 @@ def test_issue20_register_level_check_under_plain_jit():
     )
     with pytest.raises(RUNTIME, match=r"ValueError: invalid sparse metadata .*e: lane 0, nibble 0"):
         f(E_BAD)
+        jax.effects_barrier()  # a GPU reports host-callback errors here
     with pytest.raises(RUNTIME, match="addrs: an address lies outside"):
         jax.jit(lambda a: LD(SMEM, a, check=True))(jnp.full((32,), 4096, U32))
+        jax.effects_barrier()  # a GPU reports host-callback errors here
 
 
 # Quantized containers are validated wherever they enter: an edited one is refused.
@@ -1761,3 +1767,4 @@ def test_issue20_check_true_under_grad():
     A[2, 4:8] = 1.0
     with pytest.raises(RUNTIME, match=r"ValueError: A: row 2, chunk 1 .* 4 non-zero"):
         grad(A)
+        jax.effects_barrier()  # a GPU reports host-callback errors here

@@ -529,8 +529,10 @@ def test_checked_mode_under_jit_and_vmap_raises_at_run_time():
     pattern = rf"lane {lane}, nibble {n} \(bits {4 * n + 3}:{4 * n}\) = 0b1010 describes row 12"
     with pytest.raises(jax.errors.JaxRuntimeError, match=r"ValueError: invalid.*: e: " + pattern):
         jax.jit(jax.vmap(f))(E)  # run once per mapped element: no batch index
+        jax.effects_barrier()  # a GPU reports host-callback errors here
     with pytest.raises(jax.errors.JaxRuntimeError, match=r"e\[2\]: " + pattern):
         jax.jit(f)(E)  # batched inside the traced function
+        jax.effects_barrier()  # a GPU reports host-callback errors here
     with pytest.raises(ValueError, match=r"e\[2\]: " + pattern):  # concrete batch: eager error
         f(E)
 
@@ -574,6 +576,7 @@ def test_too_many_nonzeros():
     # traced: validate raises when the program runs
     with pytest.raises(jax.errors.JaxRuntimeError, match=r"row 15, chunk 7 .* 3 non-zero pairs"):
         jax.jit(lambda a: S.validate(s4, a))(P)
+        jax.effects_barrier()  # a GPU reports host-callback errors here
     # traced, unchecked: the lowest-index non-zero slots are kept
     vals, _ = jax.jit(lambda a: S.compress(s4, a, 0, registers=False))(P)
     assert np.asarray(vals)[15, 28:32].tolist() == [0, 1, 1, 0]
@@ -618,6 +621,7 @@ def test_matrix_level_metadata_checks():
     g = jax.jit(lambda v, i: S.matrix_operands(s4, v, i, check=True)[1])
     with pytest.raises(jax.errors.JaxRuntimeError, match=r"metadata: row 0, chunk 0 has dense"):
         g(vals, bad)
+        jax.effects_barrier()  # a GPU reports host-callback errors here
 
 
 # ---------------------------------------------------------------------------------------
@@ -747,6 +751,7 @@ def test_check_argument_on_the_instruction():
     g = jax.jit(lambda x: ins(a, b, c, x, selector=0, check=True))
     with pytest.raises(jax.errors.JaxRuntimeError, match="ValueError: .*lane 0, nibble 0"):
         g(e)
+        jax.effects_barrier()  # a GPU reports host-callback errors here
     g(_valid_e(ins, 0, np.random.default_rng(0)))  # valid metadata runs under plain jit
     vals = jnp.zeros((16, 16), jnp.float16)
     dup = np.array([[4 * ch + j for ch in range(8) for j in (0, 1)]] * 16, np.int32)

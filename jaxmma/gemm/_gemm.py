@@ -200,8 +200,11 @@ def gemm_bits(cfg: Config, A, B, C, *, scales=None):
     For sparse forms A is the dense (structured) matrix.
 
     On a GPU backend the forms :mod:`jaxmma._pallas` covers run on its kernel (same bits);
-    ``cfg.path`` (from ``_pallas.MODE``) forces either implementation.
+    ``cfg.path`` (from ``_pallas.MODE``) forces either implementation. Operands with a
+    zero-size dimension take the XLA chain everywhere (the kernel's grid needs a tile).
     """
+    if any(0 in jnp.shape(x) for x in (A, B, C)):  # zero-size: the chain, on every backend
+        return xla_gemm_bits(cfg, A, B, C, scales=scales)
     if cfg.native and scales is None:
         return _native.gemm_bits(cfg, A, B, C)
     if _pallas.use_kernel(cfg, scales):

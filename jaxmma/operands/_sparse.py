@@ -163,13 +163,13 @@ def as_concrete(default_check: bool):
     """Trace an eager call whose operands are concrete as one program that decides every
     check as the op-by-op call would: ``check=None`` takes ``default_check`` (the
     :class:`checked` default at the call), and every check that raises for concrete inputs
-    stages :func:`jaxmma.util._errors.raise_if` in recording mode: when the program runs,
-    a failed check counts in :func:`jaxmma.util._errors.failures` (the caller then reruns
-    the call op by op, which raises the ``ValueError``)."""
+    records its traced verdict (:func:`jaxmma.util._errors.recording`) in the list this
+    yields: the caller returns them from its program and, where one is true, reruns the
+    call op by op, which raises the ``ValueError``."""
     tokens = _AS_CONCRETE.set(True), _DEFAULT_CHECK.set(bool(default_check))
     try:
-        with _errors.recording():
-            yield
+        with _errors.recording() as flags:
+            yield flags
     finally:
         _DEFAULT_CHECK.reset(tokens[1])
         _AS_CONCRETE.reset(tokens[0])

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
-import itertools
 from collections.abc import Callable
 
 import jax
@@ -40,30 +39,19 @@ def first(bad) -> tuple[int, ...]:
     return tuple(int(i) for i in np.unravel_index(int(np.argmax(bad)), bad.shape))
 
 
-#: set while a program is traced whose checks record failures instead of raising
-_RECORD = contextvars.ContextVar("jaxmma_errors_record", default=False)
-_failed = itertools.count()  # next() is atomic: the callbacks may run on other threads
-_FAILURES = [0]
-
-
-def _note_failure() -> None:
-    _FAILURES[0] = next(_failed) + 1
-
-
-def failures() -> int:
-    """How many checks traced under :func:`recording` have found a bad value so far (it
-    only grows; compare it before and after a call, after :func:`jax.effects_barrier`)."""
-    return _FAILURES[0]
+#: the list of traced verdicts while checks are recorded (:func:`recording`), else None
+_RECORD = contextvars.ContextVar("jaxmma_errors_record", default=None)
 
 
 @contextlib.contextmanager
 def recording():
-    """Checks traced inside the block stage a callback that counts a failure
-    (:func:`failures`) instead of raising: the program runs to its end, and its caller
-    decides what a failure means."""
-    token = _RECORD.set(True)
+    """Checks of traced values inside the block raise nothing: each appends its verdict
+    (a traced bool scalar, true where a value is bad) to the list this yields, for the
+    caller to return from its program and act on."""
+    flags: list = []
+    token = _RECORD.set(flags)
     try:
-        yield
+        yield flags
     finally:
         _RECORD.reset(token)
 
@@ -88,13 +76,14 @@ def raise_if(bad, message: Callable[..., str], **values) -> None:
             raise ValueError(message(first(b), **{k: np.asarray(v) for k, v in values.items()}))
         return
 
-    record = _RECORD.get()
+    flags = _RECORD.get()
+    if flags is not None:
+        flags.append(jax.numpy.any(bad))
+        return
 
     def host(bad, values):
         b = np.asarray(bad)
-        if b.any() and record:
-            _note_failure()
-        elif b.any():
+        if b.any():
             raise ValueError(message(first(b), **{k: np.asarray(v) for k, v in values.items()}))
 
     io_callback(host, None, bad, values, ordered=False)
