@@ -609,7 +609,7 @@ def test_under_jit_and_vmap():
     @jax.jit
     def f(x):
         lay = L.mma_layout("b", shape="m16n8k32", atype="e4m3")
-        return x + jnp.asarray(lay.row, dtype=jnp.int32).sum()
+        return x + jnp.asarray(lay.row, dtype=jnp.int32).sum(dtype=jnp.int32)
 
     expected = sum(4 * t + (i & 3) + 16 * (i >> 2) for t in range(4) for i in range(8)) * 8
     assert int(f(jnp.int32(0))) == expected

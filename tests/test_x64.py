@@ -186,6 +186,13 @@ def sweep() -> dict:
     sa, sb = jnp.float32(2.0**-130), jnp.float32(3.0)  # subnormal products included
     scaled = jaxmma.matmul(x[0], w, instruction=e4, arch="sm_90", scale_a=sa, scale_b=sb)
     out["matmul-scaled"] = _bits(scaled)
+    # sparse structure: prune (an argsort, int64 under x64) and an eager sparse mma
+    sp = jaxmma.instruction(
+        "mma.sp::ordered_metadata.sync.aligned.m16n8k32.row.col.f32.bf16.bf16.f32", arch="sm_90"
+    )
+    pruned = jaxmma.sparse.prune(sp, x[0, :16, :32].astype(jnp.bfloat16))
+    c = jnp.zeros((16, 8), jnp.float32)
+    out["sparse-prune-mma"] = _bits(sp.mma(pruned, w[:32, :8].astype(jnp.bfloat16), c))
     q = quant.quantize_nvfp4(x, global_scale=jnp.float32(0.5))
     out["quantize_nvfp4"] = np.concatenate([_bits(q.elements).ravel(), _bits(q.scales).ravel()])
 
@@ -270,7 +277,7 @@ def test_x64_gives_the_same_bits(tmp_path):
         if on[key].dtype != off[key].dtype or not np.array_equal(on[key], off[key]):
             failures.append(f"{key}: x64 on differs from x64 off")
     assert not failures, "\n".join(failures)
-    assert len(off) == len(forms()) * 1 + 4 + 15 + 6
+    assert len(off) == len(forms()) * 1 + 5 + 15 + 6
 
 
 if __name__ == "__main__":  # the child process: x64 on

@@ -498,7 +498,7 @@ def _magnitude(how: str, x, mag_mask):
 @functools.partial(jax.jit, static_argnums=(0, 1, 2))
 def _prune_core(slots: int, width: int, how: str, x, mag_mask):
     mag = jnp.sum(_per_slot(slots, width, _magnitude(how, x, mag_mask)), axis=-1)
-    kept = jnp.argsort(-mag, axis=-1, stable=True)[..., : slots // 2]  # [..., M, nch, keep]
+    kept = jnp.argsort(-mag, axis=-1, stable=True)[..., : slots // 2].astype(jnp.int32)
     slot = lax.broadcasted_iota(jnp.int32, mag.shape + (slots // 2,), mag.ndim - 1)
     keep = jnp.any(jnp.broadcast_to(kept[..., None, :], slot.shape) == slot, axis=-1)
     keep = jnp.broadcast_to(keep[..., None], keep.shape + (width,)).reshape(x.shape)
