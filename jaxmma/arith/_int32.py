@@ -126,20 +126,24 @@ def ieee_add(x, y):
     return jnp.where(nan, I32(CANONICAL_NAN["f32"]), bits)
 
 
-def ieee_add_f32(x_bits, y_bits):
-    """:func:`ieee_add` on uint32 raw bits (broadcasting): f32 ``x + y``, FADD."""
+def _on_u32(op, x_bits, y_bits):
+    """``op`` of two int32 bit patterns, on uint32 raw bits (broadcasting)."""
     as_i32 = lambda b: lax.bitcast_convert_type(jnp.asarray(b, jnp.uint32), I32)  # noqa: E731
     x, y = jnp.broadcast_arrays(as_i32(x_bits), as_i32(y_bits))
-    return lax.bitcast_convert_type(ieee_add(x, y), jnp.uint32)
+    return lax.bitcast_convert_type(op(x, y), jnp.uint32)
+
+
+def ieee_add_f32(x_bits, y_bits):
+    """:func:`ieee_add` on uint32 raw bits (broadcasting): f32 ``x + y``, FADD."""
+    return _on_u32(ieee_add, x_bits, y_bits)
 
 
 def _normalized(a):
     """|f32| bits (int32, finite) -> (significand with its leading one at bit 23, or 0;
     the exponent of its lsb): subnormals shifted up, their exponent lowered to match."""
-    e = srl(a, 23)
-    sig = (a & 0x7FFFFF) | jnp.where(e != 0, I32(1 << 23), 0)
+    _, _, exp, sig, _, _, _ = c_fields(a, "f32")
     shift = jnp.clip(lax.clz(sig) - 8, 0, 23)
-    return sig << shift, jnp.maximum(e, 1) - 150 - shift
+    return sig << shift, exp - shift
 
 
 def ieee_mul(x, y):
@@ -170,9 +174,7 @@ def ieee_mul(x, y):
 
 def ieee_mul_f32(x_bits, y_bits):
     """:func:`ieee_mul` on uint32 raw bits (broadcasting): f32 ``x * y``, FMUL."""
-    as_i32 = lambda b: lax.bitcast_convert_type(jnp.asarray(b, jnp.uint32), I32)  # noqa: E731
-    x, y = jnp.broadcast_arrays(as_i32(x_bits), as_i32(y_bits))
-    return lax.bitcast_convert_type(ieee_mul(x, y), jnp.uint32)
+    return _on_u32(ieee_mul, x_bits, y_bits)
 
 
 def round_f32_rz(neg, mag, unit):

@@ -18,9 +18,9 @@ An eager sparse call with array operands and static options runs as one program 
 under :func:`jaxmma.operands._sparse.as_concrete`, which makes every check decide as for
 concrete inputs and return its verdict with the result (no host callback); where a check
 found a bad value, the call is rerun op by op, which raises that ``ValueError`` with its
-message. A call that passes its
-checks gives the op-by-op call's bits (the checks found nothing: no row is poisoned), in
-one compilation instead of hundreds (5.3 -> 0.6 s for a first ``mma.sp`` call).
+message. A call that passes its checks gives the op-by-op call's bits (the checks found
+nothing: no row is poisoned), in one compilation instead of hundreds (5.3 -> 0.6 s for a
+first ``mma.sp`` call).
 """
 
 from __future__ import annotations
@@ -33,6 +33,7 @@ import numpy as np
 
 from ..bits import _values
 from ..operands import _sparse
+from ..util import _errors
 
 #: the names errors give the positional operands of each entry point
 _OPERAND_NAMES = {"execute": ("a", "b", "c", "e"), "matrix_mma": ("A", "B", "C")}
@@ -83,7 +84,8 @@ def call(ins, entry: str, args: tuple, kwargs: dict):
     static_kw = tuple(sorted((k, v) for k, v in kwargs.items() if _static(v)))
     arrays = all(_array_kept(a) for a in (*args, *array_kw.values()) if a is not None)
     if ins.sparse is not None:
-        if not arrays or not set(array_kw) <= _SPARSE_ARRAYS or _traced(args, array_kw):
+        traced = _errors.is_traced(*args, *array_kw.values())  # inside jit/vmap/grad
+        if not arrays or not set(array_kw) <= _SPARSE_ARRAYS or traced:
             return fn(ins, *args, **kwargs)
         try:
             out, failed = _run_as_concrete(
@@ -97,9 +99,3 @@ def call(ins, entry: str, args: tuple, kwargs: dict):
     if kwargs.get("check") not in (None, False) or not arrays:
         return fn(ins, *args, **kwargs)
     return _run(ins, entry, static_kw, tuple(args), array_kw)
-
-
-def _traced(args, array_kw) -> bool:
-    """Whether any operand is a tracer (a call inside ``jit``/``vmap``/``grad``: it
-    follows the traced rules)."""
-    return any(isinstance(x, jax.core.Tracer) for x in (*args, *array_kw.values()))
