@@ -33,24 +33,43 @@ FORMS = {
     "wgmma bf16 P4": ("wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16", "sm_90a", 4),
     "mma.sync bf16": ("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32", "sm_90", None),
     "mma.sync f16 P2": ("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32", "sm_90", 2),
-}
+    "wgmma e4m3": ("wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3", "sm_90a", None),
+    "wgmma e4m3 P4": ("wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3", "sm_90a", 4),
+    "wgmma e5m2": ("wgmma.mma_async.sync.aligned.m64n128k32.f32.e5m2.e5m2", "sm_90a", None),
+    "wgmma e5m2xe4m3 P4": ("wgmma.mma_async.sync.aligned.m64n128k32.f32.e5m2.e4m3", "sm_90a", 4),
+    "wgmma e4m3xe5m2": ("wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e5m2", "sm_90a", None),
+    "wgmma e4m3 P1": ("wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3", "sm_90a", 1),
+    "mma.sync e4m3": ("mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32", "sm_90", None),
+    "mma.sync e5m2 P4": ("mma.sync.aligned.m16n8k32.row.col.f32.e5m2.e5m2.f32", "sm_90", 4),
+    "mma e4m3xe5m2 P2": ("mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e5m2.f32", "sm_90",  2),
+    "wgmma tf32": ("wgmma.mma_async.sync.aligned.m64n128k8.f32.tf32.tf32", "sm_90a", None),
+    "mma.sync tf32 P2": ("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32", "sm_90", 2),
+}  # fmt: skip
 DTYPES = {
     "bf16": jnp.bfloat16,
     "f16": jnp.float16,
     "e4m3": jnp.float8_e4m3fn,
     "e5m2": jnp.float8_e5m2,
+    "tf32": jnp.float32,
 }
 SPECIAL_F32 = [0, 0x80000000, 0x7F800000, 0xFF800000, 0x7FC00000, 0xFFC12345, 1, 0x807FFFFF]
 
 
 def _elements(rng, fmt, shape, case):
     """Raw element bits: 'normal' values near 1, 'wide' any exponent, 'raw' any bits."""
-    width = 8 if fmt in ("e4m3", "e5m2") else 16
+    width = {"e4m3": 8, "e5m2": 8, "tf32": 32}.get(fmt, 16)
     dt = DTYPES[fmt]
     if case == "normal":
         x = np.asarray(jnp.asarray(rng.standard_normal(shape), jnp.float32).astype(dt))
         return x
-    bits = rng.integers(0, 1 << width, shape, dtype=np.uint32)
+    bits = rng.integers(0, 1 << width, shape, dtype=np.uint64).astype(np.uint32)
+    if width == 32:
+        if case == "wide":
+            bits = np.where(np.isfinite(bits.view(np.float32)), bits, 0).astype(np.uint32)
+        else:
+            pick = rng.random(shape) < 0.1
+            bits = np.where(pick, rng.choice(np.array(SPECIAL_F32, np.uint32), shape), bits)
+        return bits.view(np.float32)
     if case == "wide":  # finite values of any exponent
         x = jnp.asarray(bits.astype(np.uint8 if width == 8 else np.uint16)).view(dt)
         x = jnp.where(jnp.isfinite(x.astype(jnp.float32)), x, jnp.zeros_like(x))
@@ -126,7 +145,7 @@ OPTIONS = [
 ]  # fmt: skip
 
 #: forms the options are checked on (each option is a chain of the form underneath)
-OPTION_FORMS = ("wgmma bf16", "mma.sync f16 P2")
+OPTION_FORMS = ("wgmma bf16", "mma.sync f16 P2", "wgmma e4m3", "wgmma e5m2xe4m3 P4", "wgmma tf32")
 
 
 def _scales(rng, kind, M, K, N):
@@ -144,7 +163,7 @@ def check_options(seed=1, shapes=(((2, 72, 1000), (1000, 136)),), forms=OPTION_F
     """Native against emulation with each kernel option (batched, ragged, B broadcast)."""
     rng = np.random.default_rng(seed)
     bad_total = 0
-    for name in forms:
+    for name in (f for f in forms if f in FORMS):
         text, arch, P = FORMS[name]
         ins = jaxmma.instruction(text, arch=arch)
         for oname, kw, with_c in OPTIONS:
@@ -290,11 +309,142 @@ def timings(sizes=(1024, 4096)):
         )
 
 
+#: shapes of the library comparison (none of them used by the tests)
+LIBRARY_SHAPES = ((1536, 2304, 3072), (4096, 4096, 4096), (384, 5120, 1664))
+
+
+def _torch_fp8(x, fmt, torch):
+    t = torch.from_numpy(np.asarray(x).view(np.uint8).copy()).cuda()
+    return t.view({"e4m3": torch.float8_e4m3fn, "e5m2": torch.float8_e5m2}[fmt])
+
+
+def check_library(seed=3, shapes=LIBRARY_SHAPES):
+    """The native executor against cuBLAS through PyTorch on shapes the tests do not use:
+    ``torch._scaled_mm`` (e4m3, fast accumulation on and off, per-tensor and row-wise
+    scales) and ``torch.mm`` f32 with tf32 allowed (``input_rounding='rn'``)."""
+    import torch  # noqa: PLC0415 (the device machine's PyTorch; not a dependency)
+
+    rng = np.random.default_rng(seed)
+    text = FORMS["wgmma e4m3"][0]
+    bad_total = 0
+    for M, K, N in shapes:
+        A = _elements(rng, "e4m3", (M, K), "normal")
+        B = _elements(rng, "e4m3", (K, N), "normal")
+        ta = _torch_fp8(A, "e4m3", torch)
+        tb = _torch_fp8(np.ascontiguousarray(B.T), "e4m3", torch).t()  # column-major B
+        for scales in ("tensor", "row"):
+            if scales == "tensor":
+                sa, sb = np.float32(1.25 * 2.0**-3), np.float32(0.75 * 2.0**2)
+                ja, jb = jnp.asarray(sa), jnp.asarray(sb)
+                tsa = torch.tensor(float(sa), device="cuda")
+                tsb = torch.tensor(float(sb), device="cuda")
+            else:
+                sa = np.exp2(rng.integers(-3, 4, (M, 1))).astype(np.float32) * 1.25
+                sb = np.exp2(rng.integers(-3, 4, (1, N))).astype(np.float32) * 0.75
+                ja, jb = jnp.asarray(sa), jnp.asarray(sb)
+                tsa, tsb = torch.from_numpy(sa).cuda(), torch.from_numpy(sb).cuda()
+            for fast in (True, False):
+                for out in ("float32", "bfloat16"):
+                    try:
+                        t = torch._scaled_mm(
+                            ta, tb, scale_a=tsa, scale_b=tsb,
+                            out_dtype=getattr(torch, out), use_fast_accum=fast,
+                        )  # fmt: skip
+                    except RuntimeError as e:
+                        print(f"  _scaled_mm {scales} {out}: not run ({str(e)[:80]})")
+                        continue
+                    torch.cuda.synchronize()
+                    ref = t.view(torch.int32 if out == "float32" else torch.int16).cpu().numpy()
+                    d = jaxmma.matmul(
+                        A, B, instruction=text, arch="sm_90a",
+                        promote_every=None if fast else 4, executor="native",
+                        scale_a=ja, scale_b=jb, out_dtype=getattr(jnp, out),
+                    )  # fmt: skip
+                    d = np.asarray(d).view(ref.dtype)
+                    bad = int((d != ref).sum())
+                    bad_total += bad
+                    print(
+                        f"_scaled_mm e4m3 {M}x{K}x{N} {scales:6s} fast={fast!s:5s} {out:8s}: "
+                        f"{d.size:>10,d} elements {bad:>8,d} differ",
+                        flush=True,
+                    )
+        # tf32: torch.mm on f32 with tf32 allowed = the tf32 chain on inputs rounded (rn)
+        Af = rng.standard_normal((M, K)).astype(np.float32)
+        Bf = rng.standard_normal((K, N)).astype(np.float32)
+        torch.backends.cuda.matmul.allow_tf32 = True
+        ref = (torch.from_numpy(Af).cuda() @ torch.from_numpy(Bf).cuda()).cpu().numpy()
+        torch.backends.cuda.matmul.allow_tf32 = False
+        tf32 = FORMS["mma.sync tf32 P2"][0]
+        d = np.asarray(
+            jaxmma.matmul(Af, Bf, instruction=tf32, arch="sm_90", input_rounding="rn",
+                          executor="native")
+        )  # fmt: skip
+        bad = int((d.view(np.uint32) != ref.view(np.uint32)).sum())
+        print(
+            f"torch.mm tf32 {M}x{K}x{N}: {d.size:>10,d} elements {bad:>8,d} differ "
+            "(cuBLAS may split K on some shapes)",
+            flush=True,
+        )
+    return bad_total
+
+
+def torch_timings(n=4096):
+    """``torch._scaled_mm`` (e4m3, per-tensor scales, f32 out) and ``torch.mm`` tf32 at
+    n^3 beside the native executor's same GEMMs, one process, CUDA events, medians."""
+    import torch  # noqa: PLC0415
+
+    rng = np.random.default_rng(4)
+    A = _elements(rng, "e4m3", (n, n), "normal")
+    B = _elements(rng, "e4m3", (n, n), "normal")
+    ta = _torch_fp8(A, "e4m3", torch)
+    tb = _torch_fp8(np.ascontiguousarray(B.T), "e4m3", torch).t()
+    one = torch.tensor(1.0, device="cuda")
+    Af = torch.randn(n, n, device="cuda")
+    Bf = torch.randn(n, n, device="cuda")
+
+    def bench(f, reps=50):
+        for _ in range(3):
+            f()
+        torch.cuda.synchronize()
+        times = []
+        for _ in range(7):
+            e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            e0.record()
+            for _ in range(reps):
+                f()
+            e1.record()
+            torch.cuda.synchronize()
+            times.append(e0.elapsed_time(e1) / reps)
+        return float(np.median(times))
+
+    def mm_tf32():
+        torch.backends.cuda.matmul.allow_tf32 = True
+        return Af @ Bf
+
+    out = {}
+    for fast in (True, False):
+        out[f"_scaled_mm fast={fast}"] = bench(
+            lambda fast=fast: torch._scaled_mm(
+                ta, tb, scale_a=one, scale_b=one, out_dtype=torch.float32, use_fast_accum=fast
+            )
+        )
+    out["torch.mm tf32"] = bench(mm_tf32)
+    torch.backends.cuda.matmul.allow_tf32 = False
+    return out
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--bits", action="store_true", help="check bits only")
     ap.add_argument("--tune", action="store_true", help="time the tilings first")
+    ap.add_argument("--forms", help="comma-separated families to check and time (default: all)")
+    ap.add_argument("--library", action="store_true", help="compare with cuBLAS (PyTorch)")
     args = ap.parse_args()
+    if args.forms:
+        keep = args.forms.split(",")
+        for name in list(FORMS):
+            if name not in keep:
+                del FORMS[name]
     dev = jax.devices()[0]
     print(f"device: {dev.device_kind}, jax {jax.__version__}, {datetime.date.today()}", flush=True)
     if args.tune:
@@ -305,8 +455,14 @@ def main():
     print(f"differing elements in all: {bad}", flush=True)
     bad = check_options()
     print(f"differing elements with kernel options, in all: {bad}", flush=True)
+    if args.library:
+        bad = check_library()
+        print(f"differing elements against cuBLAS, in all: {bad}", flush=True)
     if not args.bits:
         timings()
+        if args.library:
+            for name, ms in torch_timings().items():
+                print(f"{name:28s} 4096^3 {ms:8.3f} ms", flush=True)
 
 
 if __name__ == "__main__":

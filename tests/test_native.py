@@ -16,6 +16,12 @@ from jaxmma.gemm import _gemm, _kernel, _native, _options
 WGMMA_BF16 = "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16"
 WGMMA_F16 = "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16"
 MMA_BF16 = "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32"
+WGMMA_E4M3 = "wgmma.mma_async.sync.aligned.m64n64k32.f32.e4m3.e4m3"
+WGMMA_E5M2_E4M3 = "wgmma.mma_async.sync.aligned.m64n64k32.f32.e5m2.e4m3"
+MMA_E4M3 = "mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32"
+MMA_E5M2 = "mma.sync.aligned.m16n8k32.row.col.f32.e5m2.e5m2.f32"
+WGMMA_TF32 = "wgmma.mma_async.sync.aligned.m64n64k8.f32.tf32.tf32"
+MMA_TF32 = "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32"
 
 
 @pytest.mark.parametrize(
@@ -28,8 +34,16 @@ MMA_BF16 = "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32"
         (MMA_BF16, "sm_80", False),  # other numerics than sm_90's
         ("mma.sync.aligned.m16n8k8.row.col.f32.bf16.bf16.f32", "sm_90", False),  # block of 8
         ("wgmma.mma_async.sync.aligned.m64n64k16.f16.f16.f16", "sm_90a", False),  # f16 acc
-        ("wgmma.mma_async.sync.aligned.m64n64k32.f32.e4m3.e4m3", "sm_90a", False),
-        ("mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32", "sm_90", False),
+        (WGMMA_E4M3, "sm_90a", True),
+        ("wgmma.mma_async.sync.aligned.m64n64k32.f32.e5m2.e4m3", "sm_90a", True),  # mixed
+        ("wgmma.mma_async.sync.aligned.m64n64k32.f16.e4m3.e4m3", "sm_90a", False),  # f16 acc
+        (MMA_E4M3, "sm_90", True),  # two f16 MMAs and an FADD per step
+        ("mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e5m2.f32", "sm_90", True),
+        ("mma.sync.aligned.m16n8k16.row.col.f32.e4m3.e4m3.f32", "sm_90", False),  # 8 + 8
+        (MMA_E4M3, "sm_89", False),  # Ada's fp8 numerics
+        (WGMMA_TF32, "sm_90a", True),
+        (MMA_TF32, "sm_90", True),
+        ("mma.sync.aligned.m16n8k4.row.col.f32.tf32.tf32.f32", "sm_90", False),  # block of 4
         ("mma.sync.aligned.m16n8k16.row.col.f16.f16.f16.f16", "sm_90", False),
         ("mma.sp.sync.aligned.m16n8k32.row.col.f32.bf16.bf16.f32", "sm_90", False),
     ],
@@ -54,13 +68,31 @@ def test_auto_emulates_off_an_sm90_gpu():
 def test_native_refuses_where_it_cannot_give_the_bits(jit):
     A = jnp.ones((16, 32), jnp.float8_e4m3fn)
     B = jnp.ones((32, 8), jnp.float8_e4m3fn)
-    text = "wgmma.mma_async.sync.aligned.m64n8k32.f32.e4m3.e4m3"
+    text = "wgmma.mma_async.sync.aligned.m64n8k32.f16.e4m3.e4m3"
 
     def f(a, b):
         return jaxmma.matmul(a, b, instruction=text, arch="sm_90a", executor="native")
 
-    with pytest.raises(ValueError, match=r"executor='native'.*e4m3.*fp8"):
+    with pytest.raises(ValueError, match=r"executor='native'.*e4m3.*accumulators \.f16"):
         (jax.jit(f) if jit else f)(A, B)
+
+
+def test_native_names_the_device_it_lacks():
+    if jax.default_backend() == "gpu":
+        pytest.skip("the host has a GPU")
+    A = jnp.ones((16, 32), jnp.float8_e4m3fn)
+    with pytest.raises(ValueError, match=r"executor='native'.*e4m3.*not a GPU"):
+        jaxmma.matmul(A, A.T, instruction=WGMMA_E4M3, arch="sm_90a", executor="native")
+
+
+def test_mma_sync_fp8_steps_feed_each_f16_mma_its_own_columns():
+    # the compiler's two f16 MMAs per k32 step take k % 4 in {0, 1}, then {2, 3}
+    perm = _native._interleave(64, 32)
+    first = [k for k in range(32) if k % 4 < 2]
+    assert perm[:16].tolist() == first
+    assert perm[16:32].tolist() == [k for k in range(32) if k % 4 >= 2]
+    assert perm[32:48].tolist() == [32 + k for k in first]
+    assert sorted(perm.tolist()) == list(range(64))
 
 
 @pytest.mark.parametrize("bad", ["gpu", "", None, 1])
@@ -82,6 +114,13 @@ def _bits16(x):
     return jax.lax.bitcast_convert_type(x, jnp.uint16).astype(jnp.uint32)
 
 
+def _bits(x):
+    if x.dtype.itemsize == 4:
+        return jax.lax.bitcast_convert_type(x, jnp.uint32)
+    u = jnp.uint8 if x.dtype.itemsize == 1 else jnp.uint16
+    return jax.lax.bitcast_convert_type(x, u).astype(jnp.uint32)
+
+
 @pytest.mark.parametrize(
     "text, arch, P, shapes",
     [
@@ -90,21 +129,28 @@ def _bits16(x):
         (MMA_BF16, "sm_90", 2, ((1, 33, 48), (3, 48, 65))),
         (MMA_BF16, "sm_90", 1, ((20, 256), (256, 40))),  # four groups per iteration
         (MMA_BF16, "sm_90", 20, ((20, 700), (700, 8))),  # long groups: an inner loop
+        (WGMMA_E4M3, "sm_90a", None, ((2, 40, 200), (200, 72))),
+        (WGMMA_E5M2_E4M3, "sm_90a", 4, ((40, 600), (600, 24))),
+        (MMA_E4M3, "sm_90", None, ((33, 200), (200, 40))),
+        (MMA_E5M2, "sm_90", 3, ((2, 20, 300), (2, 300, 17))),
+        (WGMMA_TF32, "sm_90a", None, ((40, 100), (100, 36))),
+        (MMA_TF32, "sm_90", 2, ((20, 90), (90, 40))),
     ],
 )
 def test_kernel_interpreted_matches_the_emulation_on_exact_sums(text, arch, P, shapes):
     rng = np.random.default_rng(3)
     ins = jaxmma.instruction(text, arch=arch)
-    dt = _native._DTYPES[ins.atype]
     (sa, sb) = shapes
-    A = jnp.asarray(rng.integers(-4, 5, sa), dt)
-    B = jnp.asarray(rng.integers(-4, 5, sb), dt)
+    A = jnp.asarray(rng.integers(-4, 5, sa), _native._DTYPES[ins.atype])
+    B = jnp.asarray(rng.integers(-4, 5, sb), _native._DTYPES[ins.btype])
+    if ins.atype == "tf32":  # low register bits the instruction ignores
+        A = jax.lax.bitcast_convert_type(_bits(A) | 0x1FFF, jnp.float32)
     lead = np.broadcast_shapes(sa[:-2], sb[:-2])
     C = jnp.asarray(rng.integers(-9, 10, lead + (sa[-2], sb[-1])), jnp.float32)
     C = C.at[..., 0, 0].set(-0.0)
     cfg = _gemm.config(text, arch, P)
     got = _native.gemm_bits(
-        cfg, _bits16(A), _bits16(B), jax.lax.bitcast_convert_type(C, jnp.uint32), interpret=True
+        cfg, _bits(A), _bits(B), jax.lax.bitcast_convert_type(C, jnp.uint32), interpret=True
     )
     want = jaxmma.matmul(A, B, C, instruction=text, arch=arch, promote_every=P, executor="emulate")
     np.testing.assert_array_equal(

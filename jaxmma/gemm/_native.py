@@ -12,12 +12,25 @@ runs (K padded with +0 to a multiple of k, never more: an extra all-zero step is
 no-op for every model), and every NaN result leaves as the canonical NaN, as the model's
 do.
 
-Covered (:func:`why_not`): on a GPU of compute capability 9.0 (H100, H200), f32
-accumulators from bf16 x bf16 or f16 x f16 (``wgmma`` sm_90a, and ``mma.sync`` m16n8k16
-on sm_90, whose model is the same), with or without ``promote_every``. Not fp8: the
-kernel compiler's fp8 products do not follow the model. The kernel options of
-:mod:`._kernel` (split-K, epilogues, scales) run their chains here too. Evidence:
-docs/gemm.md ("The native executor").
+Covered (:func:`why_not`), on a GPU of compute capability 9.0 (H100, H200), f32
+accumulators, with or without ``promote_every``:
+
+- bf16 x bf16 and f16 x f16: ``wgmma`` sm_90a and ``mma.sync`` m16n8k16 on sm_90 (the
+  same model): ``jnp.dot`` of the element dtypes;
+- fp8 ``wgmma`` (e4m3/e5m2, all four mixes): the device's fp8 ``wgmma`` with the
+  accumulator kept in the tensor core across instructions
+  (:func:`jaxmma.gemm._triton_dot.chained_dot`; JAX's own ``jnp.dot`` lowering splits the
+  chain after every instruction);
+- fp8 ``mma.sync`` m16n8k32 on sm_90, which the compiler runs as two f16 MMAs over
+  interleaved k from +0 and one FADD of C per step (:func:`jaxmma.models._models.sm90_fp8`):
+  the same on the device's f16 ``wgmma`` (e4m3/e5m2 values are exact in f16), the columns
+  of each MMA made contiguous;
+- tf32 ``wgmma`` and ``mma.sync`` m16n8k8 on sm_90 (the same model, blocks of 8): the
+  device's tf32 ``wgmma`` on the registers with their low 13 bits cleared (the model
+  ignores them, as the hardware does).
+
+The kernel options of :mod:`._kernel` (split-K, epilogues, scales, input rounding) run
+their chains here too. Evidence: docs/gemm.md ("The native executor").
 """
 
 from __future__ import annotations
@@ -32,11 +45,21 @@ from jax import lax
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import triton as plgpu
 
+from . import _triton_dot
+
 F32 = jnp.float32
 EXECUTORS = ("auto", "native", "emulate")
-#: element dtypes the kernel feeds to jnp.dot
-_DTYPES = {"bf16": jnp.bfloat16, "f16": jnp.float16}
+#: element dtypes the kernel feeds to its dots
+_DTYPES = {
+    "bf16": jnp.bfloat16,
+    "f16": jnp.float16,
+    "e4m3": jnp.float8_e4m3fn,
+    "e5m2": jnp.float8_e5m2,
+    "tf32": jnp.float32,
+}
 FP8 = ("e4m3", "e5m2")
+#: the bits of a tf32 register the model reads (the low 13 are ignored)
+TF32_MASK = 0xFFFFE000
 CANONICAL_NAN = 0x7FFFFFFF
 
 
@@ -71,31 +94,45 @@ def why_not(ins) -> str | None:
         return "sparse and block-scaled forms have no native path on sm_90"
     if ins.dtype != "f32" or ins.ctype != "f32":
         return f"accumulators .{ins.ctype}/.{ins.dtype}: only .f32 accumulators run natively"
-    if ins.atype in FP8 or ins.btype in FP8:
+    a, b = ins.atype, ins.btype
+    if a not in _DTYPES or b not in _DTYPES or (a != b and not (a in FP8 and b in FP8)):
         return (
-            "fp8: the kernel compiler's fp8 products do not follow the model (measured "
-            "on an H100: 410,968 of 637,056 elements differ); sm_90 mma.sync fp8 is "
-            "compiled into f16 MMAs besides"
+            f".{a}/.{b} elements: natively only bf16, f16 and tf32 pairs and fp8 "
+            "(e4m3/e5m2, any mix)"
         )
-    if ins.atype not in _DTYPES or ins.btype not in _DTYPES or ins.atype != ins.btype:
-        return f".{ins.atype}/.{ins.btype} elements: natively only bf16 x bf16 and f16 x f16"
     if ins.opcode == "wgmma.mma_async":
         if ins.arch_number != 90:
             return f"wgmma numerics of {ins.arch}: the native path runs sm_90a's"
         return None
-    if ins.opcode == "mma" and ins.arch_number == 90 and ins.shape == "m16n8k16":
-        return None
+    if ins.opcode == "mma" and ins.arch_number == 90:
+        if a in ("bf16", "f16") and ins.shape == "m16n8k16":
+            return None
+        if a in FP8 and ins.shape == "m16n8k32":
+            return None  # two f16 MMAs on exactly converted elements, then an FADD
+        if a == "tf32" and ins.shape == "m16n8k8":
+            return None  # the tf32 wgmma model (blocks of 8)
     return f"{ins.text} on {ins.arch}: no sm_90 tensor-core instruction with its numerics"
 
 
-def device_reason() -> str | None:
-    """Why the default device cannot run the native path (None: it can)."""
+def _route(ins) -> str:
+    """How the kernel computes a step: ``"dot"`` (``jnp.dot`` of bf16/f16 elements),
+    ``"f16"`` (fp8 converted to f16, then ``jnp.dot``), ``"fp8"`` (the device's fp8
+    ``wgmma``, chained) or ``"tf32"``."""
+    if ins.atype in FP8:
+        return "fp8" if ins.opcode == "wgmma.mma_async" else "f16"
+    return "tf32" if ins.atype == "tf32" else "dot"
+
+
+def device_reason(ins=None) -> str | None:
+    """Why the default device cannot run the native path of ``ins`` (None: it can)."""
     if jax.default_backend() != "gpu":
         return f"the default backend is {jax.default_backend()!r}, not a GPU"
     dev = jax.devices()[0]
     cc = getattr(dev, "compute_capability", None)
     if cc is None or str(cc) not in ("9.0",):
         return f"{dev.device_kind} (compute capability {cc}) is not an sm_90 GPU"
+    if ins is not None and _route(ins) in ("fp8", "tf32"):
+        return _triton_dot.triton_reason()
     return None
 
 
@@ -107,7 +144,7 @@ def choose(executor: str, ins, promote_every=None) -> bool:
     if executor == "emulate":
         return False
     form = why_not(ins)
-    dev = device_reason()
+    dev = None if form else device_reason(ins)
     if executor == "native" and (form or dev):
         raise ValueError(
             f"executor='native': {ins.text} (arch {ins.arch}) cannot run natively here: "
@@ -168,40 +205,58 @@ def schedule(steps: int, promote_every, k: int, max_kt: int) -> Schedule:
     return Schedule(most, G // per_iter, tuple(pieces(rest, most)), group, 0, per_iter)
 
 
-def _dots(a_ref, b_ref, acc, start, counts, k: int):
+def _dots(a_ref, b_ref, acc, start, counts, k: int, route: str, zero=None):
     """``acc`` plus the dots of ``counts`` consecutive steps from step ``start``, each
-    fused with the accumulator as its C (the compiler chains ``acc + dot``)."""
+    fused with the accumulator as its C. ``"dot"``: the compiler chains ``acc +
+    jnp.dot``; ``"fp8"``/``"tf32"``: :func:`._triton_dot.chained_dot` (fp8: ``b_ref`` holds
+    B transposed, K-major as the fp8 ``wgmma`` reads both operands); ``"f16"`` (sm_90
+    ``mma.sync`` fp8): every step a chain from ``zero`` (a +0 the compiler cannot fold),
+    added into ``acc`` by one FADD."""
     for n in counts:
+        if route == "f16":
+            for _ in range(n):
+                at = start * k if isinstance(start, int) else pl.multiple_of(start * k, k)
+                ks = pl.ds(at, k)
+                part = zero + jnp.dot(a_ref[:, ks], b_ref[ks, :], preferred_element_type=F32)
+                acc = acc + part
+                start = start + 1
+            continue
         at = start * k if isinstance(start, int) else pl.multiple_of(start * k, k)
         ks = pl.ds(at, n * k)
-        acc = acc + jnp.dot(a_ref[:, ks], b_ref[ks, :], preferred_element_type=F32)
+        if route == "fp8":
+            acc = _triton_dot.chained_dot(a_ref[:, ks], b_ref[:, ks].T, acc)
+        elif route == "tf32":
+            acc = _triton_dot.chained_dot(a_ref[:, ks], b_ref[ks, :], acc, tf32=True)
+        else:
+            acc = acc + jnp.dot(a_ref[:, ks], b_ref[ks, :], preferred_element_type=F32)
         start = start + n
     return acc
 
 
-def _kernel(*refs, sch: Schedule, k: int, has_c: bool, shape):
+def _kernel(*refs, sch: Schedule, k: int, route: str, has_c: bool, shape):
     a_ref, b_ref, *rest = refs
     c_ref = rest.pop(0) if has_c else None
-    z_ref = rest.pop(0) if sch.group or sch.inner else None
+    z_ref = rest.pop(0) if _needs_zero(sch, route) else None
     (d_ref,) = rest
     acc = c_ref[...] if has_c else jnp.zeros(shape, F32)
     m = sch.most
-    if z_ref is None:
-        body = lambda t, acc: _dots(a_ref, b_ref, acc, t * m, (m,), k)  # noqa: E731
+    # a +0 the compiler cannot see: a group that is one dot from a literal zero would be
+    # folded into ``total + dot`` (the dot chained from the total, other bits)
+    zero = None if z_ref is None else jnp.full(shape, z_ref[0], F32)
+    dots = functools.partial(_dots, a_ref, b_ref, k=k, route=route, zero=zero)
+    if not (sch.group or sch.inner):
+        body = lambda t, acc: dots(acc, t * m, (m,))  # noqa: E731
         acc = lax.fori_loop(0, sch.loop, body, acc)
-        d = _dots(a_ref, b_ref, acc, sch.loop * m, sch.tail, k)
+        d = dots(acc, sch.loop * m, sch.tail)
     else:
-        # a +0 the compiler cannot see: a group that is one dot from a literal zero would
-        # be folded into ``total + dot`` (the dot chained from the total, other bits)
-        zero = jnp.full(shape, z_ref[0], F32)
         size = sch.inner * m + sum(sch.group)
 
         def group(first, inner, counts, total):
             part = zero
             if inner:
-                body = lambda t, p: _dots(a_ref, b_ref, p, first + t * m, (m,), k)  # noqa: E731
+                body = lambda t, p: dots(p, first + t * m, (m,))  # noqa: E731
                 part = lax.fori_loop(0, inner, body, part)
-            part = _dots(a_ref, b_ref, part, first + inner * m, counts, k)
+            part = dots(part, first + inner * m, counts)
             return total + part  # one FADD into the float32 total
 
         def groups(i, total):
@@ -217,6 +272,28 @@ def _kernel(*refs, sch: Schedule, k: int, has_c: bool, shape):
     d_ref[...] = jnp.where(d != d, jnp.int32(CANONICAL_NAN), bits)  # NaN: the model's NaN
 
 
+def _needs_zero(sch: Schedule, route: str) -> bool:
+    return bool(sch.group or sch.inner or route == "f16")
+
+
+def _interleave(K: int, k: int) -> np.ndarray:
+    """sm_90 ``mma.sync`` fp8: within each step of ``k`` columns, the columns of the first
+    f16 MMA (k % 4 in {0, 1}) before those of the second (k % 4 in {2, 3})."""
+    step = [j for j in range(k) if j % 4 < 2] + [j for j in range(k) if j % 4 >= 2]
+    return (np.arange(0, K, k)[:, None] + np.array(step)[None, :]).reshape(-1)
+
+
+#: bytes of an element in the kernel's dots, per route
+_BYTES = {"dot": 2, "f16": 2, "fp8": 1, "tf32": 4}
+
+
+def _tiles(route: str, promote_every) -> Tiles:
+    """:data:`TILES` (:data:`PROMOTED_TILES` with promotion) with K tiles of the same
+    bytes: twice as many fp8 columns, half as many tf32 ones."""
+    t = TILES if promote_every is None else PROMOTED_TILES
+    return dataclasses.replace(t, max_kt=t.max_kt * 2 // _BYTES[route])
+
+
 def gemm_bits(cfg, A, B, C, *, interpret=None, tiles: Tiles | None = None):
     """The bits of :func:`jaxmma.gemm._gemm.gemm_bits` through the device's tensor cores.
 
@@ -230,7 +307,8 @@ def gemm_bits(cfg, A, B, C, *, interpret=None, tiles: Tiles | None = None):
     if interpret is None:
         interpret = jax.default_backend() != "gpu"
     P = cfg.promote_every
-    t = tiles or (INTERPRET_TILES if interpret else TILES if P is None else PROMOTED_TILES)
+    route = _route(ins)
+    t = tiles or (INTERPRET_TILES if interpret else _tiles(route, P))
     shapes = [A.shape[:-2], B.shape[:-2]] + ([] if C is None else [C.shape[:-2]])
     lead = jnp.broadcast_shapes(*shapes)
     M, K = A.shape[-2:]
@@ -245,6 +323,11 @@ def gemm_bits(cfg, A, B, C, *, interpret=None, tiles: Tiles | None = None):
         x = jnp.pad(x, ((0, 0), (0, rows - shape[0]), (0, cols - shape[1])))
         if fmt == "f32":
             return lax.bitcast_convert_type(x, F32)
+        if fmt == "tf32":
+            return lax.bitcast_convert_type(x & jnp.uint32(TF32_MASK), F32)
+        if fmt in FP8:
+            v = lax.bitcast_convert_type(x.astype(jnp.uint8), _DTYPES[fmt])
+            return v.astype(jnp.float16) if route == "f16" else v  # exact in f16
         return lax.bitcast_convert_type(x.astype(jnp.uint16), _DTYPES[fmt])
 
     gi, gj = Mp // t.bm, Np // t.bn
@@ -260,20 +343,23 @@ def gemm_bits(cfg, A, B, C, *, interpret=None, tiles: Tiles | None = None):
     def at(kind):
         def index(z, p):
             i, j = tile(z, p)
-            return {"a": (z, i, 0), "b": (z, 0, j), "d": (z, i, j)}[kind]
+            return {"a": (z, i, 0), "b": (z, 0, j), "bt": (z, j, 0), "d": (z, i, j)}[kind]
 
         return index
 
     ops = [prep(A, (M, K), Mp, Kp, ins.atype), prep(B, (K, N), Kp, Np, ins.btype)]
-    specs = [
-        pl.BlockSpec((None, t.bm, Kp), at("a")),
-        pl.BlockSpec((None, Kp, t.bn), at("b")),
-    ]
+    specs = [pl.BlockSpec((None, t.bm, Kp), at("a")), pl.BlockSpec((None, Kp, t.bn), at("b"))]
+    if route == "fp8":  # B K-major: [N, K]
+        ops[1] = jnp.swapaxes(ops[1], -1, -2)
+        specs[1] = pl.BlockSpec((None, t.bn, Kp), at("bt"))
+    if route == "f16":  # the k of each f16 MMA contiguous
+        perm = _interleave(Kp, ins.k)
+        ops = [ops[0][..., perm], ops[1][:, perm, :]]
     d_spec = pl.BlockSpec((None, t.bm, t.bn), at("d"))
     if C is not None:
         ops.append(prep(C, (M, N), Mp, Np, "f32"))
         specs.append(d_spec)
-    if sch.group or sch.inner:
+    if _needs_zero(sch, route):
         ops.append(jnp.zeros((1,), F32))
         specs.append(pl.BlockSpec((1,), lambda z, p: (0,)))
     kwargs = {}
@@ -281,7 +367,9 @@ def gemm_bits(cfg, A, B, C, *, interpret=None, tiles: Tiles | None = None):
         kwargs["compiler_params"] = plgpu.CompilerParams(
             num_warps=t.num_warps, num_stages=t.num_stages
         )
-    kernel = functools.partial(_kernel, sch=sch, k=ins.k, has_c=C is not None, shape=(t.bm, t.bn))
+    kernel = functools.partial(
+        _kernel, sch=sch, k=ins.k, route=route, has_c=C is not None, shape=(t.bm, t.bn)
+    )
     d = pl.pallas_call(
         kernel,
         out_shape=jax.ShapeDtypeStruct((nb, Mp, Np), jnp.int32),
