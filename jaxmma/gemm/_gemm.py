@@ -41,7 +41,7 @@ from ..models import _models
 from ..operands import _operands, _quant, _scaling, _sparse
 from ..spec._ptx import shown as _shown
 from ..util import _errors, _ste
-from . import _kernel, _native, _options, _pallas
+from . import _block_scaled, _kernel, _native, _options, _pallas
 
 #: opcodes whose instruction is a matrix product
 PRODUCTS = ("mma", "wmma.mma", "wgmma.mma_async", "tcgen05.mma")
@@ -209,6 +209,8 @@ def gemm_bits(cfg: Config, A, B, C, *, scales=None):
         return _native.gemm_bits(cfg, A, B, C)
     if _pallas.use_kernel(cfg, scales):
         return _pallas.gemm_bits(cfg, A, B, C)
+    if _block_scaled.covers(cfg, scales):  # whole-GEMM block-scaled sums, the same bits
+        return _block_scaled.gemm_bits(cfg, A, B, C, scales)
     return xla_gemm_bits(cfg, A, B, C, scales=scales)
 
 

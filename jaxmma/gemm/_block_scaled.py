@@ -1,0 +1,81 @@
+"""The block-scaled GEMM executor: whole-GEMM formulations of the block-scaled models.
+
+:func:`jaxmma.gemm._gemm.xla_gemm_bits` chains :func:`jaxmma.models._models.mma_bits`
+over the k-steps, one ``[M, k] x [k, N]`` slab at a time; for the block-scaled forms
+that builds ``[M, N, k]``-sized intermediates per step. The forms :func:`covers` names
+run here instead, with the same bits (docs/block_scaling.md, "Which path computes a
+block-scaled GEMM"): ``kind::mxf4`` / ``kind::mxf4nvf4`` on
+:mod:`jaxmma.models._group_gemm`. :func:`path` forces either executor (tests and
+benchmarks); the bits do not depend on it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+import jax
+import jax.numpy as jnp
+
+from ..models import _group_gemm
+from ..operands import _scaling
+
+#: ``"auto"``: the forms :func:`covers` names run here; ``"emulate"``: none does
+MODE = "auto"
+MODES = ("auto", "emulate")
+
+
+@contextlib.contextmanager
+def path(mode: str):
+    """Run block-scaled GEMMs traced inside the block on ``mode`` (see :data:`MODE`).
+
+    JAX's caches of traced functions are cleared on entry and exit, so a function
+    traced under one mode is traced again under the other."""
+    global MODE
+    if mode not in MODES:
+        raise ValueError(f"mode: expected one of {', '.join(MODES)}, got {mode!r}")
+    old, MODE = MODE, mode
+    jax.clear_caches()
+    try:
+        yield
+    finally:
+        MODE = old
+        jax.clear_caches()
+
+
+def covers(cfg, scales) -> bool:
+    """Whether :func:`gemm_bits` computes this GEMM (a dense ``kind::mxf4*`` form without
+    promotion, while :data:`MODE` allows it)."""
+    return (
+        MODE == "auto"
+        and scales is not None
+        and cfg.promote_every is None
+        and _group_gemm.supports(cfg.ins)
+    )
+
+
+def _pad(x, axis: int, size: int, value: int):
+    pad = size - x.shape[axis]
+    if pad == 0:
+        return x
+    widths = [(0, 0)] * x.ndim
+    widths[axis] = (0, pad)
+    return jnp.pad(x, widths, constant_values=jnp.asarray(value, x.dtype))
+
+
+def gemm_bits(cfg, A, B, C, scales):
+    """:func:`jaxmma.gemm._gemm.xla_gemm_bits` for a :func:`covers` GEMM: the same
+    arguments (A, B, C raw bits with broadcasting leading dimensions, K of any size:
+    padded with +0 elements and scales of 1.0), the same bits."""
+    ins = cfg.ins
+    SA, SB = scales
+    lead = jnp.broadcast_shapes(*(x.shape[:-2] for x in (A, B, C, SA, SB)))
+    A, B, C, SA, SB = (jnp.broadcast_to(x, lead + x.shape[-2:]) for x in (A, B, C, SA, SB))
+    K = A.shape[-1]
+    S = max(1, -(-K // ins.k))
+    nblk = _scaling.num_blocks(ins)
+    one = {"ue8m0": 0x7F, "ue4m3": 0x38}[ins.stype]  # 1.0: scales of padded blocks
+    A = _pad(A, -1, S * ins.k, 0)
+    B = _pad(B, -2, S * ins.k, 0)
+    SA = _pad(SA, -1, S * nblk, one)
+    SB = _pad(SB, -2, S * nblk, one)
+    return _group_gemm.gemm_bits(ins, A, B, C, SA, SB)

@@ -1,0 +1,168 @@
+"""The whole-GEMM block-scaled executor (``gemm._block_scaled``) gives the bits of the
+per-step chain (``gemm._gemm.xla_gemm_bits`` through ``models.mma_bits``): raw uint32
+bits compared, NaN patterns, signed zeros and subnormals included."""
+
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import jaxmma
+from jaxmma.gemm import _block_scaled, _gemm
+
+NVFP4 = (
+    "mma.sync.aligned.m16n8k64.row.col.kind::mxf4nvf4.block_scale.scale_vec::4X"
+    ".f32.e2m1.e2m1.f32.ue4m3"
+)
+MXF4NVF4_2X = (
+    "mma.sync.aligned.m16n8k64.row.col.kind::mxf4nvf4.block_scale.scale_vec::2X"
+    ".f32.e2m1.e2m1.f32.ue8m0"
+)
+MXFP4 = (
+    "mma.sync.aligned.m16n8k64.row.col.kind::mxf4.block_scale.scale_vec::2X.f32.e2m1.e2m1.f32.ue8m0"
+)
+GROUP_FORMS = (NVFP4, MXF4NVF4_2X, MXFP4)
+
+SPECIAL_SCALES = np.array([0x00, 0x01, 0x38, 0x7F, 0x80, 0xB8, 0xFE, 0xFF], np.uint32)
+SPECIAL_C = np.array(
+    [0, 0x80000000, 0x7F800000, 0xFF800000, 0x7FC00001, 0xFFFFFFFF, 1, 0x80000001, 0x7F7FFFFF],
+    np.uint32,
+)
+
+
+def _cfg(text):
+    return _gemm.config(jaxmma.instruction(text, arch="sm_120a"))
+
+
+@functools.cache
+def _programs(text):
+    """(fast, reference) compiled once per form."""
+    cfg = _cfg(text)
+    assert _block_scaled.covers(cfg, ((), ()))
+
+    def fast(A, B, C, SA, SB):
+        return _gemm.gemm_bits(cfg, A, B, C, scales=(SA, SB))
+
+    def ref(A, B, C, SA, SB):
+        return _gemm.xla_gemm_bits(cfg, A, B, C, scales=(SA, SB))
+
+    return jax.jit(fast), jax.jit(ref)
+
+
+def _operands(text, rng, lead, M, N, K):
+    """Raw-bit operands with the hard cases: every e2m1 code, zero and -0 blocks,
+    cancelling groups, NaN / zero / subnormal / saturating scales, C with NaN, Inf,
+    subnormals, -0 and large values that swallow the groups."""
+    ins = jaxmma.instruction(text, arch="sm_120a")
+    nblk = -(-K // ins.k) * jaxmma.layouts.num_blocks(ins)
+    A = rng.integers(0, 16, lead + (M, K), dtype=np.uint32)
+    B = rng.integers(0, 16, lead + (K, N), dtype=np.uint32)
+    A[..., : M // 4, :16] = 0  # whole groups of zero products
+    A[..., M // 4 : M // 2, 16:32] = 0x8  # -0
+    rows = B[..., 32:64, : N // 3]
+    rows[...] = rng.choice(np.array([1, 9], np.uint32), rows.shape)  # cancelling groups
+    A[..., -1, :] = np.arange(K) % 16  # every code against every code
+    B[..., :, -1] = (np.arange(K) // 4) % 16
+    if "ue4m3" in text:
+        SA = rng.integers(0x20, 0x50, lead + (M, nblk), dtype=np.uint32)
+        SB = rng.integers(0x20, 0x50, lead + (nblk, N), dtype=np.uint32)
+    else:
+        SA = rng.integers(110, 140, lead + (M, nblk), dtype=np.uint32)
+        SB = rng.integers(110, 140, lead + (nblk, N), dtype=np.uint32)
+    wild_a = rng.random(SA.shape) < 0.1
+    wild_b = rng.random(SB.shape) < 0.1
+    SA[wild_a] = rng.choice(SPECIAL_SCALES, wild_a.sum())
+    SB[wild_b] = rng.choice(SPECIAL_SCALES, wild_b.sum())
+    SA[..., 1, :] = rng.integers(0, 256, SA.shape[-1])  # full range: truncated groups
+    C = rng.standard_normal(lead + (M, N)).astype(np.float32)
+    C *= rng.choice(np.array([0, 1e-40, 1e-6, 1, 1e4, 1e37], np.float32), C.shape)
+    C = C.view(np.uint32)
+    special = rng.random(C.shape) < 0.1
+    C[special] = rng.choice(SPECIAL_C, special.sum())
+    C[..., 2, :] = rng.integers(0, 2**32, N, dtype=np.uint64).astype(np.uint32)
+    A[..., 3, :] = 0  # C alone: subnormal C passes through the chain
+    C[..., 3, :] = rng.integers(1, 1 << 23, N, dtype=np.uint32) | np.uint32(0x80000000) * (
+        np.arange(N) % 2 == 0
+    )
+    return A, B, C, SA, SB
+
+
+def _same(text, A, B, C, SA, SB):
+    fast, ref = _programs(text)
+    got = np.asarray(fast(A, B, C, SA, SB))
+    want = np.asarray(ref(A, B, C, SA, SB))
+    assert got.dtype == np.uint32 and got.shape == want.shape
+    np.testing.assert_array_equal(got, want)
+    return got
+
+
+@pytest.mark.every_case
+@pytest.mark.parametrize("text", GROUP_FORMS)
+def test_group_forms_give_the_per_step_bits(text):
+    rng = np.random.default_rng(35)
+    got = _same(text, *_operands(text, rng, (2,), 24, 40, 320))
+    f = got.view(np.float32)
+    assert np.isnan(f).any() and np.isinf(f).any() and (got == 0x80000000).sum() == 0
+    assert (np.abs(f[np.isfinite(f)]) < 2.0**-126).any()  # subnormal results
+
+
+@pytest.mark.every_case
+@pytest.mark.parametrize("K", [1, 40, 64, 130])
+def test_ragged_k_is_padded_as_the_chain_pads_it(K):
+    rng = np.random.default_rng(K)
+    _same(NVFP4, *_operands(NVFP4, rng, (), 17, 9, K))
+
+
+def test_broadcast_batch_dimensions():
+    rng = np.random.default_rng(3)
+    A, B, C, SA, SB = _operands(MXFP4, rng, (3,), 16, 8, 128)
+    _same(MXFP4, A[:1], B, C, SA[:1], SB)  # A and its scales broadcast over B's batch
+
+
+def test_vmap_and_jit_give_the_same_bits():
+    rng = np.random.default_rng(4)
+    A, B, C, SA, SB = _operands(NVFP4, rng, (3,), 16, 16, 128)
+    cfg = _cfg(NVFP4)
+    one = lambda *x: _gemm.gemm_bits(cfg, x[0], x[1], x[2], scales=x[3:])  # noqa: E731
+    batched = jax.jit(jax.vmap(one))(A, B, C, SA, SB)
+    np.testing.assert_array_equal(
+        np.asarray(batched), np.asarray(_programs(NVFP4)[1](A, B, C, SA, SB))
+    )
+
+
+def test_saturated_products_and_extreme_scales():
+    """Every product 6 * 6 and the largest scales: the group sums at their bounds."""
+    M, N, K = 8, 8, 128
+    A = np.full((M, K), 7, np.uint32)  # 6.0
+    B = np.full((K, N), 7, np.uint32)
+    B[:, ::2] = 15  # -6.0
+    C = np.zeros((M, N), np.uint32)
+    for text, top in ((NVFP4, 0x7E), (MXFP4, 0xFE)):
+        nblk = K // 64 * jaxmma.layouts.num_blocks(jaxmma.instruction(text, arch="sm_120a"))
+        SA = np.full((M, nblk), top, np.uint32)
+        SB = np.full((nblk, N), top, np.uint32)
+        SB[0] = 0x01
+        _same(text, A, B, C, SA, SB)
+
+
+def test_matmul_takes_the_fast_path_with_the_same_values():
+    """Through the public matmul (f32 inputs quantized inside): the executor is chosen
+    automatically, and forcing the per-step chain gives the same values."""
+    kx, ky = jax.random.split(jax.random.key(0))
+    x = jax.random.normal(kx, (32, 200), jnp.float32)
+    w = jax.random.normal(ky, (200, 24), jnp.float32)
+    run = lambda: np.asarray(  # noqa: E731
+        jax.jit(lambda x, w: jaxmma.matmul(x, w, instruction=NVFP4, arch="sm_120a"))(x, w)
+    )
+    fast = run()
+    with _block_scaled.path("emulate"):
+        slow = run()
+    np.testing.assert_array_equal(fast.view(np.uint32), slow.view(np.uint32))
+
+
+def test_path_rejects_unknown_modes():
+    with pytest.raises(ValueError, match="mode: expected one of auto, emulate"):
+        with _block_scaled.path("fast"):
+            pass
