@@ -83,13 +83,16 @@ def main():
         f"median of {args.repeat} calls (ms), first call incl. compile (s)\n"
     )
     print("| size | form | old ms | new ms | old / new | new first s | quantizers ms "
-          "| jnp.dot f32 ms | new / dot | same bits |")  # fmt: skip
-    print("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |")
+          "| jnp.dot f32 ms | new / dot | jnp.dot bf16 ms | new / bf16 | same bits |")  # fmt: skip
+    print("| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |")
     for n in sizes:
         kx, ky = jax.random.split(jax.random.key(n))
         x = jax.random.normal(kx, (n, n), jnp.float32)
         w = jax.random.normal(ky, (n, n), jnp.float32)
         _, _, dot = _time(jax.jit(lambda a, b: a @ b), (x, w), args.repeat)
+        x16, w16 = x.astype(jnp.bfloat16), w.astype(jnp.bfloat16)
+        bf16 = jax.jit(lambda a, b: jnp.dot(a, b, preferred_element_type=jnp.float32))
+        _, _, dot16 = _time(bf16, (x16, w16), args.repeat)
         for name in args.forms.split(","):
             text = FORMS[name]
             _, _, tq = _time(_quantizer(text), (x, w), args.repeat)
@@ -100,7 +103,8 @@ def main():
             print(
                 f"| {n}^3 | {name} | {t_old * 1e3:,.1f} | {t_new * 1e3:,.1f} | "
                 f"{t_old / t_new:.1f}x | {first:.2f} | {tq * 1e3:.1f} | {dot * 1e3:.1f} | "
-                f"{t_new / dot:.1f}x | {'yes' if same else 'NO'} |",
+                f"{t_new / dot:.1f}x | {dot16 * 1e3:.2f} | {t_new / dot16:.0f}x | "
+                f"{'yes' if same else 'NO'} |",
                 flush=True,
             )
 

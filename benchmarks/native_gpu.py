@@ -232,6 +232,11 @@ TUNE_PROMOTED = [
 ]
 
 
+def _raw(x):
+    u = {1: jnp.uint8, 2: jnp.uint16, 4: jnp.uint32}[x.dtype.itemsize]
+    return jax.lax.bitcast_convert_type(x, u).astype(jnp.uint32)
+
+
 def tune(candidates, families, n=4096):
     """Each tiling on the native kernel at n^3 beside jnp.dot; returns the fastest over
     the families (by the worst ratio to jnp.dot) with bits equal to the first tiling's."""
@@ -244,8 +249,7 @@ def tune(candidates, families, n=4096):
         cfg = _layer.config(text, arch, P)
         A = jnp.asarray(_elements(rng, ins.atype, (n, n), "normal"))
         B = jnp.asarray(_elements(rng, ins.btype, (n, n), "normal"))
-        bits = lambda x: jax.lax.bitcast_convert_type(x, jnp.uint16).astype(jnp.uint32)  # noqa: E731
-        Ab, Bb = bits(A), bits(B)
+        Ab, Bb = _raw(A), _raw(B)
         dot = jax.jit(_dot)
         fns, ref = {"dot": lambda a, b, A=A, B=B, dot=dot: dot(A, B)}, None  # same values
         for cand in candidates:
@@ -272,6 +276,31 @@ def tune(candidates, families, n=4096):
     best = min((c for c in ratios if len(ratios[c]) == len(families)), key=lambda c: max(ratios[c]))
     print(f"fastest tiling (worst ratio {max(ratios[best]):.2f} x jnp.dot): {best}")
     return _native.Tiles(*best)
+
+
+#: tilings tried by --tune-routes, per (route, promoted): (families, candidates)
+TUNE_ROUTES = {
+    ("fp8", False): (("wgmma e4m3",), [
+        (128, 256, 128, 8, 4, 8), (128, 256, 128, 8, 3, 8), (128, 256, 64, 8, 4, 8),
+        (256, 128, 128, 8, 4, 8), (128, 128, 128, 8, 4, 8),
+    ]),
+    ("fp8", True): (("wgmma e4m3 P4",), [
+        (64, 128, 128, 4, 4, 8), (128, 128, 128, 8, 4, 8), (64, 256, 128, 8, 4, 8),
+        (128, 256, 128, 8, 3, 8), (128, 128, 64, 4, 4, 8),
+    ]),
+    ("f16", True): (("mma.sync e4m3",), [
+        (64, 128, 64, 4, 4, 8), (128, 128, 64, 8, 4, 8), (128, 128, 64, 4, 4, 8),
+        (64, 256, 64, 8, 4, 8), (128, 128, 128, 8, 3, 8), (64, 128, 128, 4, 3, 8),
+    ]),
+    ("tf32", False): (("wgmma tf32",), [
+        (128, 256, 32, 8, 4, 8), (128, 128, 32, 8, 4, 8), (128, 256, 16, 8, 4, 8),
+        (128, 128, 64, 8, 3, 8), (64, 256, 32, 4, 4, 8),
+    ]),
+    ("tf32", True): (("mma.sync tf32 P2",), [
+        (64, 128, 32, 4, 4, 8), (128, 128, 32, 8, 4, 8), (128, 128, 16, 8, 4, 8),
+        (64, 256, 32, 8, 4, 8),
+    ]),
+}  # fmt: skip
 
 
 def timings(sizes=(1024, 4096)):
@@ -437,6 +466,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--bits", action="store_true", help="check bits only")
     ap.add_argument("--tune", action="store_true", help="time the tilings first")
+    ap.add_argument("--tune-routes", action="store_true", help="time the fp8/tf32 tilings")
     ap.add_argument("--forms", help="comma-separated families to check and time (default: all)")
     ap.add_argument("--library", action="store_true", help="compare with cuBLAS (PyTorch)")
     args = ap.parse_args()
@@ -450,7 +480,13 @@ def main():
     if args.tune:
         _native.TILES = tune(TUNE, ("wgmma bf16",))
         _native.PROMOTED_TILES = tune(TUNE_PROMOTED, ("wgmma bf16 P4", "mma.sync f16 P2"))
+    if args.tune_routes:
+        for key, (families, cands) in TUNE_ROUTES.items():
+            if all(f in FORMS for f in families):
+                _native.ROUTE_TILES[key] = tune(cands, families)
     print(f"tiling: {_native.TILES}; promoted: {_native.PROMOTED_TILES}", flush=True)
+    for key, t in _native.ROUTE_TILES.items():
+        print(f"tiling of {key}: {t}", flush=True)
     bad = check_bits()
     print(f"differing elements in all: {bad}", flush=True)
     bad = check_options()

@@ -209,7 +209,7 @@ def _dots(a_ref, b_ref, acc, start, counts, k: int, route: str, zero=None):
     """``acc`` plus the dots of ``counts`` consecutive steps from step ``start``, each
     fused with the accumulator as its C. ``"dot"``: the compiler chains ``acc +
     jnp.dot``; ``"fp8"``/``"tf32"``: :func:`._triton_dot.chained_dot` (fp8: ``b_ref`` holds
-    B transposed, K-major as the fp8 ``wgmma`` reads both operands); ``"f16"`` (sm_90
+    B transposed, K-major as the fp8 and tf32 ``wgmma`` read both operands); ``"f16"`` (sm_90
     ``mma.sync`` fp8): every step a chain from ``zero`` (a +0 the compiler cannot fold),
     added into ``acc`` by one FADD."""
     for n in counts:
@@ -226,7 +226,7 @@ def _dots(a_ref, b_ref, acc, start, counts, k: int, route: str, zero=None):
         if route == "fp8":
             acc = _triton_dot.chained_dot(a_ref[:, ks], b_ref[:, ks].T, acc)
         elif route == "tf32":
-            acc = _triton_dot.chained_dot(a_ref[:, ks], b_ref[ks, :], acc, tf32=True)
+            acc = _triton_dot.chained_dot(a_ref[:, ks], b_ref[:, ks].T, acc, tf32=True)
         else:
             acc = acc + jnp.dot(a_ref[:, ks], b_ref[ks, :], preferred_element_type=F32)
         start = start + n
@@ -287,10 +287,23 @@ def _interleave(K: int, k: int) -> np.ndarray:
 _BYTES = {"dot": 2, "f16": 2, "fp8": 1, "tf32": 4}
 
 
+#: tilings by route and promotion where they differ from :func:`_tiles`' rule: the
+#: fastest of those ``benchmarks/native_gpu.py --tune-routes`` tries (H200, 4096^3)
+ROUTE_TILES: dict[tuple[str, bool], Tiles] = {
+    ("fp8", False): Tiles(bm=128, bn=256, max_kt=128, num_warps=8, num_stages=3, group_m=8),
+    ("fp8", True): Tiles(bm=64, bn=128, max_kt=128, num_warps=4, num_stages=4, group_m=8),
+    ("tf32", True): Tiles(bm=128, bn=128, max_kt=16, num_warps=8, num_stages=4, group_m=8),
+}
+
+
 def _tiles(route: str, promote_every) -> Tiles:
-    """:data:`TILES` (:data:`PROMOTED_TILES` with promotion) with K tiles of the same
-    bytes: twice as many fp8 columns, half as many tf32 ones."""
-    t = TILES if promote_every is None else PROMOTED_TILES
+    """The tiling of a route: :data:`ROUTE_TILES`, else :data:`TILES` (with promotion and
+    on the ``"f16"`` route, whose every step is promoted: :data:`PROMOTED_TILES`) with K
+    tiles of the same bytes (twice as many fp8 columns, half as many tf32 ones)."""
+    promoted = promote_every is not None or route == "f16"
+    if (route, promoted) in ROUTE_TILES:
+        return ROUTE_TILES[route, promoted]
+    t = PROMOTED_TILES if promoted else TILES
     return dataclasses.replace(t, max_kt=t.max_kt * 2 // _BYTES[route])
 
 
@@ -349,7 +362,7 @@ def gemm_bits(cfg, A, B, C, *, interpret=None, tiles: Tiles | None = None):
 
     ops = [prep(A, (M, K), Mp, Kp, ins.atype), prep(B, (K, N), Kp, Np, ins.btype)]
     specs = [pl.BlockSpec((None, t.bm, Kp), at("a")), pl.BlockSpec((None, Kp, t.bn), at("b"))]
-    if route == "fp8":  # B K-major: [N, K]
+    if route in ("fp8", "tf32"):  # B K-major, [N, K]: wgmma transposes only 16-bit types
         ops[1] = jnp.swapaxes(ops[1], -1, -2)
         specs[1] = pl.BlockSpec((None, t.bn, Kp), at("bt"))
     if route == "f16":  # the k of each f16 MMA contiguous
