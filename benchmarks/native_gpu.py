@@ -145,7 +145,14 @@ OPTIONS = [
 ]  # fmt: skip
 
 #: forms the options are checked on (each option is a chain of the form underneath)
-OPTION_FORMS = ("wgmma bf16", "mma.sync f16 P2", "wgmma e4m3", "wgmma e5m2xe4m3 P4", "wgmma tf32")
+OPTION_FORMS = (
+    "wgmma bf16",
+    "mma.sync f16 P2",
+    "wgmma e4m3",
+    "wgmma e5m2xe4m3 P4",
+    "wgmma tf32",
+    "mma.sync e4m3",
+)
 
 
 def _scales(rng, kind, M, K, N):

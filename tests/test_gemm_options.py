@@ -378,6 +378,20 @@ def test_block_scales_with_batched_a():
     assert np.array_equal(np.asarray(got), np.einsum("zmk,kn->zmn", ea, eb).astype(np.float32))
 
 
+def test_block_scales_batched_for_a_only():
+    # per-batch activation scales [2, M, G] beside unbatched weight scales [G, N / 128]
+    rng = np.random.default_rng(8)
+    A = jnp.asarray(rng.integers(-4, 5, (2, 24, 300)), jnp.bfloat16)
+    B = jnp.asarray(rng.integers(-4, 5, (300, 40)), jnp.bfloat16)
+    sa = np.exp2(rng.integers(-3, 4, (2, 24, 3))).astype(np.float32)
+    sb = np.exp2(rng.integers(-3, 4, (3, 1))).astype(np.float32)
+    got = jaxmma.matmul(A, B, instruction=BF16, arch=ARCH, scale_a=sa, scale_b=sb)
+    ea = np.asarray(A, np.float64) * np.repeat(sa, 128, axis=2)[:, :, :300]
+    eb = np.asarray(B, np.float64) * np.repeat(np.repeat(sb, 128, axis=0), 128, axis=1)[:300, :40]
+    assert got.shape == (2, 24, 40)
+    assert np.array_equal(np.asarray(got), np.einsum("zmk,kn->zmn", ea, eb).astype(np.float32))
+
+
 def test_scaled_c_enters_the_epilogue():
     A, B = _operands(jnp.float8_e4m3fn, 128, seed=34, scale=2.0)
     sa, sb = _scales((), 35), _scales((), 36)

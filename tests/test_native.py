@@ -243,6 +243,29 @@ def test_kernel_options_chain_through_the_native_kernel(P, options):
         A, B, C, instruction=MMA_BF16, arch="sm_90", promote_every=P, executor="emulate",
         scale_a=sa, scale_b=sb, **kw,
     )  # fmt: skip
-    assert calls and all(calls)  # every chain ran on the native kernel
+    if sa is None:
+        assert calls and all(calls)  # every chain ran on the native kernel
+    else:
+        assert not calls  # the block recipe: groups and scales in one kernel (block_bits)
     np.testing.assert_array_equal(np.asarray(got).view(np.uint32), np.asarray(want).view(np.uint32))
     assert float(jnp.max(jnp.abs(want))) > 50
+
+
+@pytest.mark.parametrize("text, arch", [(WGMMA_E4M3, "sm_90a"), (MMA_E4M3, "sm_90")])
+def test_block_recipe_in_one_kernel_matches_the_emulation(text, arch):
+    # DeepSeek-V3 block scales: per 128-wide group a chain from +0, FMUL of the scales,
+    # one FFMA into the total (K = 300 pads the last group, batch dimensions broadcast)
+    rng = np.random.default_rng(5)
+    A = jnp.asarray(rng.integers(-4, 5, (2, 40, 300)), jnp.float8_e4m3fn)
+    B = jnp.asarray(rng.integers(-4, 5, (300, 136)), jnp.float8_e4m3fn)
+    sa = jnp.asarray(np.exp2(rng.integers(-9, 9, (2, 40, 3))) * 1.25, jnp.float32)
+    sb = jnp.asarray(np.exp2(rng.integers(-9, 9, (3, 2))) * 0.75, jnp.float32)
+    got = _native.block_bits(_gemm.config(text, arch), _bits(A), _bits(B), sa, sb, interpret=True)
+    want = jaxmma.matmul(
+        A, B, instruction=text, arch=arch, scale_a=sa, scale_b=sb, executor="emulate"
+    )
+    np.testing.assert_array_equal(
+        np.asarray(got), np.asarray(jax.lax.bitcast_convert_type(want, jnp.uint32))
+    )
+    # the scale products are rounded: one separate multiply and add per group differs
+    assert len(np.unique(np.asarray(got))) > 1000

@@ -19,7 +19,7 @@ from ..bits import _formats, _packing, _values
 from ..models import _models
 from ..operands import _operands
 from ..util import _ste
-from . import _epilogue, _recipes, _split
+from . import _epilogue, _native, _recipes, _split
 from ._options import KernelOptions
 
 F32 = jnp.float32
@@ -72,7 +72,9 @@ def _bits_forward(cfg, opts, kind, chain, A, B, C, SA, SB, key):
     in_chain = opts.epilogue is None and C is not None
     C0 = _operands.to_bits(ins, ins.ctype, C, "C") if in_chain else zero
     C0 = jnp.broadcast_to(C0, shape)
-    if kind == "block":
+    if kind == "block" and cfg.native and 0 not in shape + Ab.shape[-1:]:
+        acc, acc_type = _native.block_bits(cfg, Ab, Bb, SA, SB), "f32"  # one kernel
+    elif kind == "block":
         acc, acc_type = _recipes.block_bits(run, Ab, Bb, zero, SA, SB), "f32"
     elif opts.splits:
         T = opts.k_tile or ins.k

@@ -19,7 +19,7 @@ accumulators, with or without ``promote_every``:
   same model): ``jnp.dot`` of the element dtypes;
 - fp8 ``wgmma`` (e4m3/e5m2, all four mixes): the device's fp8 ``wgmma`` with the
   accumulator kept in the tensor core across instructions
-  (:func:`jaxmma.gemm._triton_dot.chained_dot`; JAX's own ``jnp.dot`` lowering splits the
+  (:func:`jaxmma.gemm._triton_ops.chained_dot`; JAX's own ``jnp.dot`` lowering splits the
   chain after every instruction);
 - fp8 ``mma.sync`` m16n8k32 on sm_90, which the compiler runs as two f16 MMAs over
   interleaved k from +0 and one FADD of C per step (:func:`jaxmma.models._models.sm90_fp8`):
@@ -45,7 +45,7 @@ from jax import lax
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import triton as plgpu
 
-from . import _triton_dot
+from . import _recipes, _triton_ops
 
 F32 = jnp.float32
 EXECUTORS = ("auto", "native", "emulate")
@@ -132,7 +132,7 @@ def device_reason(ins=None) -> str | None:
     if cc is None or str(cc) not in ("9.0",):
         return f"{dev.device_kind} (compute capability {cc}) is not an sm_90 GPU"
     if ins is not None and _route(ins) in ("fp8", "tf32"):
-        return _triton_dot.triton_reason()
+        return _triton_ops.triton_reason()
     return None
 
 
@@ -208,7 +208,7 @@ def schedule(steps: int, promote_every, k: int, max_kt: int) -> Schedule:
 def _dots(a_ref, b_ref, acc, start, counts, k: int, route: str, zero=None):
     """``acc`` plus the dots of ``counts`` consecutive steps from step ``start``, each
     fused with the accumulator as its C. ``"dot"``: the compiler chains ``acc +
-    jnp.dot``; ``"fp8"``/``"tf32"``: :func:`._triton_dot.chained_dot` (fp8: ``b_ref`` holds
+    jnp.dot``; ``"fp8"``/``"tf32"``: :func:`._triton_ops.chained_dot` (fp8: ``b_ref`` holds
     B transposed, K-major as the fp8 and tf32 ``wgmma`` read both operands); ``"f16"`` (sm_90
     ``mma.sync`` fp8): every step a chain from ``zero`` (a +0 the compiler cannot fold),
     added into ``acc`` by one FADD."""
@@ -224,18 +224,19 @@ def _dots(a_ref, b_ref, acc, start, counts, k: int, route: str, zero=None):
         at = start * k if isinstance(start, int) else pl.multiple_of(start * k, k)
         ks = pl.ds(at, n * k)
         if route == "fp8":
-            acc = _triton_dot.chained_dot(a_ref[:, ks], b_ref[:, ks].T, acc)
+            acc = _triton_ops.chained_dot(a_ref[:, ks], b_ref[:, ks].T, acc)
         elif route == "tf32":
-            acc = _triton_dot.chained_dot(a_ref[:, ks], b_ref[:, ks].T, acc, tf32=True)
+            acc = _triton_ops.chained_dot(a_ref[:, ks], b_ref[:, ks].T, acc, tf32=True)
         else:
             acc = acc + jnp.dot(a_ref[:, ks], b_ref[ks, :], preferred_element_type=F32)
         start = start + n
     return acc
 
 
-def _kernel(*refs, sch: Schedule, k: int, route: str, has_c: bool, shape):
+def _kernel(*refs, sch: Schedule, k: int, route: str, has_c: bool, scaled: bool, shape):
     a_ref, b_ref, *rest = refs
     c_ref = rest.pop(0) if has_c else None
+    sa_ref, sb_ref = (rest.pop(0), rest.pop(0)) if scaled else (None, None)
     z_ref = rest.pop(0) if _needs_zero(sch, route) else None
     (d_ref,) = rest
     acc = c_ref[...] if has_c else jnp.zeros(shape, F32)
@@ -257,7 +258,11 @@ def _kernel(*refs, sch: Schedule, k: int, route: str, has_c: bool, shape):
                 body = lambda t, p: dots(p, first + t * m, (m,))  # noqa: E731
                 part = lax.fori_loop(0, inner, body, part)
             part = dots(part, first + inner * m, counts)
-            return total + part  # one FADD into the float32 total
+            if not scaled:
+                return total + part  # one FADD into the float32 total
+            g = first // size  # the block recipe: FMUL of the group's scales, one FFMA
+            s = sa_ref[:, pl.ds(g, 1)] * sb_ref[pl.ds(g, 1), :]
+            return _triton_ops.ffma(part, s, total)
 
         def groups(i, total):
             for g in range(sch.per_iter):
@@ -307,22 +312,24 @@ def _tiles(route: str, promote_every) -> Tiles:
     return dataclasses.replace(t, max_kt=t.max_kt * 2 // _BYTES[route])
 
 
-def gemm_bits(cfg, A, B, C, *, interpret=None, tiles: Tiles | None = None):
+def gemm_bits(cfg, A, B, C, *, interpret=None, tiles: Tiles | None = None, block_scales=None):
     """The bits of :func:`jaxmma.gemm._gemm.gemm_bits` through the device's tensor cores.
 
     ``A [..., M, K]``, ``B [..., K, N]``, ``C [..., M, N]`` raw bits (uint32) of a form
     :func:`why_not` accepts; ``C`` None is +0 (nothing to read). ``interpret``: Pallas
     interpret mode (default: off a GPU), where ``jnp.dot`` is the host's and gives the
     model's bits only when every sum is exact. ``tiles``: the tiling (default
-    :data:`TILES`, :data:`INTERPRET_TILES` interpreted).
+    :data:`TILES`, :data:`INTERPRET_TILES` interpreted). ``block_scales``: see
+    :func:`block_bits` (which pads K and passes them).
     """
     ins = cfg.ins
     if interpret is None:
         interpret = jax.default_backend() != "gpu"
-    P = cfg.promote_every
+    P = cfg.promote_every if block_scales is None else _recipes.GROUP // ins.k
     route = _route(ins)
     t = tiles or (INTERPRET_TILES if interpret else _tiles(route, P))
     shapes = [A.shape[:-2], B.shape[:-2]] + ([] if C is None else [C.shape[:-2]])
+    shapes += [x.shape[:-2] for x in block_scales or ()]
     lead = jnp.broadcast_shapes(*shapes)
     M, K = A.shape[-2:]
     N = B.shape[-1]
@@ -372,6 +379,11 @@ def gemm_bits(cfg, A, B, C, *, interpret=None, tiles: Tiles | None = None):
     if C is not None:
         ops.append(prep(C, (M, N), Mp, Np, "f32"))
         specs.append(d_spec)
+    if block_scales is not None:
+        sa, sb = block_scales
+        G = sa.shape[-1]
+        ops += [prep(sa, (M, G), Mp, G, "f32"), prep(sb, (G, N), G, Np, "f32")]
+        specs += [pl.BlockSpec((None, t.bm, G), at("a")), pl.BlockSpec((None, G, t.bn), at("b"))]
     if _needs_zero(sch, route):
         ops.append(jnp.zeros((1,), F32))
         specs.append(pl.BlockSpec((1,), lambda z, p: (0,)))
@@ -381,7 +393,13 @@ def gemm_bits(cfg, A, B, C, *, interpret=None, tiles: Tiles | None = None):
             num_warps=t.num_warps, num_stages=t.num_stages
         )
     kernel = functools.partial(
-        _kernel, sch=sch, k=ins.k, route=route, has_c=C is not None, shape=(t.bm, t.bn)
+        _kernel,
+        sch=sch,
+        k=ins.k,
+        route=route,
+        has_c=C is not None,
+        scaled=block_scales is not None,
+        shape=(t.bm, t.bn),
     )
     d = pl.pallas_call(
         kernel,
@@ -394,3 +412,22 @@ def gemm_bits(cfg, A, B, C, *, interpret=None, tiles: Tiles | None = None):
     )(*ops)
     bits = lax.bitcast_convert_type(d[:, :M, :N], jnp.uint32)
     return bits.reshape(lead + (M, N))
+
+
+def block_bits(cfg, Ab, Bb, scale_a, scale_b, *, interpret=None, tiles: Tiles | None = None):
+    """The block recipe's f32 total (:func:`jaxmma.gemm._recipes.block_bits`) in one
+    kernel: per 128-wide K group the chain from +0, then ``total = fma(P_g, f32(sa[i, g]
+    * sb[g, j // 128]), total)`` (FMUL, then FFMA, each rounded once) from +0.
+
+    ``Ab [..., M, K]``, ``Bb [..., K, N]`` raw bits; ``scale_a [..., M, G]``, ``scale_b
+    [..., G, ceil(N / 128)]`` float32 (G = ceil(K / 128)). K is padded with +0 to G * 128
+    as the emulation pads it (all its steps run).
+    """
+    GROUP = _recipes.GROUP
+    K, N = Ab.shape[-1], Bb.shape[-1]
+    G = -(-K // GROUP)
+    Ab = jnp.pad(Ab, [(0, 0)] * (Ab.ndim - 1) + [(0, G * GROUP - K)])
+    Bb = jnp.pad(Bb, [(0, 0)] * (Bb.ndim - 2) + [(0, G * GROUP - K), (0, 0)])
+    sa = _recipes.bits(scale_a)
+    sb = jnp.repeat(_recipes.bits(scale_b), GROUP, axis=-1)[..., :N]
+    return gemm_bits(cfg, Ab, Bb, None, interpret=interpret, tiles=tiles, block_scales=(sa, sb))

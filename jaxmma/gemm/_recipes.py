@@ -56,14 +56,15 @@ def recipe(scale_a, scale_b, M: int, K: int, N: int) -> str | None:
     )
 
 
-def _bits(x):
+def bits(x):
+    """float32 values -> their uint32 bits."""
     return jax.lax.bitcast_convert_type(jnp.asarray(x, jnp.float32), jnp.uint32)
 
 
 def scale_bits(kind: str, scale_a, scale_b) -> tuple:
     """The f32 factors that multiply the accumulator, in order (broadcastable to
     ``[..., M, N]``): ``(f32(sa * sb),)`` per tensor, ``(sb, sa)`` row-wise."""
-    sa, sb = _bits(scale_a), _bits(scale_b)
+    sa, sb = bits(scale_a), bits(scale_b)
     if kind == "row":
         return (sb, sa)
     return (_ieee.fmul_f32(sa, sb),)
@@ -91,8 +92,11 @@ def block_bits(chain, Ab, Bb, zero, scale_a, scale_b):
     a = jnp.moveaxis(Ab.reshape(Ab.shape[:-1] + (G, GROUP)), -2, 0)  # [G, ..., M, 128]
     b = jnp.moveaxis(Bb.reshape(Bb.shape[:-2] + (G, GROUP, N)), -3, 0)  # [G, ..., 128, N]
     P = chain(a, b, jnp.broadcast_to(zero, (G,) + zero.shape))  # [G, ..., M, N]
-    sa = jnp.moveaxis(_bits(scale_a), -1, 0)[..., None]  # [G, ..., M, 1]
-    sb = jnp.repeat(_bits(scale_b), GROUP, axis=-1)[..., :N]  # [..., G, N]
+    lead = Ab.shape[:-2]  # scales with fewer batch dimensions than A and B: broadcast
+    scale_a = jnp.broadcast_to(scale_a, lead + jnp.shape(scale_a)[-2:])
+    scale_b = jnp.broadcast_to(scale_b, lead + jnp.shape(scale_b)[-2:])
+    sa = jnp.moveaxis(bits(scale_a), -1, 0)[..., None]  # [G, ..., M, 1]
+    sb = jnp.repeat(bits(scale_b), GROUP, axis=-1)[..., :N]  # [..., G, N]
     sb = jnp.moveaxis(sb, -2, 0)[..., None, :]  # [G, ..., 1, N]
     s = _ieee.fmul_f32(sa, sb)
 

@@ -1,6 +1,8 @@
-"""One tensor-core chain for the native executor's Pallas kernels: ``acc + a @ b`` as a
-single Triton ``tt.dot`` with ``acc`` as its C operand, and the accumulation setting that
-JAX's own ``jnp.dot`` lowering leaves at the compiler's default made explicit.
+"""Operations of the native executor's Pallas kernels that ``jnp`` does not lower as the
+model needs: :func:`chained_dot` (``acc + a @ b`` as a single Triton ``tt.dot`` with
+``acc`` as its C operand, the accumulation setting that JAX's own ``jnp.dot`` lowering
+leaves at the compiler's default made explicit) and :func:`ffma` (float32 ``x * y + z``
+rounded once: the device's FFMA; JAX has no fused multiply-add).
 
 Why a primitive of our own: JAX's Pallas Triton lowering emits ``tt.dot`` without
 ``maxNumImpreciseAcc``, whose default (0) makes the compiler split every fp8 ``wgmma``
@@ -12,9 +14,10 @@ in the tensor core across instructions, as in the ``wgmma`` model. ``tf32`` asks
 tensor cores' tf32 inputs (JAX's lowering of a float32 ``jnp.dot`` picks IEEE or tf32 by
 its precision argument; here the form decides).
 
-Off a GPU (Pallas interpret mode) the primitive is ``acc + a @ b`` in float32 at the
-highest precision: the model's bits only where every sum is exact, as
-:func:`jaxmma.gemm._native.gemm_bits` documents for interpreted runs.
+Off a GPU (Pallas interpret mode) :func:`chained_dot` is ``acc + a @ b`` in float32 at
+the highest precision: the model's bits only where every sum is exact, as
+:func:`jaxmma.gemm._native.gemm_bits` documents for interpreted runs; :func:`ffma` is the
+emulated FFMA (:func:`jaxmma.arith._ieee.ffma_f32`), exact everywhere.
 """
 
 from __future__ import annotations
@@ -23,6 +26,8 @@ import jax
 import jax.numpy as jnp
 from jax.extend import core as jex_core
 from jax.interpreters import mlir
+
+from ..arith import _ieee
 
 F32 = jnp.float32
 #: larger than any dot's K: the compiler never splits the accumulation
@@ -59,6 +64,37 @@ chained_dot_p.def_impl(_reference)
 mlir.register_lowering(chained_dot_p, mlir.lower_fun(_reference, multiple_results=False))
 
 
+ffma_p = jex_core.Primitive("jaxmma_ffma")
+
+
+def ffma(x, y, z):
+    """float32 ``x * y + z`` with one rounding to nearest even (same shapes)."""
+    return ffma_p.bind(x, y, z)
+
+
+def _ffma_abstract(x, y, z):
+    if not (x.shape == y.shape == z.shape) or {x.dtype, y.dtype, z.dtype} != {jnp.dtype(F32)}:
+        raise ValueError(f"ffma: expected float32 operands of one shape, got {x}, {y}, {z}")
+    return jax.core.ShapedArray(x.shape, F32)
+
+
+def _ffma_reference(x, y, z):
+    bits = [jax.lax.bitcast_convert_type(v, jnp.uint32) for v in (x, y, z)]
+    return jax.lax.bitcast_convert_type(_ieee.ffma_f32(*bits), F32)
+
+
+ffma_p.def_abstract_eval(_ffma_abstract)
+ffma_p.def_impl(_ffma_reference)
+mlir.register_lowering(ffma_p, mlir.lower_fun(_ffma_reference, multiple_results=False))
+
+
+def _ffma_rule(ctx, x, y, z):
+    from jax._src.lib.mlir.dialects import math as math_dialect  # noqa: PLC0415
+
+    del ctx
+    return math_dialect.fma(x, y, z)
+
+
 def _triton_rule(ctx, a, b, acc, *, tf32):
     """The Triton lowering: ``tt.dot(a, b, acc)`` with no accumulation split."""
     from jax._src.lib.triton import dialect as tt  # noqa: PLC0415 (GPU lowering only)
@@ -69,8 +105,8 @@ def _triton_rule(ctx, a, b, acc, *, tf32):
 
 
 def triton_reason() -> str | None:
-    """Why this JAX cannot lower :func:`chained_dot` in a Pallas Triton kernel (None: it
-    can; the rule is registered on first call)."""
+    """Why this JAX cannot lower :func:`chained_dot` and :func:`ffma` in a Pallas Triton
+    kernel (None: it can; the rules are registered on first call)."""
     global _REGISTERED
     if _REGISTERED is not None:
         return _REGISTERED or None
@@ -81,6 +117,7 @@ def triton_reason() -> str | None:
         if not hasattr(tt, "dot") or not hasattr(lowering, "triton_lowering_rules"):
             raise ImportError("no tt.dot builder or lowering table")
         lowering.triton_lowering_rules[chained_dot_p] = _triton_rule
+        lowering.triton_lowering_rules[ffma_p] = _ffma_rule
         _REGISTERED = ""
     except ImportError as err:  # a JAX without the Pallas Triton lowering
         _REGISTERED = f"this JAX's Pallas Triton lowering is not usable ({err})"
