@@ -105,12 +105,39 @@ def variants():
     }
 
 
+def parts(chosen, rounds=5):
+    """Each linear layer alone (forward + backward of a sum, bf16 activations), per
+    variant, in ms: where a step's time goes."""
+    shapes = {"qkv": (4096, 1024, 3072), "out": (4096, 1024, 1024), "up": (4096, 1024, 4096),
+              "down": (4096, 4096, 1024)}  # fmt: skip
+    print("\n| linear layers | " + " | ".join(f"{n} ms" for n in shapes) + " |")
+    print("| --- |" + " ---: |" * len(shapes))
+    for name, linear in chosen.items():
+        row = []
+        for M, K, N in shapes.values():
+            h = jax.random.normal(jax.random.key(M + K), (M, K), BF16)
+            w = (jax.random.normal(jax.random.key(N), (K, N), jnp.float32) / 32).astype(BF16)
+            loss = lambda h, w, lin=linear: lin(h, w).astype(jnp.float32).sum()  # noqa: E731
+            f = jax.jit(jax.grad(loss, (0, 1)))
+            jax.block_until_ready(f(h, w))
+            ts = []
+            for _ in range(rounds):
+                t0 = time.perf_counter()
+                for _ in range(5):
+                    out = f(h, w)
+                jax.block_until_ready(out)
+                ts.append((time.perf_counter() - t0) / 5)
+            row.append(1e3 * float(np.median(ts)))
+        print(f"| {name} | " + " | ".join(f"{t:.3f}" for t in row) + " |", flush=True)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--tokens", type=int, default=1024)
     ap.add_argument("--batch", type=int, default=4)
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--only", help="semicolon-separated variant names")
+    ap.add_argument("--parts", action="store_true", help="time each linear layer alone")
     args = ap.parse_args()
     dev = jax.devices()[0]
     print(f"device: {dev.device_kind}, jax {jax.__version__}, {datetime.date.today()}")
@@ -119,6 +146,9 @@ def main():
     chosen = variants()
     if args.only:
         chosen = {k: v for k, v in chosen.items() if k in args.only.split(";") or k == "jnp bf16"}
+    if args.parts:
+        parts(chosen, args.rounds)
+        return
     steps, compile_s = {}, {}
     for name, linear in chosen.items():
         f = step_fn(linear)
