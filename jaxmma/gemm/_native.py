@@ -246,7 +246,7 @@ def _kernel(*refs, sch: Schedule, k: int, route: str, has_c: bool, shape):
     dots = functools.partial(_dots, a_ref, b_ref, k=k, route=route, zero=zero)
     if not (sch.group or sch.inner):
         body = lambda t, acc: dots(acc, t * m, (m,))  # noqa: E731
-        acc = lax.fori_loop(0, sch.loop, body, acc)
+        acc = _loop(sch.loop, body, acc)
         d = dots(acc, sch.loop * m, sch.tail)
     else:
         size = sch.inner * m + sum(sch.group)
@@ -264,12 +264,18 @@ def _kernel(*refs, sch: Schedule, k: int, route: str, has_c: bool, shape):
                 total = group((i * sch.per_iter + g) * size, sch.inner, sch.group, total)
             return total
 
-        total = lax.fori_loop(0, sch.loop, groups, acc)
+        total = _loop(sch.loop, groups, acc)
         if sch.tail:
             total = group(sch.loop * sch.per_iter * size, 0, sch.tail, total)
         d = total
     bits = lax.bitcast_convert_type(d, jnp.int32)
     d_ref[...] = jnp.where(d != d, jnp.int32(CANONICAL_NAN), bits)  # NaN: the model's NaN
+
+
+def _loop(n: int, body, init):
+    """``lax.fori_loop(0, n, body, init)``, not traced at all for ``n == 0`` (its body
+    would slice K tiles beyond a K shorter than one tile)."""
+    return lax.fori_loop(0, n, body, init) if n else init
 
 
 def _needs_zero(sch: Schedule, route: str) -> bool:
