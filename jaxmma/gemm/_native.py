@@ -45,7 +45,7 @@ from jax import lax
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import triton as plgpu
 
-from . import _triton_dot
+from . import _partition, _triton_dot
 
 F32 = jnp.float32
 EXECUTORS = ("auto", "native", "emulate")
@@ -322,9 +322,15 @@ def gemm_bits(cfg, A, B, C, *, interpret=None, tiles: Tiles | None = None):
     model's bits only when every sum is exact. ``tiles``: the tiling (default
     :data:`TILES`, :data:`INTERPRET_TILES` interpreted).
     """
-    ins = cfg.ins
     if interpret is None:
         interpret = jax.default_backend() != "gpu"
+    # split over devices as XLA splits a dot (batch, M, N; never K): jaxmma/gemm/_partition.py
+    return _partition.sharded(_gemm_bits, cfg, A, B, C, interpret=interpret, tiles=tiles)
+
+
+def _gemm_bits(cfg, A, B, C, *, interpret: bool, tiles: Tiles | None):
+    """:func:`gemm_bits` on one device."""
+    ins = cfg.ins
     P = cfg.promote_every
     route = _route(ins)
     t = tiles or (INTERPRET_TILES if interpret else _tiles(route, P))
