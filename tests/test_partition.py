@@ -12,7 +12,7 @@ from jaxmma.gemm import _partition
 
 SCRIPT = textwrap.dedent(
     """
-    import jax, jax.numpy as jnp, numpy as np
+    import jax, jax.numpy as jnp, numpy as np, jaxmma
     from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
     from jaxmma.gemm import _gemm, _native, _pallas
     assert len(jax.devices()) == 4
@@ -34,11 +34,11 @@ SCRIPT = textwrap.dedent(
         return x if spec is None else jax.device_put(x, NamedSharding(mesh, spec))
 
     def check(name, f, ops, mesh, specs, expect, no_gather=False):
-        one = np.asarray(f(*ops))
+        one = np.asarray(f(*ops)).view(np.uint32)
         args = [put(x, mesh, s) for x, s in zip(ops, specs)]
         d = f(*args)
-        assert d.dtype == np.uint32, name
-        assert np.array_equal(np.asarray(d), one), f"{name}: bits differ from one device's"
+        assert d.dtype.itemsize == 4, name
+        assert np.array_equal(np.asarray(d).view(np.uint32), one), f"{name}: bits differ"
         want = NamedSharding(mesh, expect)
         assert d.sharding.is_equivalent_to(want, d.ndim), f"{name}: {d.sharding} not {want}"
         if no_gather:
@@ -78,6 +78,14 @@ SCRIPT = textwrap.dedent(
     check("kernel batch and N", kernel, (A, B, C), grid, (P("x"), P(None, "y"), None),
           P("x", None, "y"))
     check("kernel K", kernel, (A, B, C), line, (P(None, None, "x"), P("x"), None), P())
+
+    # through jaxmma.matmul (values in, values out), on the kernel's path
+    with _pallas.path("pallas"):
+        text = "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32"
+        mm = jax.jit(lambda a, b: jaxmma.matmul(a, b, instruction=text, arch="sm_90"))
+        Av = rng.standard_normal((32, 40)).astype(jnp.bfloat16)
+        Bv = rng.standard_normal((40, 16)).astype(jnp.bfloat16)
+        check("matmul M", mm, (Av, Bv), line, (P("x"), None), P("x"), no_gather=True)
     print("OK")
     """
 )
