@@ -125,6 +125,7 @@ def _bits(x):
     "text, arch, P, shapes",
     [
         (WGMMA_BF16, "sm_90a", None, ((2, 70, 200), (2, 200, 50))),
+        (WGMMA_BF16, "sm_90a", None, ((24, 48), (48, 40))),  # K shorter than one K tile
         (WGMMA_F16, "sm_90a", 3, ((40, 272), (272, 24))),
         (MMA_BF16, "sm_90", 2, ((1, 33, 48), (3, 48, 65))),
         (MMA_BF16, "sm_90", 1, ((20, 256), (256, 40))),  # four groups per iteration

@@ -45,7 +45,7 @@ from jax import lax
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import triton as plgpu
 
-from . import _recipes, _triton_ops
+from . import _partition, _recipes, _triton_ops
 
 F32 = jnp.float32
 EXECUTORS = ("auto", "native", "emulate")
@@ -247,7 +247,7 @@ def _kernel(*refs, sch: Schedule, k: int, route: str, has_c: bool, scaled: bool,
     dots = functools.partial(_dots, a_ref, b_ref, k=k, route=route, zero=zero)
     if not (sch.group or sch.inner):
         body = lambda t, acc: dots(acc, t * m, (m,))  # noqa: E731
-        acc = lax.fori_loop(0, sch.loop, body, acc)
+        acc = _loop(sch.loop, body, acc)
         d = dots(acc, sch.loop * m, sch.tail)
     else:
         size = sch.inner * m + sum(sch.group)
@@ -269,12 +269,18 @@ def _kernel(*refs, sch: Schedule, k: int, route: str, has_c: bool, scaled: bool,
                 total = group((i * sch.per_iter + g) * size, sch.inner, sch.group, total)
             return total
 
-        total = lax.fori_loop(0, sch.loop, groups, acc)
+        total = _loop(sch.loop, groups, acc)
         if sch.tail:
             total = group(sch.loop * sch.per_iter * size, 0, sch.tail, total)
         d = total
     bits = lax.bitcast_convert_type(d, jnp.int32)
     d_ref[...] = jnp.where(d != d, jnp.int32(CANONICAL_NAN), bits)  # NaN: the model's NaN
+
+
+def _loop(n: int, body, init):
+    """``lax.fori_loop(0, n, body, init)``, not traced at all for ``n == 0`` (its body
+    would slice K tiles beyond a K shorter than one tile)."""
+    return lax.fori_loop(0, n, body, init) if n else init
 
 
 def _needs_zero(sch: Schedule, route: str) -> bool:
@@ -322,9 +328,17 @@ def gemm_bits(cfg, A, B, C, *, interpret=None, tiles: Tiles | None = None, block
     :data:`TILES`, :data:`INTERPRET_TILES` interpreted). ``block_scales``: see
     :func:`block_bits` (which pads K and passes them).
     """
-    ins = cfg.ins
     if interpret is None:
         interpret = jax.default_backend() != "gpu"
+    # split over devices as XLA splits a dot (batch, M, N; never K): jaxmma/gemm/_partition.py
+    return _partition.sharded(
+        _gemm_bits, cfg, A, B, C, scales=block_scales, interpret=interpret, tiles=tiles
+    )
+
+
+def _gemm_bits(cfg, A, B, C, *, interpret: bool, tiles: Tiles | None, block_scales=None):
+    """:func:`gemm_bits` on one device."""
+    ins = cfg.ins
     P = cfg.promote_every if block_scales is None else _recipes.GROUP // ins.k
     route = _route(ins)
     t = tiles or (INTERPRET_TILES if interpret else _tiles(route, P))

@@ -53,6 +53,7 @@ from jax import lax
 from ..arith import _fixed, _int32, _numerics
 from ..bits import _formats
 from ..models import _table
+from . import _partition
 
 I32 = jnp.int32
 #: order of zero, NaN and Inf elements: never the largest (e_max starts at e_zero or C's)
@@ -398,14 +399,20 @@ def gemm_bits(cfg, A, B, C, *, interpret=None, tiles: Tiles | None = None):
     default off a GPU backend). Raises ValueError for a configuration :func:`plan` does
     not cover.
     """
+    if plan(cfg) is None:
+        raise ValueError(f"the GEMM kernel does not cover {cfg.ins.text} on {cfg.ins.arch}")
+    if interpret is None:
+        interpret = jax.default_backend() != "gpu"
+    # split over devices as XLA splits a dot (batch, M, N; never K): jaxmma/gemm/_partition.py
+    return _partition.sharded(_gemm_bits, cfg, A, B, C, interpret=interpret, tiles=tiles)
+
+
+def _gemm_bits(cfg, A, B, C, *, interpret: bool, tiles: Tiles | None):
+    """:func:`gemm_bits` on one device."""
     from jax.experimental import pallas as pl
     from jax.experimental.pallas import triton as plgpu
 
     p = plan(cfg)
-    if p is None:
-        raise ValueError(f"the GEMM kernel does not cover {cfg.ins.text} on {cfg.ins.arch}")
-    if interpret is None:
-        interpret = jax.default_backend() != "gpu"
     t = tiles or (INTERPRET_TILES if interpret else TILES)
     lead = jnp.broadcast_shapes(A.shape[:-2], B.shape[:-2], C.shape[:-2])
     M, K = A.shape[-2:]
