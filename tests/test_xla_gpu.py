@@ -442,6 +442,22 @@ def test_unknown_fp8_config():
         jaxmma.xla_gpu_dots(text)
 
 
+@pytest.mark.parametrize(
+    "tile",
+    [
+        '"num_warps":"4","output_tiles":[{"sizes":["1","64","8"',  # Triton's rule says wgmma
+        '"num_warps":"8","output_tiles":[{"sizes":["1","64","16"',
+        '"num_warps":"4","output_tiles":[{"sizes":["1","128","32"',
+    ],
+)
+def test_unmeasured_fp8_configs_are_refused_not_guessed(tile):
+    _, meta, _ = record("auto1", "e4m3xe4m3-f32-s32")
+    text = meta["hlo"].replace('"num_warps":"4","output_tiles":[{"sizes":["1","64","16"', tile)
+    assert text != meta["hlo"]
+    with pytest.raises(ValueError, match="fp8 dot with .* not covered.*has not been measured"):
+        jaxmma.xla_gpu_dots(text)
+
+
 def test_cpu_module_is_refused():
     """A module compiled for the CPU has its dot outside any Triton fusion."""
     x = jnp.ones((8, 16), jnp.bfloat16)

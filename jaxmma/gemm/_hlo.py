@@ -11,9 +11,10 @@ H100 with jax 0.11.2):
   same bits);
 * f32 operands at default precision: each rounded to tf32 with ties away from zero, then
   the m16n8k8 tf32 chain;
-* fp8 operands: with 4 warps and a 64-row tile, the ``wgmma`` k32 chain without
-  promotion; with 2 warps, both converted exactly to f16, then the f16 ``mma.sync``
-  chain;
+* fp8 operands: with 4 warps and 64 x 16 or 64 x 32 output tiles, the ``wgmma`` k32
+  chain without promotion; with 2 warps and 16 x 8 tiles, both converted exactly to f16,
+  then the f16 ``mma.sync`` chain; any other configuration is refused
+  (:data:`FP8_ROUTES`);
 * the result converted once (round to nearest even) after the reduce.
 
 :func:`dots` returns one :class:`DotPlan` per dot; anything it does not understand raises
@@ -36,6 +37,13 @@ GEMM_KINDS = ("__triton_nested_gemm_fusion", "__triton_gemm")
 MMA16 = "mma.sync.aligned.m16n8k16.row.col.f32.{t}.{t}.f32"
 TF32 = "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32"
 WGMMA8 = "wgmma.mma_async.sync.aligned.m64n64k32.f32.{a}.{b}"
+#: fp8 GEMM fusions whose route was measured on an H100 (tests/golden/xla: every output
+#: of these configurations reproduced): (num_warps, output tile rows and columns) ->
+#: ``wgmma`` k32 chain or both operands converted to f16 for the f16 ``mma.sync`` chain
+#: in natural K order. Triton's own rule (wgmma for multiples of 4 warps and 64-row
+#: tiles) is not enough: a 200 x 8 x 65536 dot with 4 warps and 64-row tiles ran another
+#: route, with another K order (docs/xla_gpu.md); other configurations are refused.
+FP8_ROUTES = {(4, (64, 16)): "wgmma", (4, (64, 32)): "wgmma", (2, (16, 8)): "f16"}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -219,13 +227,16 @@ def _chain(where: str, a: str, b: str, warps: int, tile: list, dot: Instr) -> di
         if algo is not None and algo != "dot_tf32_tf32_f32":
             raise ValueError(f"{where}: algorithm={algo} is not covered")
         return {"instruction": TF32, "arch": ARCH, "input_rounding": "rna"}
-    if warps % 4 == 0 and len(tile) >= 2 and tile[-2] % 64 == 0:
+    route = FP8_ROUTES.get((warps, tuple(tile[-2:])))
+    if route == "wgmma":
         return {"instruction": WGMMA8.format(a=a, b=b), "arch": "sm_90a"}
-    if warps == 2:
+    if route == "f16":
         return {"instruction": MMA16.format(t="f16"), "arch": ARCH, "convert_inputs": "f16"}
+    seen = ", ".join(f"{w} warps {list(t)} ({r})" for (w, t), r in FP8_ROUTES.items())
     raise ValueError(
-        f"{where}: an fp8 dot with {warps} warps and output tile {tile} is not covered "
-        "(measured: 4 warps with 64-row tiles run wgmma, 2 warps mma.sync through f16)"
+        f"{where}: an fp8 dot with {warps} warps and output tile {tile} is not covered: "
+        f"which instructions Triton runs for it, in which K order, has not been measured "
+        f"(measured: {seen})"
     )
 
 
