@@ -1,0 +1,323 @@
+"""The group model of ``kind::mxf4`` / ``kind::mxf4nvf4`` as one Pallas (Triton) kernel.
+
+:func:`jaxmma.models._group_gemm.gemm_bits` runs a block-scaled GEMM as a ``lax.scan``
+of whole-matrix operations; on a GPU, XLA writes every ``[M, N]`` plane of a k-step's
+fusion to memory and reads it back. This module computes the same bits with one kernel:
+each program holds one ``bm x bn`` tile of D (the f32 accumulator as int32 bits) across
+K, in a ``fori_loop`` over the k-steps of 64, and per step
+
+* computes the four exact group sums on the tensor cores: in half units an e2m1 value is
+  an integer in [-12, 12], exact in float16, and a group of 16 products sums to an
+  integer of at most 2,304, so a float16 ``jnp.dot`` of the group's 16 columns from
+  zero into float32 is exact; one more such dot of 0/1 indicators counts the group's
+  nonzero products (a group whose products cancel to 0 still counts for ``e_max``, one
+  whose products are all zero does not);
+* runs the fusion of :func:`jaxmma.models._group_gemm._step` on the tile in int32
+  operations the Triton lowering has (shifts clamped to [0, 31]).
+
+Prepared outside the kernel (elementwise, ``O(MK + KN)``): the float16 half units and
+indicators of A and B, and per row of A (column of B) and group one int32 word holding
+the scale's exponent and significand (``exp * 256 + sig``; a scale of significand 0
+gets an exponent so low that its groups never reach ``e_max``, as the model's ``ss != 0``
+test has it: its terms are 0 either way). A NaN scale makes D NaN in its step and,
+through C, in every later step, and a NaN C stays NaN: the rows of A and columns of B
+with any NaN scale, and NaN C, enter the kernel as a NaN C, which every step passes
+through (an f32 special), so the kernel's D is the canonical NaN exactly where
+:func:`~jaxmma.models._group_gemm.gemm_bits` makes it so.
+
+:data:`MODE` chooses where the kernel runs; the bits never depend on it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+from jax.experimental import pallas as pl
+from jax.experimental.pallas import triton as plgpu
+
+from ..bits import _formats
+from ..models import _group_gemm
+from ..models._table import GROUP, GROUP_E_ZERO, GROUP_F
+
+F32 = jnp.float32
+F16 = jnp.float16
+I32 = jnp.int32
+U32 = jnp.uint32
+CANONICAL_NAN = 0x7FFFFFFF
+STEP_GROUPS = _group_gemm.STEP_GROUPS
+_LO = _formats.FORMATS["e2m1"].min_exp  # a half unit is 2**_LO
+#: the exponent of a scale whose significand is 0: its groups never reach e_max
+_ABSENT = -(1 << 20)
+_MASK = 0xFFFFFF
+
+#: ``"auto"``: the kernel where the default backend is a GPU, the XLA formulation
+#: elsewhere; ``"kernel"``: the kernel everywhere (interpreted off a GPU);
+#: ``"interpret"``: the kernel in Pallas interpret mode; ``"xla"``: never the kernel
+MODE = "auto"
+MODES = ("auto", "kernel", "interpret", "xla")
+
+
+@contextlib.contextmanager
+def path(mode: str):
+    """Run block-scaled GEMMs traced inside the block on ``mode`` (see :data:`MODE`).
+
+    JAX's caches of traced functions are cleared on entry and exit, so a function
+    traced under one mode is traced again under the other."""
+    global MODE
+    if mode not in MODES:
+        raise ValueError(f"mode: expected one of {', '.join(MODES)}, got {mode!r}")
+    old, MODE = MODE, mode
+    jax.clear_caches()
+    try:
+        yield
+    finally:
+        MODE = old
+        jax.clear_caches()
+
+
+def chosen() -> str | None:
+    """How :data:`MODE` runs a covered GEMM now: ``"compiled"``, ``"interpret"`` or None
+    (the XLA formulation)."""
+    if MODE == "xla":
+        return None
+    on_gpu = jax.default_backend() == "gpu"
+    if MODE == "auto":
+        return "compiled" if on_gpu else None
+    if MODE == "interpret" or not on_gpu:
+        return "interpret"
+    return "compiled"
+
+
+@dataclasses.dataclass(frozen=True)
+class Tiles:
+    """The kernel's tiling: a ``bm x bn`` tile of D per program (each at least 16, the
+    float16 dot's smallest), programs in groups of ``group_m`` tile rows (0: row-major
+    order) so that neighbouring programs share tiles of A and B in the cache."""
+
+    bm: int = 64
+    bn: int = 64
+    num_warps: int = 4
+    num_stages: int = 2
+    group_m: int = 8
+
+
+#: tiling on the GPU (a first choice: ``benchmarks/block_scaled_gpu.py --tune`` times
+#: others)
+TILES = Tiles()
+#: tiling of interpreted runs (small: a CPU runs every program of the grid in turn)
+INTERPRET_TILES = Tiles(bm=16, bn=16, group_m=0)
+
+
+# ---- the fusion of a step, in int32 -----------------------------------------------------
+def _srl(x, s):
+    """``x >> s`` (logical), ``s`` clamped to [0, 31]."""
+    return lax.shift_right_logical(x, jnp.clip(s, 0, 31))
+
+
+def _shl(x, s):
+    """``x << s``, ``s`` clamped to [0, 31]."""
+    return lax.shift_left(x, jnp.clip(s, 0, 31))
+
+
+def _limbs(m, k):
+    """``m * 2**k`` (int32 ``0 <= m < 2**24``) truncated toward zero, as (low 24 bits, the
+    bits above): :func:`jaxmma.models._group_gemm._limbs` in int32, every shift clamped
+    (an all-zero group may have any ``k``; its ``m`` is 0)."""
+    up = jnp.clip(k, 0, 24)
+    low = jnp.where(k >= 0, _shl(m & jnp.right_shift(I32(_MASK), up), up), _srl(m, -k))
+    high = jnp.where(k >= 24, _shl(m, k - 24), _srl(m, 24 - up))
+    return low, jnp.where(k >= 0, high, 0)
+
+
+def _round_rz(neg, mag, unit):
+    """``(-1)**neg * mag * 2**unit`` (``mag`` int32 read as unsigned) truncated to f32
+    bits: :func:`jaxmma.arith._int32.round_f32_rz` with every shift clamped."""
+    p = 31 - lax.clz(mag)
+    lead = p + unit
+    sub = lead < -126
+    qs = jnp.where(sub, -149 - unit, p - 23)  # the bit of mag that becomes the lsb
+    q = jnp.where(qs >= 0, _srl(mag, qs), _shl(mag, -qs))
+    q = jnp.where(qs >= 32, 0, q)
+    bits = jnp.where(sub, q, ((lead + 126) << 23) + q)  # + the hidden bit: exponent + 1
+    bits = jnp.where(lead > 127, I32(0x7F800000), bits)
+    bits = jnp.where(mag == 0, 0, bits)
+    return bits | jnp.where(bits != 0, neg.astype(I32) << 31, 0)
+
+
+def _fuse(c, groups, man: int):
+    """:func:`jaxmma.models._group_gemm._step` on a tile: C bits (int32) and per group a
+    callable giving ``(T, nz, E)`` (int32 group sum in half units squared, bool any
+    nonzero product, int32 scale exponent sum) and one giving ``(T, E, ss)`` (``ss`` the
+    scale significand product): called once for ``e_max`` and once for the terms, so
+    that only one group's planes are live at a time."""
+    field = (c >> 23) & 0xFF
+    c_sig = (c & 0x7FFFFF) | jnp.where(field != 0, I32(1 << 23), 0)
+    c_exp = jnp.maximum(field, 1) - 150
+    special = field == 0xFF
+    c_sig = jnp.where(special, 0, c_sig)
+    e_max = jnp.where(c_sig == 0, I32(GROUP_E_ZERO), c_exp + 23)
+    for order, _ in groups:  # a group counts for e_max unless it is all zero
+        nz, E = order()
+        e_max = jnp.maximum(e_max, jnp.where(nz, E + 2 * man, I32(GROUP_E_ZERO)))
+    unit = e_max - GROUP_F
+    lo = jnp.zeros_like(c)
+    hi = jnp.zeros_like(c)
+    for _, term in groups:  # T * ss in units of 2**(E + 2 * e2m1's lowest exponent)
+        T, E, ss = term()
+        low, high = _limbs(jnp.abs(T) * ss, E + 2 * _LO - unit)
+        neg = T < 0
+        lo = lo + jnp.where(neg, -low, low)
+        hi = hi + jnp.where(neg, -high, high)
+    low, high = _limbs(c_sig, c_exp - unit)
+    neg_c = c < 0
+    lo = lo + jnp.where(neg_c, -low, low)
+    hi = hi + jnp.where(neg_c, -high, high)
+    hi = hi + (lo >> 24)
+    lo = lo & _MASK
+    neg = hi < 0
+    mlo = jnp.where(neg & (lo != 0), (1 << 24) - lo, lo)
+    mhi = jnp.where(neg, -hi - (lo != 0).astype(I32), hi)
+    drop = jnp.maximum(31 - lax.clz(mhi) - 7, 0)
+    mag = jnp.where(mhi != 0, _shl(mhi, 24 - drop) | _srl(mlo, drop), mlo)
+    bits = _round_rz(neg, mag, unit + drop)
+    return jnp.where(special, c, bits)
+
+
+def _kernel(a_ref, b_ref, ia_ref, ib_ref, wa_ref, wb_ref, c_ref, d_ref, *, steps, man):
+    k = GROUP * STEP_GROUPS
+
+    def body(s, c):
+        def cols(g, width=GROUP):
+            return pl.ds(pl.multiple_of(s * k + g * GROUP, GROUP), width)
+
+        def scales(g):
+            j = s * STEP_GROUPS + g
+            wa = wa_ref[:, pl.ds(j, 1)]  # [bm, 1]
+            wb = wb_ref[pl.ds(j, 1), :]  # [1, bn]
+            return (wa >> 8) + (wb >> 8), (wa & 0xFF) * (wb & 0xFF)
+
+        def order(g):
+            ks = cols(g)
+            n = jnp.dot(ia_ref[:, ks], ib_ref[ks, :], preferred_element_type=F32)
+            return n > 0, scales(g)[0]
+
+        def term(g):
+            ks = cols(g)
+            t = jnp.dot(a_ref[:, ks], b_ref[ks, :], preferred_element_type=F32)
+            E, ss = scales(g)
+            return t.astype(I32), E, ss
+
+        groups = [
+            (functools.partial(order, g), functools.partial(term, g)) for g in range(STEP_GROUPS)
+        ]
+        return _fuse(c, groups, man)
+
+    d_ref[...] = lax.fori_loop(0, steps, body, c_ref[...])
+
+
+# ---- operands and the call --------------------------------------------------------------
+def _operands(ins, A, B, C, SA, SB):
+    """The kernel's operands, leading dimensions kept: float16 half units and indicators
+    of A and B, the packed scale words of A ``[..., M, K/16]`` and B ``[..., K/16, N]``,
+    and C (int32 bits) with the canonical NaN where D is NaN."""
+    K = A.shape[-1]
+    va = _group_gemm._half_units(A)
+    vb = _group_gemm._half_units(B)
+    rep = K // GROUP // SA.shape[-1]  # groups per scale: 1 (4X) or 2 (2X)
+    ea, sa, na = _group_gemm._scale_fields(ins.stype, jnp.repeat(SA, rep, axis=-1))
+    eb, sb, nb = _group_gemm._scale_fields(ins.stype, jnp.repeat(SB, rep, axis=-2))
+
+    def word(e, s):
+        return jnp.where(s == 0, I32(_ABSENT), e) * 256 + s
+
+    nan = jnp.any(na, axis=-1)[..., :, None] | jnp.any(nb, axis=-2)[..., None, :]
+    ci = lax.bitcast_convert_type(C, I32)
+    nan = nan | ((ci & 0x7FFFFFFF) > 0x7F800000)
+    ci = jnp.where(nan, I32(CANONICAL_NAN), ci)
+    return (
+        va.astype(F16),
+        vb.astype(F16),
+        (va != 0).astype(F16),
+        (vb != 0).astype(F16),
+        word(ea, sa),
+        word(eb, sb),
+        ci,
+    )
+
+
+def gemm_bits(ins, A, B, C, SA, SB, *, interpret=None, tiles: Tiles | None = None):
+    """:func:`jaxmma.models._group_gemm.gemm_bits` (same arguments: K a multiple of
+    ``ins.k``, all operands with the same leading dimensions) through the kernel, the
+    same bits. ``interpret``: Pallas interpret mode (default: off a GPU). ``tiles``: the
+    tiling (default :data:`TILES`, :data:`INTERPRET_TILES` interpreted)."""
+    if interpret is None:
+        interpret = jax.default_backend() != "gpu"
+    t = tiles or (INTERPRET_TILES if interpret else TILES)
+    lead = A.shape[:-2]
+    M, K = A.shape[-2:]
+    N = B.shape[-1]
+    nb = int(np.prod(lead, dtype=np.int64))
+    G = K // GROUP
+    Mp, Np = -(-M // t.bm) * t.bm, -(-N // t.bn) * t.bn
+    a, b, ia, ib, wa, wb, c = _operands(ins, A, B, C, SA, SB)
+
+    def prep(x, rows, cols):
+        x = x.reshape((nb,) + x.shape[-2:])
+        return jnp.pad(x, ((0, 0), (0, rows - x.shape[1]), (0, cols - x.shape[2])))
+
+    a, ia, wa = (prep(x, Mp, x.shape[-1]) for x in (a, ia, wa))
+    b, ib, wb = (prep(x, x.shape[-2], Np) for x in (b, ib, wb))
+    c = prep(c, Mp, Np)
+    gi, gj = Mp // t.bm, Np // t.bn
+
+    def tile(p):  # program p of a batch element -> (row, column) of its tile of D
+        if not t.group_m or gi <= t.group_m:
+            return p // gj, p % gj
+        width = t.group_m * gj
+        first = (p // width) * t.group_m
+        rows = jnp.minimum(gi - first, t.group_m)
+        return first + (p % width) % rows, (p % width) // rows
+
+    def at(kind):
+        def index(z, p):
+            i, j = tile(p)
+            return {"a": (z, i, 0), "b": (z, 0, j), "d": (z, i, j)}[kind]
+
+        return index
+
+    a_spec = pl.BlockSpec((None, t.bm, K), at("a"))
+    b_spec = pl.BlockSpec((None, K, t.bn), at("b"))
+    d_spec = pl.BlockSpec((None, t.bm, t.bn), at("d"))
+    specs = [
+        a_spec,
+        b_spec,
+        a_spec,
+        b_spec,
+        pl.BlockSpec((None, t.bm, G), at("a")),
+        pl.BlockSpec((None, G, t.bn), at("b")),
+        d_spec,
+    ]
+    kwargs = {}
+    if not interpret:
+        kwargs["compiler_params"] = plgpu.CompilerParams(
+            num_warps=t.num_warps, num_stages=t.num_stages
+        )
+    man = _formats.FORMATS[ins.stype].mant_bits
+    kernel = functools.partial(_kernel, steps=K // ins.k, man=man)
+    d = pl.pallas_call(
+        kernel,
+        out_shape=jax.ShapeDtypeStruct((nb, Mp, Np), I32),
+        grid=(nb, gi * gj),
+        in_specs=specs,
+        out_specs=d_spec,
+        interpret=interpret,
+        **kwargs,
+    )(a, b, ia, ib, wa, wb, c)
+    bits = lax.bitcast_convert_type(d[:, :M, :N], U32)
+    return bits.reshape(lead + (M, N))
