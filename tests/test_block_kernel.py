@@ -174,3 +174,14 @@ def test_path_rejects_unknown_modes():
     with pytest.raises(ValueError, match="mode: expected one of auto, kernel, interpret, xla"):
         with _block_kernel.path("fast"):
             pass
+
+
+@pytest.mark.parametrize("text", [NVFP4, MXFP4])
+def test_kernel_lowers_to_triton_for_cuda(text):
+    """Every operation of the kernel has a Triton lowering rule: the compiled (not
+    interpreted) kernel lowers for CUDA on any host (compiling it needs a GPU)."""
+    A, B, C, SA, SB = _operands(text, np.random.default_rng(5), (), 64, 64, 128)
+    ins = _ins(text)
+    f = jax.jit(lambda *x: _block_kernel.gemm_bits(ins, *x, interpret=False))
+    lowered = f.trace(A, B, C, SA, SB).lower(lowering_platforms=("cuda",))
+    assert "xla.gpu.triton" in lowered.as_text()
