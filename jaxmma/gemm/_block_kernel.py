@@ -7,23 +7,25 @@ each program holds one ``bm x bn`` tile of D (the f32 accumulator as int32 bits)
 K, in a ``fori_loop`` over the k-steps of 64, and per step
 
 * computes the four exact group sums on the tensor cores: in half units an e2m1 value is
-  an integer in [-12, 12], exact in float16, and a group of 16 products sums to an
-  integer of at most 2,304, so a float16 ``jnp.dot`` of the group's 16 columns from
-  zero into float32 is exact; one more such dot of 0/1 indicators counts the group's
-  nonzero products (a group whose products cancel to 0 still counts for ``e_max``, one
-  whose products are all zero does not);
+  an integer in [-12, 12]; times its scale's significand (at most 15, ue4m3) it is an
+  integer of at most 180, exact in float16, and a group of 16 products sums to
+  ``T * ss`` (group sum times the scale significands), an integer below ``2**19``, so a
+  float16 ``jnp.dot`` of the group's 16 columns from zero into float32 is exact; one
+  more such dot of 0/1 indicators per scale block counts its nonzero products (a group
+  whose products cancel to 0 still counts for ``e_max``, one whose products are all zero
+  does not);
 * runs the fusion of :func:`jaxmma.models._group_gemm._step` on the tile in int32
-  operations the Triton lowering has (shifts clamped to [0, 31]).
+  operations the Triton lowering has (shifts clamped to [0, 31]); each group term is
+  split into the two 24-bit limbs by two shifts of ``|T ss| * 2**9`` (:func:`_fuse`).
 
-Prepared outside the kernel (elementwise, ``O(MK + KN)``): the float16 half units and
-indicators of A and B, and per row of A (column of B) and group one int32 word holding
-the scale's exponent and significand (``exp * 256 + sig``; a scale of significand 0
-gets an exponent so low that its groups never reach ``e_max``, as the model's ``ss != 0``
-test has it: its terms are 0 either way). A NaN scale makes D NaN in its step and,
-through C, in every later step, and a NaN C stays NaN: the rows of A and columns of B
-with any NaN scale, and NaN C, enter the kernel as a NaN C, which every step passes
-through (an f32 special), so the kernel's D is the canonical NaN exactly where
-:func:`~jaxmma.models._group_gemm.gemm_bits` makes it so.
+Prepared outside the kernel (elementwise, ``O(MK + KN)``): A and B as above and their
+indicators, and per row of A (column of B) and scale block the scale's exponent (a
+scale of significand 0 gets one so low that its groups never reach ``e_max``, as the
+model's ``ss != 0`` test has it: its terms are 0 either way). A NaN scale makes D NaN
+in its step and, through C, in every later step, and a NaN C stays NaN: the rows of A
+and columns of B with any NaN scale, and NaN C, enter the kernel as a NaN C, which
+every step passes through (an f32 special), so the kernel's D is the canonical NaN
+exactly where :func:`~jaxmma.models._group_gemm.gemm_bits` makes it so.
 
 :data:`MODE` chooses where the kernel runs; the bits never depend on it.
 """
@@ -150,30 +152,52 @@ def _round_rz(neg, mag, unit):
     return bits | jnp.where(bits != 0, neg.astype(I32) << 31, 0)
 
 
-def _fuse(c, groups, man: int):
-    """:func:`jaxmma.models._group_gemm._step` on a tile: C bits (int32) and per group a
-    callable giving ``(T, nz, E)`` (int32 group sum in half units squared, bool any
-    nonzero product, int32 scale exponent sum) and one giving ``(T, E, ss)`` (``ss`` the
-    scale significand product): called once for ``e_max`` and once for the terms, so
-    that only one group's planes are live at a time."""
+def _group_limbs(m, r):
+    """``trunc(m * 2**(33 - r))`` (int32 ``0 <= m < 2**22``, ``r >= 0``) as (low 24
+    bits, the bits above): with ``M = m * 2**9`` the high limb is ``M >> r`` and the low
+    one the 24 bits of ``M`` below it, ``M >> (r - 24)`` or ``M << (24 - r)``."""
+    M = m << 9
+    u = r - 24
+    low = jnp.where(u >= 0, _srl(M, u), M << jnp.maximum(-u, 0)) & _MASK
+    return low, _srl(M, r)
+
+
+def _fuse(c, scale_groups, man: int):
+    """:func:`jaxmma.models._group_gemm._step` on a tile, C bits (int32) in and out.
+
+    ``scale_groups``: per group of columns sharing a scale (one group of 16 with
+    ``scale_vec::4X``, two with ``2X``), a callable giving ``(nz, E)`` (bool any nonzero
+    product, int32 ``ea + eb + 2 * e2m1's lowest exponent``: the exponent of a group
+    sum's unit) and a tuple of callables, one per group of 16, giving the signed
+    integer ``T * ss`` (the group sum times the scale significands). They are called
+    once for ``e_max`` and once for the terms, so that only one group's planes are live
+    at a time. The group terms are truncated at ``unit = e_max - GROUP_F``, ``m * 2**k``
+    with ``m = |T ss| < 2**19`` and ``k = E - unit <= 33 - 2 * man`` (a group counts for
+    ``e_max`` whenever ``m != 0``): :func:`_group_limbs` of ``r = 33 - k``."""
     field = (c >> 23) & 0xFF
     c_sig = (c & 0x7FFFFF) | jnp.where(field != 0, I32(1 << 23), 0)
     c_exp = jnp.maximum(field, 1) - 150
     special = field == 0xFF
     c_sig = jnp.where(special, 0, c_sig)
-    e_max = jnp.where(c_sig == 0, I32(GROUP_E_ZERO), c_exp + 23)
-    for order, _ in groups:  # a group counts for e_max unless it is all zero
+    # e_max - (2 man - 2 _LO): the group orders are E + 2 man - 2 _LO
+    off = 2 * man - 2 * _LO
+    f = jnp.where(c_sig == 0, I32(GROUP_E_ZERO - off), c_exp + (23 - off))
+    for order, _ in scale_groups:  # a group counts for e_max unless it is all zero
         nz, E = order()
-        e_max = jnp.maximum(e_max, jnp.where(nz, E + 2 * man, I32(GROUP_E_ZERO)))
-    unit = e_max - GROUP_F
+        f = jnp.maximum(f, jnp.where(nz, E, I32(GROUP_E_ZERO - off)))
+    unit = f + (off - GROUP_F)
     lo = jnp.zeros_like(c)
     hi = jnp.zeros_like(c)
-    for _, term in groups:  # T * ss in units of 2**(E + 2 * e2m1's lowest exponent)
-        T, E, ss = term()
-        low, high = _limbs(jnp.abs(T) * ss, E + 2 * _LO - unit)
-        neg = T < 0
-        lo = lo + jnp.where(neg, -low, low)
-        hi = hi + jnp.where(neg, -high, high)
+    g = unit + 33
+    for order, terms in scale_groups:
+        _, E = order(count=False)
+        r = jnp.maximum(g - E, 0)
+        for term in terms:
+            ms = term()
+            low, high = _group_limbs(jnp.abs(ms), r)
+            sign = (ms >> 31) | 1
+            lo = lo + low * sign
+            hi = hi + high * sign
     low, high = _limbs(c_sig, c_exp - unit)
     neg_c = c < 0
     lo = lo + jnp.where(neg_c, -low, low)
@@ -189,64 +213,69 @@ def _fuse(c, groups, man: int):
     return jnp.where(special, c, bits)
 
 
-def _kernel(a_ref, b_ref, ia_ref, ib_ref, wa_ref, wb_ref, c_ref, d_ref, *, steps, man):
+def _kernel(a_ref, b_ref, ia_ref, ib_ref, wa_ref, wb_ref, c_ref, d_ref, *, steps, man, rep):
     k = GROUP * STEP_GROUPS
+    per = STEP_GROUPS // rep  # scale groups per step
 
     def body(s, c):
-        def cols(g, width=GROUP):
+        def cols(g, width):
             return pl.ds(pl.multiple_of(s * k + g * GROUP, GROUP), width)
 
-        def scales(g):
-            j = s * STEP_GROUPS + g
-            wa = wa_ref[:, pl.ds(j, 1)]  # [bm, 1]
-            wb = wb_ref[pl.ds(j, 1), :]  # [1, bn]
-            return (wa >> 8) + (wb >> 8), (wa & 0xFF) * (wb & 0xFF)
-
-        def order(g):
-            ks = cols(g)
+        def order(j, count=True):  # scale group j of the step
+            E = wa_ref[:, pl.ds(s * per + j, 1)] + wb_ref[pl.ds(s * per + j, 1), :]
+            if not count:
+                return None, E
+            ks = cols(j * rep, GROUP * rep)
             n = jnp.dot(ia_ref[:, ks], ib_ref[ks, :], preferred_element_type=F32)
-            return n > 0, scales(g)[0]
+            return n > 0, E
 
         def term(g):
-            ks = cols(g)
+            ks = cols(g, GROUP)
             t = jnp.dot(a_ref[:, ks], b_ref[ks, :], preferred_element_type=F32)
-            E, ss = scales(g)
-            return t.astype(I32), E, ss
+            return t.astype(I32)
 
-        groups = [
-            (functools.partial(order, g), functools.partial(term, g)) for g in range(STEP_GROUPS)
+        scale_groups = [
+            (
+                functools.partial(order, j),
+                tuple(functools.partial(term, j * rep + i) for i in range(rep)),
+            )
+            for j in range(per)
         ]
-        return _fuse(c, groups, man)
+        return _fuse(c, scale_groups, man)
 
     d_ref[...] = lax.fori_loop(0, steps, body, c_ref[...])
 
 
 # ---- operands and the call --------------------------------------------------------------
 def _operands(ins, A, B, C, SA, SB):
-    """The kernel's operands, leading dimensions kept: float16 half units and indicators
-    of A and B, the packed scale words of A ``[..., M, K/16]`` and B ``[..., K/16, N]``,
-    and C (int32 bits) with the canonical NaN where D is NaN."""
+    """The kernel's operands, leading dimensions kept: A and B in float16 half units
+    times their scale significands (at most 12 * 15, exact; a group's dot is then
+    ``T * ss``, below ``2**19``), their 0/1 indicators of nonzero elements, the
+    exponent words of A ``[..., M, K / block]`` (``+ 2 * e2m1's lowest exponent``) and B
+    ``[..., K / block, N]``, and C (int32 bits) with the canonical NaN where D is NaN."""
     K = A.shape[-1]
     va = _group_gemm._half_units(A)
     vb = _group_gemm._half_units(B)
-    rep = K // GROUP // SA.shape[-1]  # groups per scale: 1 (4X) or 2 (2X)
-    ea, sa, na = _group_gemm._scale_fields(ins.stype, jnp.repeat(SA, rep, axis=-1))
-    eb, sb, nb = _group_gemm._scale_fields(ins.stype, jnp.repeat(SB, rep, axis=-2))
+    block = K // SA.shape[-1]
+    ea, sa, na = _group_gemm._scale_fields(ins.stype, SA)
+    eb, sb, nb = _group_gemm._scale_fields(ins.stype, SB)
 
-    def word(e, s):
-        return jnp.where(s == 0, I32(_ABSENT), e) * 256 + s
+    def word(e, s, extra):  # a scale of significand 0: its groups never reach e_max
+        return jnp.where(s == 0, I32(_ABSENT), e + extra)
 
+    a = va * jnp.repeat(sa, block, axis=-1).astype(F32)
+    b = vb * jnp.repeat(sb, block, axis=-2).astype(F32)
     nan = jnp.any(na, axis=-1)[..., :, None] | jnp.any(nb, axis=-2)[..., None, :]
     ci = lax.bitcast_convert_type(C, I32)
     nan = nan | ((ci & 0x7FFFFFFF) > 0x7F800000)
     ci = jnp.where(nan, I32(CANONICAL_NAN), ci)
     return (
-        va.astype(F16),
-        vb.astype(F16),
+        a.astype(F16),
+        b.astype(F16),
         (va != 0).astype(F16),
         (vb != 0).astype(F16),
-        word(ea, sa),
-        word(eb, sb),
+        word(ea, sa, 2 * _LO),
+        word(eb, sb, 0),
         ci,
     )
 
@@ -263,7 +292,7 @@ def gemm_bits(ins, A, B, C, SA, SB, *, interpret=None, tiles: Tiles | None = Non
     M, K = A.shape[-2:]
     N = B.shape[-1]
     nb = int(np.prod(lead, dtype=np.int64))
-    G = K // GROUP
+    G = SA.shape[-1]  # scale blocks along K
     Mp, Np = -(-M // t.bm) * t.bm, -(-N // t.bn) * t.bn
     a, b, ia, ib, wa, wb, c = _operands(ins, A, B, C, SA, SB)
 
@@ -309,7 +338,8 @@ def gemm_bits(ins, A, B, C, SA, SB, *, interpret=None, tiles: Tiles | None = Non
             num_warps=t.num_warps, num_stages=t.num_stages
         )
     man = _formats.FORMATS[ins.stype].mant_bits
-    kernel = functools.partial(_kernel, steps=K // ins.k, man=man)
+    rep = K // GROUP // G  # groups of 16 per scale: 1 (4X) or 2 (2X)
+    kernel = functools.partial(_kernel, steps=K // ins.k, man=man, rep=rep)
     d = pl.pallas_call(
         kernel,
         out_shape=jax.ShapeDtypeStruct((nb, Mp, Np), I32),
