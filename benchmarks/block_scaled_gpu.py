@@ -237,22 +237,32 @@ def timings(sizes=(1024, 4096)):
 
 
 TUNE = [
-    (64, 64, 4, 2),
-    (64, 64, 4, 1),
     (64, 64, 8, 2),
-    (128, 64, 4, 2),
-    (128, 64, 8, 2),
-    (64, 128, 4, 2),
-    (128, 128, 8, 2),
+    (64, 64, 4, 2),
+    (64, 64, 8, 1),
+    (64, 64, 8, 3),
     (32, 64, 4, 2),
     (64, 32, 4, 2),
+    (128, 64, 8, 2),
+    (64, 128, 8, 2),
     (32, 32, 4, 2),
+    (128, 128, 8, 2),
 ]
 
 
+def _dots_only(c, scale_groups, man):
+    """The kernel's loads and dots without the fusion (wrong bits): a floor for its time."""
+    for order, terms in scale_groups:
+        nz, E = order()
+        c = c + jnp.where(nz, E, 0)
+        for term in terms:
+            c = c ^ term()
+    return c
+
+
 def tune(n=4096, budget_s=240.0):
-    """Each tiling of :data:`TUNE` at n^3 (NVFP4), the same bits checked; stops when the
-    budget is spent."""
+    """Each tiling of :data:`TUNE` at n^3 (NVFP4), the same bits checked, and the kernel
+    without its fusion (dots and loads only); stops when the budget is spent."""
     say(f"== tune: tilings at {n}^3 NVFP4 (bm, bn, num_warps, num_stages) ==")
     text = FORMS["NVFP4"]
     ins = _ins(text)
@@ -262,30 +272,29 @@ def tune(n=4096, budget_s=240.0):
     want = np.asarray(jax.jit(lambda *x: _group_gemm.gemm_bits(ins, *x))(*ops))
     start = time.perf_counter()
     results = []
-    for bm, bn, warps, stages in TUNE:
+    runs = [(t, None) for t in TUNE] + [(TUNE[0], _dots_only), (TUNE[1], _dots_only)]
+    for (bm, bn, warps, stages), fuse in runs:
         if time.perf_counter() - start > budget_s:
             say("tune: time budget spent, stopping")
             break
         t = dataclasses.replace(
             _block_kernel.TILES, bm=bm, bn=bn, num_warps=warps, num_stages=stages
         )
+        what = f"{bm}x{bn} warps {warps} stages {stages}" + (" DOTS ONLY" if fuse else "")
         try:
-            f = jax.jit(lambda *x, t=t: _block_kernel.gemm_bits(ins, *x, tiles=t))
+            f = jax.jit(
+                lambda *x, t=t, fuse=fuse: _block_kernel.gemm_bits(ins, *x, tiles=t, fuse=fuse)
+            )
             t0 = time.perf_counter()
             c = f.lower(*ops).compile()
             secs = time.perf_counter() - t0
             bad = int((np.asarray(c(*ops)) != want).sum())
             ms = _rounds({"k": c}, ops, rounds=3, inner=3)["k"]
-            results.append((ms, t))
-            say(
-                f"{bm}x{bn} warps {warps} stages {stages}: {ms:.3f} ms (compile {secs:.1f} s), "
-                f"{bad:,d} differ"
-            )
+            if fuse is None:
+                results.append((ms, t))
+            say(f"{what}: {ms:.3f} ms (compile {secs:.1f} s), {bad:,d} differ")
         except Exception as e:  # a tiling that does not compile: the next one
-            say(
-                f"{bm}x{bn} warps {warps} stages {stages}: FAILED {type(e).__name__}: "
-                f"{str(e)[:300]}"
-            )
+            say(f"{what}: FAILED {type(e).__name__}: {str(e)[:300]}")
     if results:
         ms, t = min(results, key=lambda r: r[0])
         say(f"fastest: {t} at {ms:.3f} ms")

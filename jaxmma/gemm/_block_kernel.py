@@ -104,13 +104,14 @@ class Tiles:
 
     bm: int = 64
     bn: int = 64
-    num_warps: int = 4
+    num_warps: int = 8
     num_stages: int = 2
     group_m: int = 8
 
 
-#: tiling on the GPU (a first choice: ``benchmarks/block_scaled_gpu.py --tune`` times
-#: others)
+#: tiling on the GPU, a first choice before any measurement: the fusion keeps about ten
+#: int32 planes of the tile live, so 16 elements per thread (64 x 64 over 8 warps) stay
+#: within the registers; ``benchmarks/block_scaled_gpu.py --tune`` times others
 TILES = Tiles()
 #: tiling of interpreted runs (small: a CPU runs every program of the grid in turn)
 INTERPRET_TILES = Tiles(bm=16, bn=16, group_m=0)
@@ -213,7 +214,7 @@ def _fuse(c, scale_groups, man: int):
     return jnp.where(special, c, bits)
 
 
-def _kernel(a_ref, b_ref, ia_ref, ib_ref, wa_ref, wb_ref, c_ref, d_ref, *, steps, man, rep):
+def _kernel(a_ref, b_ref, ia_ref, ib_ref, wa_ref, wb_ref, c_ref, d_ref, *, steps, man, rep, fuse):
     k = GROUP * STEP_GROUPS
     per = STEP_GROUPS // rep  # scale groups per step
 
@@ -241,7 +242,7 @@ def _kernel(a_ref, b_ref, ia_ref, ib_ref, wa_ref, wb_ref, c_ref, d_ref, *, steps
             )
             for j in range(per)
         ]
-        return _fuse(c, scale_groups, man)
+        return fuse(c, scale_groups, man)
 
     d_ref[...] = lax.fori_loop(0, steps, body, c_ref[...])
 
@@ -280,11 +281,12 @@ def _operands(ins, A, B, C, SA, SB):
     )
 
 
-def gemm_bits(ins, A, B, C, SA, SB, *, interpret=None, tiles: Tiles | None = None):
+def gemm_bits(ins, A, B, C, SA, SB, *, interpret=None, tiles: Tiles | None = None, fuse=None):
     """:func:`jaxmma.models._group_gemm.gemm_bits` (same arguments: K a multiple of
     ``ins.k``, all operands with the same leading dimensions) through the kernel, the
     same bits. ``interpret``: Pallas interpret mode (default: off a GPU). ``tiles``: the
-    tiling (default :data:`TILES`, :data:`INTERPRET_TILES` interpreted)."""
+    tiling (default :data:`TILES`, :data:`INTERPRET_TILES` interpreted). ``fuse``: the
+    step's fusion in place of :func:`_fuse` (benchmarks time the kernel without it)."""
     if interpret is None:
         interpret = jax.default_backend() != "gpu"
     t = tiles or (INTERPRET_TILES if interpret else TILES)
@@ -339,7 +341,7 @@ def gemm_bits(ins, A, B, C, SA, SB, *, interpret=None, tiles: Tiles | None = Non
         )
     man = _formats.FORMATS[ins.stype].mant_bits
     rep = K // GROUP // G  # groups of 16 per scale: 1 (4X) or 2 (2X)
-    kernel = functools.partial(_kernel, steps=K // ins.k, man=man, rep=rep)
+    kernel = functools.partial(_kernel, steps=K // ins.k, man=man, rep=rep, fuse=fuse or _fuse)
     d = pl.pallas_call(
         kernel,
         out_shape=jax.ShapeDtypeStruct((nb, Mp, Np), I32),
