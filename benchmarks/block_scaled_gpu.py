@@ -1,9 +1,11 @@
 """The block-scaled Pallas kernel on a GPU: its bits against the XLA formulation, and
 its speed against the XLA path and jnp.dot.
 
-    python benchmarks/block_scaled_gpu.py            # bits, then timings
-    python benchmarks/block_scaled_gpu.py --tune     # bits, timings, then tilings
+    python benchmarks/block_scaled_gpu.py            # bits, timings, more bits
+    python benchmarks/block_scaled_gpu.py --tune     # tilings only (bits of each checked)
     python benchmarks/block_scaled_gpu.py --bits     # bits only
+
+Each run stops starting new work after ``--budget`` seconds (default 420).
 
 Bits: ``gemm._block_kernel.gemm_bits`` compiled against ``models._group_gemm.gemm_bits``
 (XLA) on raw bits with the hard cases (every e2m1 code, zero and cancelling groups,
@@ -107,58 +109,79 @@ def _summary(bits):
     )
 
 
-def check_bits(small=False) -> int:
+#: bits cases (form, "direct" / "ragged", leading dimensions, M, N, K): first a quick
+#: pass, then after the timings the rest
+QUICK_BITS = [
+    ("NVFP4", "direct", (), 256, 256, 512),
+    ("MXFP4", "direct", (), 256, 256, 512),
+    ("NVFP4", "ragged", (2,), 300, 200, 1000),
+    ("MXFP4", "ragged", (2,), 300, 200, 1000),
+]
+MORE_BITS = [
+    ("NVFP4", "direct", (2,), 192, 320, 1024),
+    ("MXFP4", "direct", (2,), 192, 320, 1024),
+    ("NVFP4", "direct", (), 1024, 1024, 1024),
+    ("MXFP4", "direct", (), 1024, 1024, 1024),
+    ("MXF4NVF4 2X", "direct", (), 256, 256, 512),
+    ("MXF4NVF4 2X", "ragged", (3,), 129, 77, 130),
+    ("NVFP4", "ragged", (3,), 129, 77, 130),
+    ("MXFP4", "ragged", (3,), 129, 77, 130),
+]
+SMALL_BITS = [
+    (name, kind, (2,), 32, 48, 128) if kind == "direct" else (name, kind, (2,), 30, 20, 100)
+    for name in FORMS
+    for kind in ("direct", "ragged")
+]
+#: seconds after the start past which no new work begins (the run has 8 minutes)
+BUDGET = [420.0]
+
+
+def _late(what: str) -> bool:
+    if time.perf_counter() - T0 > BUDGET[0]:
+        say(f"skipped (time budget spent): {what}")
+        return True
+    return False
+
+
+def check_bits(cases) -> int:
     """Kernel (compiled) against the XLA formulation; returns the differing elements."""
     say("== bits: the kernel compiled vs the XLA formulation (raw uint32) ==")
     total = 0
-    direct = [((), 256, 256, 512), ((2,), 192, 320, 1024), ((), 1024, 1024, 1024)]
-    ragged = [((2,), 300, 200, 1000), ((3,), 129, 77, 130)]
-    if small:  # a check of this script off a GPU (interpreted)
-        direct, ragged = [((2,), 32, 48, 128)], [((2,), 30, 20, 100)]
-    for name, text in FORMS.items():
+    for i, (name, kind, lead, M, N, K) in enumerate(cases):
+        what = f"{name:12s} {kind:6s} {str(lead):5s} {M}x{N}x{K}"
+        if _late(what):
+            continue
+        text = FORMS[name]
         ins = _ins(text)
-        kern = jax.jit(lambda *x, ins=ins: _block_kernel.gemm_bits(ins, *x))
-        xla = jax.jit(lambda *x, ins=ins: _group_gemm.gemm_bits(ins, *x))
-        for i, (lead, M, N, K) in enumerate(direct):
-            try:
-                ops = _operands(text, np.random.default_rng(100 + i), lead, M, N, K)
-                got = np.asarray(kern(*ops))
-                want = np.asarray(xla(*ops))
-                bad = int((got != want).sum())
-                total += bad
-                say(
-                    f"{name:12s} direct  {str(lead):5s} {M}x{N}x{K}: {bad:,d} of "
-                    f"{got.size:,d} differ ({_summary(want)})"
+        try:
+            A, B, C, SA, SB = _operands(text, np.random.default_rng(100 + i), lead, M, N, K)
+            if kind == "direct":  # K a multiple of 64, the kernel itself
+                ops = (A, B, C, SA, SB)
+                got = np.asarray(
+                    jax.jit(lambda *x, ins=ins: _block_kernel.gemm_bits(ins, *x))(*ops)
                 )
-            except Exception:
-                total += 1
-                say(f"{name:12s} direct {lead} {M}x{N}x{K}: FAILED")
-                traceback.print_exc()
-        cfg = _layer.config(ins)
+                want = np.asarray(jax.jit(lambda *x, ins=ins: _group_gemm.gemm_bits(ins, *x))(*ops))
+            else:  # through the executor: K padded, A and its scales broadcast
+                cfg = _layer.config(ins)
 
-        def run(*x, cfg=cfg):
-            return _block_scaled.gemm_bits(cfg, x[0], x[1], x[2], x[3:])
+                def run(*x, cfg=cfg):
+                    return _block_scaled.gemm_bits(cfg, x[0], x[1], x[2], x[3:])
 
-        for i, (lead, M, N, K) in enumerate(ragged):
-            try:
-                A, B, C, SA, SB = _operands(text, np.random.default_rng(200 + i), lead, M, N, K)
                 nblk = -(-K // (64 // jaxmma.layouts.num_blocks(ins)))  # ceil(K / block)
-                ops = (A[:1], B, C, SA[:1, :, :nblk], SB[..., :nblk, :])  # A broadcast
+                ops = (A[:1], B, C, SA[:1, :, :nblk], SB[..., :nblk, :])
                 out = {}
                 for mode in ("kernel", "xla"):
                     with _block_kernel.path(mode):
                         out[mode] = np.asarray(jax.jit(run)(*ops))
-                bad = int((out["kernel"] != out["xla"]).sum())
-                total += bad
-                say(
-                    f"{name:12s} ragged  {str(lead):5s} {M}x{N}x{K} (A broadcast): {bad:,d} "
-                    f"of {out['xla'].size:,d} differ ({_summary(out['xla'])})"
-                )
-            except Exception:
-                total += 1
-                say(f"{name:12s} ragged {lead} {M}x{N}x{K}: FAILED")
-                traceback.print_exc()
-    say(f"bits: {total:,d} differing elements in all (0 expected)")
+                got, want = out["kernel"], out["xla"]
+            bad = int((got != want).sum())
+            total += bad
+            say(f"{what}: {bad:,d} of {got.size:,d} differ ({_summary(want)})")
+        except Exception:
+            total += 1
+            say(f"{what}: FAILED")
+            traceback.print_exc()
+    say(f"bits: {total:,d} differing elements in these cases (0 expected)")
     return total
 
 
@@ -202,6 +225,8 @@ def timings(sizes=(1024, 4096)):
         dot = dot.lower(x, w).compile()
         for name in ("NVFP4", "MXFP4"):
             text = FORMS[name]
+            if _late(f"timing {name} {n}^3"):
+                continue
             try:
                 fns = {"bf16 dot": dot}
                 for mode in ("kernel", "xla"):
@@ -260,7 +285,7 @@ def _dots_only(c, scale_groups, man):
     return c
 
 
-def tune(n=4096, budget_s=240.0):
+def tune(n=4096):
     """Each tiling of :data:`TUNE` at n^3 (NVFP4), the same bits checked, and the kernel
     without its fusion (dots and loads only); stops when the budget is spent."""
     say(f"== tune: tilings at {n}^3 NVFP4 (bm, bn, num_warps, num_stages) ==")
@@ -269,18 +294,16 @@ def tune(n=4096, budget_s=240.0):
     rng = np.random.default_rng(7)
     ops = _operands(text, rng, (), n, n, n, wild=0.0)
     ops = tuple(jnp.asarray(o) for o in ops)
-    want = np.asarray(jax.jit(lambda *x: _group_gemm.gemm_bits(ins, *x))(*ops))
-    start = time.perf_counter()
+    want = np.asarray(jax.jit(lambda *x, ins=ins: _group_gemm.gemm_bits(ins, *x))(*ops))
     results = []
     runs = [(t, None) for t in TUNE] + [(TUNE[0], _dots_only), (TUNE[1], _dots_only)]
     for (bm, bn, warps, stages), fuse in runs:
-        if time.perf_counter() - start > budget_s:
-            say("tune: time budget spent, stopping")
-            break
         t = dataclasses.replace(
             _block_kernel.TILES, bm=bm, bn=bn, num_warps=warps, num_stages=stages
         )
         what = f"{bm}x{bn} warps {warps} stages {stages}" + (" DOTS ONLY" if fuse else "")
+        if _late(what):
+            continue
         try:
             f = jax.jit(
                 lambda *x, t=t, fuse=fuse: _block_kernel.gemm_bits(ins, *x, tiles=t, fuse=fuse)
@@ -302,17 +325,25 @@ def tune(n=4096, budget_s=240.0):
 
 def main():
     p = argparse.ArgumentParser()
-    p.add_argument("--tune", action="store_true")
+    p.add_argument("--tune", action="store_true", help="tilings only (bits checked for each)")
     p.add_argument("--bits", action="store_true", help="bits only")
     p.add_argument("--small", action="store_true", help="tiny shapes (a check off a GPU)")
+    p.add_argument("--budget", type=float, default=420.0, help="seconds before no new work")
     args = p.parse_args()
+    BUDGET[0] = args.budget
     say(f"jax {jax.__version__}, backend {jax.default_backend()}, {jax.devices()}")
     say(f"kernel chosen automatically: {_block_kernel.chosen()}; tiling {_block_kernel.TILES}")
-    check_bits(args.small)
-    if not args.bits:
-        timings((64, 128) if args.small else (1024, 4096))
     if args.tune:
         tune(128 if args.small else 4096)
+        return
+    if args.small:
+        check_bits(SMALL_BITS)
+    else:
+        check_bits(QUICK_BITS)
+    if not args.bits:
+        timings((64, 128) if args.small else (4096, 1024))
+    if not args.small:
+        check_bits(MORE_BITS)
 
 
 if __name__ == "__main__":
