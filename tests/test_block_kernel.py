@@ -127,6 +127,26 @@ def test_saturated_products_and_extreme_scales():
         _same(text, A, B, C, SA, SB)
 
 
+def test_groups_that_cancel_exactly():
+    """Every group's products cancel to 0 (they still count for e_max): D is C where C is
+    finite, +0 for C = +-0, and the rest of the step's orders (large scales, tiny C)."""
+    M, N, K = 16, 16, 128
+    A = np.full((M, K), 0x1, np.uint32)  # 0.5, against +-0.5 in alternate rows of B
+    B = np.where(np.arange(K * N).reshape(K, N) // N % 2 == 0, 0x1, 0x9).astype(np.uint32)
+    C = np.zeros((M, N), np.uint32)
+    C[1::2] = 0x80000000  # -0
+    C[::4, ::3] = np.float32(1e-30).view(np.uint32)
+    C[2::4, 1::5] = 1  # the smallest subnormal
+    for text, lo, hi in ((NVFP4, 0x01, 0x7E), (MXFP4, 0x01, 0xFE)):
+        nblk = K // 64 * jaxmma.layouts.num_blocks(_ins(text))
+        rng = np.random.default_rng(9)
+        SA = rng.integers(lo, hi, (M, nblk), dtype=np.uint32)
+        SB = rng.integers(lo, hi, (nblk, N), dtype=np.uint32)
+        got = _same(text, A, B, C, SA, SB)
+        zero = (C & 0x7FFFFFFF) == 0
+        assert (got[zero] == 0).all()
+
+
 def test_scale_specials_one_at_a_time():
     """NaN, zero, subnormal and saturating scales in single rows and columns, the rest of
     D finite: each special decides its own rows or columns only."""

@@ -57,6 +57,10 @@ _LO = _formats.FORMATS["e2m1"].min_exp  # a half unit is 2**_LO
 #: the exponent of a scale whose significand is 0: its groups never reach e_max
 _ABSENT = -(1 << 20)
 _MASK = 0xFFFFFF
+#: 1.5 * 2**23 and its bits: ``bits(t + _MAGIC) - _MAGIC_BITS`` is ``t`` for an integer
+#: float32 ``|t| < 2**22``
+_MAGIC = 1.5 * 2**23
+_MAGIC_BITS = 0x4B400000
 
 #: ``"auto"``: the kernel where the default backend is a GPU, the XLA formulation
 #: elsewhere; ``"kernel"``: the kernel everywhere (interpreted off a GPU);
@@ -118,49 +122,55 @@ INTERPRET_TILES = Tiles(bm=16, bn=16, group_m=0)
 
 
 # ---- the fusion of a step, in int32 -----------------------------------------------------
-def _srl(x, s):
-    """``x >> s`` (logical), ``s`` clamped to [0, 31]."""
-    return lax.shift_right_logical(x, jnp.clip(s, 0, 31))
-
-
-def _shl(x, s):
-    """``x << s``, ``s`` clamped to [0, 31]."""
-    return lax.shift_left(x, jnp.clip(s, 0, 31))
-
-
-def _limbs(m, k):
-    """``m * 2**k`` (int32 ``0 <= m < 2**24``) truncated toward zero, as (low 24 bits, the
-    bits above): :func:`jaxmma.models._group_gemm._limbs` in int32, every shift clamped
-    (an all-zero group may have any ``k``; its ``m`` is 0)."""
-    up = jnp.clip(k, 0, 24)
-    low = jnp.where(k >= 0, _shl(m & jnp.right_shift(I32(_MASK), up), up), _srl(m, -k))
-    high = jnp.where(k >= 24, _shl(m, k - 24), _srl(m, 24 - up))
-    return low, jnp.where(k >= 0, high, 0)
-
-
 def _round_rz(neg, mag, unit):
-    """``(-1)**neg * mag * 2**unit`` (``mag`` int32 read as unsigned) truncated to f32
-    bits: :func:`jaxmma.arith._int32.round_f32_rz` with every shift clamped."""
+    """``(-1)**neg * mag * 2**unit`` (``mag`` int32 read as unsigned, ``unit >= -174``)
+    truncated to f32 bits: :func:`jaxmma.arith._int32.round_f32_rz`, every shift in
+    [0, 31]. The bit of ``mag`` that becomes the lsb, ``qs``, is at most 25 (as
+    ``unit >= -174``), and ``qs < 0`` only where ``mag < 2**24``: ``mag >> 31`` is then 0,
+    and ``mag << 31`` has no bit below 24."""
     p = 31 - lax.clz(mag)
     lead = p + unit
     sub = lead < -126
-    qs = jnp.where(sub, -149 - unit, p - 23)  # the bit of mag that becomes the lsb
-    q = jnp.where(qs >= 0, _srl(mag, qs), _shl(mag, -qs))
-    q = jnp.where(qs >= 32, 0, q)
+    qs = jnp.where(sub, -149 - unit, p - 23)
+    q = (lax.shift_right_logical(mag, _umin31(qs)) | (mag << _umin31(-qs))) & _MASK
     bits = jnp.where(sub, q, ((lead + 126) << 23) + q)  # + the hidden bit: exponent + 1
     bits = jnp.where(lead > 127, I32(0x7F800000), bits)
     bits = jnp.where(mag == 0, 0, bits)
-    return bits | jnp.where(bits != 0, neg.astype(I32) << 31, 0)
+    return bits | ((neg & (bits != 0)).astype(I32) << 31)
 
 
-def _group_limbs(m, r):
-    """``trunc(m * 2**(33 - r))`` (int32 ``0 <= m < 2**22``, ``r >= 0``) as (low 24
-    bits, the bits above): with ``M = m * 2**9`` the high limb is ``M >> r`` and the low
-    one the 24 bits of ``M`` below it, ``M >> (r - 24)`` or ``M << (24 - r)``."""
-    M = m << 9
+def _umin31(x):
+    """``min(x, 31)`` of int32 ``x`` read as unsigned: a negative ``x`` gives 31."""
+    return lax.bitcast_convert_type(jnp.minimum(lax.bitcast_convert_type(x, U32), U32(31)), I32)
+
+
+def _shifts(r):
+    """The shift amounts of :func:`_group_limbs` for ``r`` (any int32): ``M >> hr`` is the
+    high limb, ``M >> R | M << L`` holds the low one in its low 24 bits. A negative
+    ``r`` (only where ``m`` is 0) or ``u = r - 24`` gives 31 where it would be negative:
+    ``M >> 31`` is 0 and ``M << 31`` has no bit below 24."""
     u = r - 24
-    low = jnp.where(u >= 0, _srl(M, u), M << jnp.maximum(-u, 0)) & _MASK
-    return low, _srl(M, r)
+    return _umin31(r), _umin31(u), _umin31(-u)
+
+
+def _group_limbs(m, shifts):
+    """``trunc(m * 2**(33 - r))`` (int32 ``0 <= m < 2**19``) as (low 24 bits, the bits
+    above), ``shifts`` from :func:`_shifts`: with ``M = m * 2**9`` the high limb is
+    ``M >> r`` and the low one the 24 bits of ``M`` below it, ``M >> (r - 24)`` or
+    ``M << (24 - r)``."""
+    hr, R, L = shifts
+    M = m << 9
+    return ((M >> R) | (M << L)) & _MASK, M >> hr
+
+
+def _c_limbs(c_sig, k):
+    """C's term ``trunc(c_sig * 2**k)`` (``c_sig < 2**24``; ``k <= 12`` where ``c_sig !=
+    0``) as (low 24 bits, the bits above), as :func:`_group_limbs` with ``M = c_sig *
+    2**7``: the high limb ``M >> (31 - k)``, the low one ``M >> (7 - k)`` or ``M << (k -
+    7)`` in 24 bits."""
+    M = c_sig << 7
+    u = 7 - k
+    return ((M >> _umin31(u)) | (M << _umin31(-u))) & _MASK, M >> _umin31(31 - k)
 
 
 def _fuse(c, scale_groups, man: int):
@@ -178,8 +188,7 @@ def _fuse(c, scale_groups, man: int):
     field = (c >> 23) & 0xFF
     c_sig = (c & 0x7FFFFF) | jnp.where(field != 0, I32(1 << 23), 0)
     c_exp = jnp.maximum(field, 1) - 150
-    special = field == 0xFF
-    c_sig = jnp.where(special, 0, c_sig)
+    special = field == 0xFF  # Inf or NaN C: D is C (what the step computes is dropped)
     # e_max - (2 man - 2 _LO): the group orders are E + 2 man - 2 _LO
     off = 2 * man - 2 * _LO
     f = jnp.where(c_sig == 0, I32(GROUP_E_ZERO - off), c_exp + (23 - off))
@@ -187,30 +196,28 @@ def _fuse(c, scale_groups, man: int):
         nz, E = order()
         f = jnp.maximum(f, jnp.where(nz, E, I32(GROUP_E_ZERO - off)))
     unit = f + (off - GROUP_F)
-    lo = jnp.zeros_like(c)
-    hi = jnp.zeros_like(c)
+    low, high = _c_limbs(c_sig, c_exp - unit)
+    sign = (c >> 31) | 1
+    lo, hi = low * sign, high * sign
     g = unit + 33
     for order, terms in scale_groups:
         _, E = order(count=False)
-        r = jnp.maximum(g - E, 0)
+        shifts = _shifts(g - E)
         for term in terms:
             ms = term()
-            low, high = _group_limbs(jnp.abs(ms), r)
+            low, high = _group_limbs(jnp.abs(ms), shifts)
             sign = (ms >> 31) | 1
             lo = lo + low * sign
             hi = hi + high * sign
-    low, high = _limbs(c_sig, c_exp - unit)
-    neg_c = c < 0
-    lo = lo + jnp.where(neg_c, -low, low)
-    hi = hi + jnp.where(neg_c, -high, high)
-    hi = hi + (lo >> 24)
+    hi = hi + (lo >> 24)  # the sum is hi * 2**24 + lo, 0 <= lo < 2**24
     lo = lo & _MASK
-    neg = hi < 0
-    mlo = jnp.where(neg & (lo != 0), (1 << 24) - lo, lo)
-    mhi = jnp.where(neg, -hi - (lo != 0).astype(I32), hi)
-    drop = jnp.maximum(31 - lax.clz(mhi) - 7, 0)
-    mag = jnp.where(mhi != 0, _shl(mhi, 24 - drop) | _srl(mlo, drop), mlo)
-    bits = _round_rz(neg, mag, unit + drop)
+    s = hi >> 31  # -1 where the sum is negative: its magnitude is ~sum + 1
+    lo = (lo ^ (s & _MASK)) - s
+    hi = (hi ^ s) + (lo >> 24)
+    lo = lo & _MASK
+    drop = jnp.maximum(24 - lax.clz(hi), 0)  # hi's bits beyond 8 push lo's lowest out
+    mag = (hi << (24 - drop)) | (lo >> drop)
+    bits = _round_rz(s != 0, mag, unit + drop)
     return jnp.where(special, c, bits)
 
 
@@ -233,7 +240,8 @@ def _kernel(a_ref, b_ref, ia_ref, ib_ref, wa_ref, wb_ref, c_ref, d_ref, *, steps
         def term(g):
             ks = cols(g, GROUP)
             t = jnp.dot(a_ref[:, ks], b_ref[ks, :], preferred_element_type=F32)
-            return t.astype(I32)
+            # the integer t (|t| < 2**19) in the low bits of t + 1.5 * 2**23, exactly
+            return lax.bitcast_convert_type(t + F32(_MAGIC), I32) - I32(_MAGIC_BITS)
 
         scale_groups = [
             (
