@@ -161,6 +161,21 @@ def test_scale_specials_one_at_a_time():
         assert np.isnan(got.view(np.float32)).any()
 
 
+def test_grouped_program_order_and_other_tilings():
+    """Programs in groups of tile rows (as on the GPU) and rectangular tiles cover D."""
+    text = MXFP4
+    ops = _operands(text, np.random.default_rng(6), (), 80, 56, 128)
+    want = np.asarray(_programs(text)[1](*ops))
+    ins = _ins(text)
+    for tiles in (
+        _block_kernel.Tiles(bm=16, bn=16, group_m=2),
+        _block_kernel.Tiles(bm=32, bn=16, group_m=0),
+        _block_kernel.Tiles(bm=16, bn=32, group_m=3),
+    ):
+        f = jax.jit(lambda *x, t=tiles: _block_kernel.gemm_bits(ins, *x, interpret=True, tiles=t))
+        np.testing.assert_array_equal(np.asarray(f(*ops)), want)
+
+
 @pytest.mark.every_case
 @pytest.mark.parametrize("K", [1, 40, 64, 130])
 def test_ragged_k_and_batch_through_the_executor(K):
