@@ -4,6 +4,7 @@ its speed against the XLA path and jnp.dot.
     python benchmarks/block_scaled_gpu.py            # bits, timings, more bits
     python benchmarks/block_scaled_gpu.py --tune     # tilings only (bits of each checked)
     python benchmarks/block_scaled_gpu.py --bits     # bits only
+    python benchmarks/block_scaled_gpu.py --ptx      # registers and spills of the kernel
 
 Each run stops starting new work after ``--budget`` seconds (default 420).
 
@@ -21,6 +22,11 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
 import time
 import traceback
 
@@ -323,16 +329,63 @@ def tune(n=4096):
         say(f"fastest: {t} at {ms:.3f} ms")
 
 
+def ptx_report(dump: str, n: int = 1024):
+    """Compile the kernel (NVFP4, n^3, default tiling) with XLA dumping its programs to
+    ``dump``, and show ``ptxas -v`` (registers, spills) for the PTX that holds it."""
+    say(f"== ptx: the kernel's PTX in {dump} ==")
+    try:
+        text = FORMS["NVFP4"]
+        ins = _ins(text)
+        ops = tuple(jnp.asarray(o) for o in _operands(text, np.random.default_rng(1), (), n, n, n))
+        jax.jit(lambda *x: _block_kernel.gemm_bits(ins, *x)).lower(*ops).compile()
+        files = [os.path.join(d, f) for d, _, fs in os.walk(dump) for f in fs if f.endswith(".ptx")]
+        hits = [f for f in files if "_kernel" in open(f, errors="replace").read()]
+        say(f"{len(files)} PTX files, {len(hits)} with the kernel: {hits[:4]}")
+        ptxas = shutil.which("ptxas")
+        if ptxas is None:
+            for root in sys.path:
+                c = os.path.join(root, "nvidia", "cuda_nvcc", "bin", "ptxas")
+                if os.path.exists(c):
+                    ptxas = c
+                    break
+        say(f"ptxas: {ptxas}")
+        for f in hits[:2]:
+            for line in open(f, errors="replace"):
+                if line.startswith((".version", ".target")) or ".maxntid" in line:
+                    print("   ", line.rstrip(), flush=True)
+            if ptxas:
+                arch = "sm_90a"
+                r = subprocess.run(
+                    [ptxas, f"-arch={arch}", "-v", f, "-o", os.devnull],
+                    capture_output=True,
+                    text=True,
+                    timeout=300,
+                )
+                for line in (r.stdout + r.stderr).splitlines():
+                    if "_kernel" in line or "registers" in line or "spill" in line:
+                        print("   ", line, flush=True)
+    except Exception:
+        say("ptx report FAILED")
+        traceback.print_exc()
+
+
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--tune", action="store_true", help="tilings only (bits checked for each)")
     p.add_argument("--bits", action="store_true", help="bits only")
     p.add_argument("--small", action="store_true", help="tiny shapes (a check off a GPU)")
     p.add_argument("--budget", type=float, default=420.0, help="seconds before no new work")
+    p.add_argument("--ptx", action="store_true", help="registers and spills (ptxas -v) only")
     args = p.parse_args()
     BUDGET[0] = args.budget
+    if args.ptx:  # before the backend starts
+        dump = tempfile.mkdtemp(prefix="block_kernel_dump_")
+        os.environ["XLA_FLAGS"] = os.environ.get("XLA_FLAGS", "") + f" --xla_dump_to={dump}"
     say(f"jax {jax.__version__}, backend {jax.default_backend()}, {jax.devices()}")
     say(f"kernel chosen automatically: {_block_kernel.chosen()}; tiling {_block_kernel.TILES}")
+    if args.ptx:
+        ptx_report(dump, 128 if args.small else 1024)
+        return
     if args.tune:
         tune(128 if args.small else 4096)
         return
