@@ -106,16 +106,19 @@ class Tiles:
     float16 dot's smallest), programs in groups of ``group_m`` tile rows (0: row-major
     order) so that neighbouring programs share tiles of A and B in the cache."""
 
-    bm: int = 64
+    bm: int = 32
     bn: int = 64
-    num_warps: int = 8
+    num_warps: int = 4
     num_stages: int = 2
     group_m: int = 8
 
 
-#: tiling on the GPU, a first choice before any measurement: the fusion keeps about ten
-#: int32 planes of the tile live, so 16 elements per thread (64 x 64 over 8 warps) stay
-#: within the registers; ``benchmarks/block_scaled_gpu.py --tune`` times others
+#: tiling on the GPU, chosen before any GPU measurement from the code Triton 3.9 and
+#: ptxas give for sm_90a: the fusion keeps about ten int32 planes of the tile live, so a
+#: thread holds 16 elements (64 x 64 over 4 warps, 32 elements a thread, spills); of the
+#: tilings without spills 32 x 64 over 4 warps (mma.sync) had the fewest instructions per
+#: element and k-step (161 NVFP4, 140 MXFP4; 64 x 64 over 8 warps with wgmma: 180, 145).
+#: ``benchmarks/block_scaled_gpu.py --tune`` times others
 TILES = Tiles()
 #: tiling of interpreted runs (small: a CPU runs every program of the grid in turn)
 INTERPRET_TILES = Tiles(bm=16, bn=16, group_m=0)
