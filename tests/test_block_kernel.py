@@ -197,6 +197,16 @@ def test_ragged_k_and_batch_through_the_executor(K):
     np.testing.assert_array_equal(got, want)
 
 
+def test_vmap_of_the_kernel():
+    """jax.vmap over the executor (a batched pallas_call) gives the XLA bits."""
+    A, B, C, SA, SB = _operands(MXFP4, np.random.default_rng(8), (2,), 16, 16, 128)
+    cfg = _gemm.config(_ins(MXFP4))
+    one = lambda *x: _block_scaled.gemm_bits(cfg, x[0], x[1], x[2], x[3:])  # noqa: E731
+    with _block_kernel.path("interpret"):
+        got = np.asarray(jax.jit(jax.vmap(one))(A, B, C, SA, SB))
+    np.testing.assert_array_equal(got, np.asarray(_programs(MXFP4)[1](A, B, C, SA, SB)))
+
+
 def test_auto_keeps_the_cpu_on_xla():
     assert _block_kernel.MODE == "auto"
     want = None if jax.default_backend() != "gpu" else "compiled"
