@@ -162,7 +162,8 @@ def test_scale_specials_one_at_a_time():
 
 
 def test_grouped_program_order_and_other_tilings():
-    """Programs in groups of tile rows (as on the GPU) and rectangular tiles cover D."""
+    """Programs in groups of tile rows (as on the GPU), rectangular tiles, and a batch
+    larger than the tiles (the batch on the grid's first axis) cover D."""
     text = MXFP4
     ops = _operands(text, np.random.default_rng(6), (), 80, 56, 128)
     want = np.asarray(_programs(text)[1](*ops))
@@ -174,6 +175,10 @@ def test_grouped_program_order_and_other_tilings():
     ):
         f = jax.jit(lambda *x, t=tiles: _block_kernel.gemm_bits(ins, *x, interpret=True, tiles=t))
         np.testing.assert_array_equal(np.asarray(f(*ops)), want)
+    many = _operands(text, np.random.default_rng(7), (3,), 16, 16, 64)  # more batch than tiles
+    np.testing.assert_array_equal(
+        np.asarray(_programs(text)[0](*many)), np.asarray(_programs(text)[1](*many))
+    )
 
 
 @pytest.mark.every_case

@@ -326,8 +326,13 @@ def gemm_bits(ins, A, B, C, SA, SB, *, interpret=None, tiles: Tiles | None = Non
         rows = jnp.minimum(gi - first, t.group_m)
         return first + (p % width) % rows, (p % width) // rows
 
+    # the tiles on the grid's first axis (CUDA's x, up to 2**31 - 1 programs; y and z
+    # take at most 65,535), the batch on the second, unless the batch is the larger
+    batch_first = nb > gi * gj
+
     def at(kind):
-        def index(z, p):
+        def index(*ids):
+            z, p = ids if batch_first else ids[::-1]
             i, j = tile(p)
             return {"a": (z, i, 0), "b": (z, 0, j), "d": (z, i, j)}[kind]
 
@@ -356,7 +361,7 @@ def gemm_bits(ins, A, B, C, SA, SB, *, interpret=None, tiles: Tiles | None = Non
     d = pl.pallas_call(
         kernel,
         out_shape=jax.ShapeDtypeStruct((nb, Mp, Np), I32),
-        grid=(nb, gi * gj),
+        grid=(nb, gi * gj) if batch_first else (gi * gj, nb),
         in_specs=specs,
         out_specs=d_spec,
         interpret=interpret,
