@@ -5,8 +5,9 @@ over the k-steps, one ``[M, k] x [k, N]`` slab at a time; for the block-scaled f
 that builds ``[M, N, k]``-sized intermediates per step. The forms :func:`covers` names
 run here instead, with the same bits (docs/block_scaling.md, "Which path computes a
 block-scaled GEMM"): ``kind::mxf4`` / ``kind::mxf4nvf4`` on
-:mod:`jaxmma.models._group_gemm`. :func:`path` forces either executor (tests and
-benchmarks); the bits do not depend on it.
+:mod:`jaxmma.models._group_gemm`, or on a GPU its Pallas kernel
+(:mod:`jaxmma.gemm._block_kernel`, chosen by its ``MODE``). :func:`path` forces either
+executor (tests and benchmarks); the bits do not depend on it.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import jax.numpy as jnp
 
 from ..models import _group_gemm
 from ..operands import _scaling
+from . import _block_kernel
 
 #: ``"auto"``: the forms :func:`covers` names run here; ``"emulate"``: none does
 MODE = "auto"
@@ -78,4 +80,7 @@ def gemm_bits(cfg, A, B, C, scales):
     B = _pad(B, -2, S * ins.k, 0)
     SA = _pad(SA, -1, S * nblk, one)
     SB = _pad(SB, -2, S * nblk, one)
+    how = _block_kernel.chosen()
+    if how is not None:  # the same bits from one Pallas kernel
+        return _block_kernel.gemm_bits(ins, A, B, C, SA, SB, interpret=how == "interpret")
     return _group_gemm.gemm_bits(ins, A, B, C, SA, SB)
