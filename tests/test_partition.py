@@ -76,6 +76,22 @@ SCRIPT = textwrap.dedent(
     check("native block scales N", blk, (A8, B8, SA, SB), line,
           (None, P(None, "x"), None, P(None, "x")), P(None, "x"))
 
+    # the block-scaled (NVFP4) kernel, interpreted: its scales follow A's rows, B's columns
+    from jaxmma.gemm import _block_kernel, _block_scaled
+    nv = jaxmma.instruction(
+        "mma.sync.aligned.m16n8k64.row.col.kind::mxf4nvf4.block_scale.scale_vec::4X"
+        ".f32.e2m1.e2m1.f32.ue4m3", arch="sm_120a")
+    cfg4 = _gemm.config(nv.text, "sm_120a")
+    A4 = rng.integers(0, 16, (64, 128)).astype(np.uint32)
+    B4 = rng.integers(0, 16, (128, 32)).astype(np.uint32)
+    SA4 = rng.integers(0x30, 0x40, (64, 8)).astype(np.uint32)
+    SB4 = rng.integers(0x30, 0x40, (8, 32)).astype(np.uint32)
+    C4 = f32((64, 32))
+    with _block_kernel.path("interpret"):
+        nvk = jax.jit(lambda a, b, c, sa, sb: _block_scaled.gemm_bits(cfg4, a, b, c, (sa, sb)))
+        check("block kernel M", nvk, (A4, B4, C4, SA4, SB4), line,
+              (P("x"), None, None, P("x"), None), P("x"), no_gather=True)
+
     # vmap: the mapped axis is one more batch dimension
     vm = jax.jit(jax.vmap(lambda a, c: _native.gemm_bits(bf, a, B, c, interpret=True)))
     check("native vmap", vm, (Ab, Cb), line, (P("x"), None), P("x"))

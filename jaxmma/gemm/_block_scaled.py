@@ -19,7 +19,7 @@ import jax.numpy as jnp
 
 from ..models import _group_gemm
 from ..operands import _scaling
-from . import _block_kernel
+from . import _block_kernel, _partition
 
 #: ``"auto"``: the forms :func:`covers` names run here; ``"emulate"``: none does
 MODE = "auto"
@@ -82,5 +82,13 @@ def gemm_bits(cfg, A, B, C, scales):
     SB = _pad(SB, -2, S * nblk, one)
     how = _block_kernel.chosen()
     if how is not None:  # the same bits from one Pallas kernel
-        return _block_kernel.gemm_bits(ins, A, B, C, SA, SB, interpret=how == "interpret")
+        # split over devices as XLA splits a dot (jaxmma/gemm/_partition.py): the scales
+        # follow A's rows and B's columns
+        return _partition.sharded(
+            _kernel_bits, ins, A, B, C, scales=(SA, SB), interpret=how == "interpret"
+        )
     return _group_gemm.gemm_bits(ins, A, B, C, SA, SB)
+
+
+def _kernel_bits(ins, A, B, C, *, block_scales, interpret: bool):
+    return _block_kernel.gemm_bits(ins, A, B, C, *block_scales, interpret=interpret)
