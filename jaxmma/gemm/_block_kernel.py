@@ -113,13 +113,11 @@ class Tiles:
     group_m: int = 8
 
 
-#: tiling on the GPU, chosen before any GPU measurement from the code Triton 3.9 and
-#: ptxas give for sm_90a: the fusion keeps about ten int32 planes of the tile live, so a
-#: thread holds 16 elements (64 x 64 over 4 warps, 32 elements a thread, spills); of the
-#: tilings without spills 32 x 64 over 4 warps (mma.sync) had the fewest instructions per
-#: element and k-step (161 NVFP4, 140 MXFP4; 64 x 64 over 8 warps with wgmma: 180, 145).
-#: ``benchmarks/block_scaled_gpu.py --tune`` times others
-TILES = Tiles()
+#: tiling on the GPU: the fastest of ``benchmarks/block_scaled_gpu.py --tune`` on an H200
+#: (2026-11-26, NVFP4 4096^3: 16 x 64 over 4 warps, 2 stages, 9.2 ms; 32 x 64: 10.2 ms;
+#: 64 x 64 over 8 warps 11.9 ms; larger tiles spill: the fusion keeps about ten int32
+#: planes of the tile live). Static counts for sm_90a in benchmarks/PALLAS_NOTES.md
+TILES = Tiles(bm=16, bn=64)
 #: tiling of interpreted runs (small: a CPU runs every program of the grid in turn)
 INTERPRET_TILES = Tiles(bm=16, bn=16, group_m=0)
 
