@@ -166,6 +166,20 @@ def test_text_round_trips(text, canonical):
         (f"{HEAD}.kind::f16", "instruction descriptor"),
         ("tcgen05.mma.ws.cta_group::1.kind::f16.m64n64k16.f32.f16.f16", "not emulated"),
         ("tcgen05.mma.cta_group::2.kind::mxf4.block_scale.m64n16k64.f32.e2m1.e2m1.ue8m0", "m64"),
+        # a qualifier given twice is refused, never the last one kept
+        (f"{HEAD}.kind::f16.kind::tf32.m128n8k8.f32.tf32.tf32", "kind given twice"),
+        (f"{HEAD}.cta_group::2.kind::f16.m128n8k16.f32.f16.f16", "cta_group given twice"),
+        (f"{HEAD}.kind::f16.m128n8k16.m128n16k16.f32.f16.f16", "shape given twice"),
+        (f"{HEAD}.kind::f16.m128n8k16.f32.f16.f16.negate_a.negate_a", ".negate_a given twice"),
+        (
+            f"{HEAD}.kind::mxf4nvf4.block_scale.scale_vec::4X.m128n8k64.f32.e2m1.e2m1.ue4m3"
+            ".block16",
+            "scale vector size given twice",
+        ),
+        (
+            f"{HEAD}.kind::mxf4.block_scale.scale_vec::2X.m128n8k64.f32.e2m1.e2m1.ue8m0.ue8m0",
+            "scale type given twice",
+        ),
     ],
 )
 def test_errors_name_the_field(text, needle):

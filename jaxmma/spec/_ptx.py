@@ -497,6 +497,17 @@ def _tcgen05_index() -> dict:
     return index
 
 
+def _tcgen05_slot(q: str) -> str:
+    """What a ``tcgen05.mma`` qualifier sets (each is given at most once)."""
+    if _SHAPE_RE.match(q):
+        return "the shape"
+    if q in SCALE_TYPES:
+        return "the scale type"
+    if q.startswith("scale_vec::") or q in ("block16", "block32"):
+        return "the scale vector size"
+    return q.split("::")[0] if "::" in q else f".{q}"
+
+
 def _match_tcgen05(word: str) -> tuple[Form, dict]:
     """``tcgen05.mma{.sp}.cta_group::C.kind::K{.block_scale{.scale_vec}}`` followed by the
     fields of the instruction descriptor spelled out: ``.mMnNkK.dtype.atype.btype``, the
@@ -517,7 +528,18 @@ def _match_tcgen05(word: str) -> tuple[Form, dict]:
     cta = kind = shape = stype = vec = None
     types: list[str] = []
     flags = {"block_scale": False, "satfinite": False, "negate_a": False, "negate_b": False}
+    given: dict = {}
+
+    def once(what: str, q: str) -> None:  # a qualifier of one kind given twice: refused
+        if what in given:
+            raise ValueError(
+                f"{word!r}: {what} given twice (.{given[what]} and .{q}); give it once"
+            )
+        given[what] = q
+
     for q in rest:
+        if q not in ELEMENT_TYPES or _SHAPE_RE.match(q):  # three element types, else once
+            once(_tcgen05_slot(q), q)
         if q.startswith("cta_group::"):
             if q not in ("cta_group::1", "cta_group::2"):
                 raise _fail(".cta_group", q, ("cta_group::1", "cta_group::2"), word)
