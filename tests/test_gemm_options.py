@@ -417,6 +417,8 @@ BAD = [
     ("reduce-tree", BF16, dict(split_k=3, split_reduce=(0, 1)), ValueError, "split_reduce"),
     ("halving-odd", BF16, dict(split_k=3, split_reduce="halving"), ValueError, "split_reduce"),
     ("empty-slice", BF16, dict(split_k=8, k_tile=16), ValueError, "split_k.*empty"),
+    ("huge-split", BF16, dict(split_k=10**12), ValueError, "split_k.*at most K"),
+    ("huge-split-cutlass", BF16, dict(split_k=10**12, split_rule="cutlass"), ValueError, "at most"),
     ("rounding", BF16, dict(input_rounding="up"), ValueError, "input_rounding"),
     ("rounding-int", S8, dict(input_rounding="rn"), ValueError, "input_rounding.*s8"),
     ("epilogue", BF16, dict(epilogue="bias"), ValueError, "epilogue"),

@@ -458,6 +458,13 @@ def test_unmeasured_fp8_configs_are_refused_not_guessed(tile):
         jaxmma.xla_gpu_dots(text)
 
 
+def test_two_modules_in_one_text_are_refused():
+    _, meta, _ = record("auto1", "e4m3xe4m3-f32-s32")
+    assert len(jaxmma.xla_gpu_dots(meta["hlo"])) == 1
+    with pytest.raises(ValueError, match="2 HLO modules in one text"):
+        jaxmma.xla_gpu_dots(meta["hlo"] + "\n" + meta["hlo"])
+
+
 def test_cpu_module_is_refused():
     """A module compiled for the CPU has its dot outside any Triton fusion."""
     x = jnp.ones((8, 16), jnp.bfloat16)

@@ -133,6 +133,12 @@ def parse(text: str) -> tuple:
         )
     if not text.lstrip().startswith("HloModule"):
         raise ValueError("compiled_text: malformed HLO: it does not start with 'HloModule'")
+    modules = sum(1 for line in text.splitlines() if line.startswith("HloModule"))
+    if modules > 1:
+        raise ValueError(
+            f"compiled_text: {modules} HLO modules in one text; pass each module's "
+            "compiled.as_text() on its own"
+        )
     comps, entry, cur = {}, None, None
     for n, line in enumerate(text.splitlines(), 1):
         s = line.strip()

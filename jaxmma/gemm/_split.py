@@ -32,7 +32,12 @@ def _cdiv(a: int, b: int) -> int:
 def slices(rule: str, K: int, S: int, T: int) -> list[tuple[int, int, int]]:
     """``(start, stop, lead)`` of each slice: elements ``[start, stop)`` of K; ``lead``
     elements come first in a tile of T, then ``T - lead`` +0 elements (``lead == T``:
-    none). Raises ValueError when a slice would be empty."""
+    none). Raises ValueError when a slice would be empty (before any list is built: a
+    huge ``S`` costs nothing)."""
+    if S > K:
+        raise ValueError(
+            f"split_k: {S} slices of K = {K} leave a slice empty under every rule; at most K"
+        )
     if rule == "cublas":
         tiles = _cdiv(K, T)
         per = _cdiv(tiles, S)
