@@ -246,3 +246,19 @@ def test_a_jitted_training_step_with_delayed_scaling_and_stochastic_gradients():
         losses.append(float(value))
     assert losses[-1] < losses[0]
     assert np.all(np.asarray(state["x"]) > 0)
+
+
+@pytest.mark.parametrize(
+    "call, exc, match",
+    [
+        (lambda: recipes.scale_from_amax(jnp.float32(2.0), "e3m2"), ValueError, "fmt.*e4m3"),
+        (lambda: recipes.scale_loss(jnp.float32(1.0), "1024"), TypeError, "scale"),
+        (lambda: recipes.quantize_nvfp4_2d(jnp.ones((24, 32))), ValueError, "multiples of 16"),
+        (lambda: recipes.quantize_nvfp4_2d(jnp.ones((32,))), ValueError, "2-D"),
+        (lambda: recipes.hadamard_rows(jnp.ones((20, 8)), jnp.ones(16)), ValueError, "M a mult"),
+        (lambda: recipes.hadamard_rows(jnp.ones((16, 8)), jnp.ones(8)), ValueError, "signs"),
+    ],
+)
+def test_helpers_refuse_bad_arguments_by_name(call, exc, match):
+    with pytest.raises(exc, match=match):
+        call()

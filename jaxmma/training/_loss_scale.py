@@ -7,12 +7,18 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 F32 = jnp.float32
 
 
 def scale_loss(loss, scale):
     """``loss * scale`` (differentiate this)."""
+    for name, x in (("loss", loss), ("scale", scale)):
+        dt = getattr(x, "dtype", None)
+        ok = isinstance(x, (int, float, np.integer, np.floating)) and not isinstance(x, bool)
+        if not (ok or (dt is not None and jnp.issubdtype(dt, jnp.floating))):
+            raise TypeError(f"{name}: expected a float scalar or array, got {x!r}")
     return loss * jnp.asarray(scale, F32).astype(jnp.result_type(loss))
 
 

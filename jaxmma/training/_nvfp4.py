@@ -46,6 +46,11 @@ def quantize_2d(w):
     Block scale ``s = ue4m3(amax_b / (6 g))`` (nearest, saturating), element
     ``e2m1(w / (s g))`` with the quotient rounded to float32 first, ``g`` the global
     scale."""
+    if jnp.ndim(w) != 2 or any(d % BLOCK for d in jnp.shape(w)):
+        raise ValueError(
+            f"w: expected a 2-D weight whose sizes are multiples of {BLOCK}, got shape "
+            f"{jnp.shape(w)}"
+        )
     K, N = w.shape
     g = _quant.nvfp4_global_scale(w)
     a = jnp.abs(w).reshape(K // BLOCK, BLOCK, N // BLOCK, BLOCK).max(axis=(1, 3))
@@ -63,6 +68,12 @@ def quantize_2d(w):
 def hadamard_rows(x, signs):
     """``x [M, C]`` with every 16 rows multiplied by ``H diag(signs)`` (an orthogonal
     16 x 16 matrix): ``hadamard_rows(x)^T hadamard_rows(y) == x^T y`` exactly in reals."""
+    if jnp.ndim(x) != 2 or jnp.shape(x)[0] % BLOCK:
+        raise ValueError(
+            f"x: expected [M, C] with M a multiple of {BLOCK}, got shape {jnp.shape(x)}"
+        )
+    if jnp.shape(signs) != (BLOCK,):
+        raise ValueError(f"signs: expected shape ({BLOCK},), got {jnp.shape(signs)}")
     M, C = x.shape
     t = jnp.asarray(HADAMARD) * signs[None, :]
     xb = x.reshape(M // BLOCK, BLOCK, C)

@@ -28,6 +28,8 @@ def amax(x, axis=None):
 
 def scale_from_amax(a, fmt: str, margin: int = 0):
     """``fmax / a / 2**margin`` (float32); 1 where ``a`` is 0 or not finite."""
+    if fmt not in FMAX:
+        raise ValueError(f"fmt: expected one of {', '.join(FMAX)}, got {fmt!r}")
     ok = (a > 0) & jnp.isfinite(a)
     s = F32(FMAX[fmt]) / jnp.where(ok, a, F32(1)) / F32(2.0**margin)
     return jnp.where(ok, s, F32(1))
