@@ -466,6 +466,19 @@ BAD_SCALES = [
         "split_k",
     ),
     ("c-in-chain", dict(scale_a=ONE, scale_b=ONE, C=_ones(M, N)), ValueError, "C: with scales"),
+    # batch dimensions of the scales that A and B do not have (A8, B8 have none)
+    (
+        "row-batch",
+        dict(scale_a=_ones(3, M, 1), scale_b=_ones(1, N)),
+        ValueError,
+        r"scale_a.*\(3,\)",
+    ),
+    (
+        "block-batch",
+        dict(scale_a=_ones(M, 2), scale_b=_ones(2, 2, 1)),
+        ValueError,
+        "scale_b.*batch",
+    ),
 ]
 
 

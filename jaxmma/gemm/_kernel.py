@@ -202,7 +202,8 @@ def matmul(cfg, opts, A, B, C, scale_a, scale_b, *, chain, check_shapes, quantiz
     A, B = jnp.asarray(A), jnp.asarray(B)
     check_shapes(ins, A, B, None if C is None else jnp.asarray(C))
     M, K, N = A.shape[-2], A.shape[-1], B.shape[-1]
-    kind = _recipes.recipe(scale_a, scale_b, M, K, N)
+    lead = tuple(jnp.broadcast_shapes(A.shape[:-2], B.shape[:-2]))
+    kind = _recipes.recipe(scale_a, scale_b, M, K, N, lead)
     if kind is not None:
         if ins.dtype != "f32":
             raise ValueError(

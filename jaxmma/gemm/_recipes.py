@@ -29,9 +29,10 @@ def _cdiv(a: int, b: int) -> int:
     return -(-a // b)
 
 
-def recipe(scale_a, scale_b, M: int, K: int, N: int) -> str | None:
+def recipe(scale_a, scale_b, M: int, K: int, N: int, lead: tuple = ()) -> str | None:
     """``"tensor"``, ``"row"``, ``"block"`` or None; TypeError / ValueError naming the
-    argument when the scales are not float32 arrays of one recipe's shapes."""
+    argument when the scales are not float32 arrays of one recipe's shapes, or when their
+    batch dimensions do not broadcast to A's and B's (``lead``)."""
     if scale_a is None and scale_b is None:
         return None
     for name, s, other in (("scale_a", scale_a, "scale_b"), ("scale_b", scale_b, "scale_a")):
@@ -45,6 +46,16 @@ def recipe(scale_a, scale_b, M: int, K: int, N: int) -> str | None:
     if sa == () and sb == ():
         return "tensor"
     if len(sa) >= 2 and len(sb) >= 2:
+        for name, shape in (("scale_a", sa), ("scale_b", sb)):
+            try:
+                ok = tuple(jnp.broadcast_shapes(shape[:-2], tuple(lead))) == tuple(lead)
+            except ValueError:
+                ok = False
+            if not ok:
+                raise ValueError(
+                    f"{name}: batch dimensions {shape[:-2]} do not broadcast to A's and B's "
+                    f"{tuple(lead)} (shape {shape})"
+                )
         if sa[-2:] == (M, 1) and sb[-2:] == (1, N):
             return "row"
         if sa[-2:] == (M, G) and sb[-2:] == (G, GN):
