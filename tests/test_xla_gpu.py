@@ -391,6 +391,12 @@ def test_autotuner_moves_bits_only_with_the_plan():
 GOOD = record("auto1", "bf16-s32")[1]["hlo"]
 
 
+def test_lowered_stablehlo_is_refused_with_the_fix():
+    text = jax.jit(lambda a, b: a @ b).lower(jnp.ones((4, 4)), jnp.ones((4, 4))).as_text()
+    with pytest.raises(ValueError, match=r"compile\(\)\.as_text\(\)"):
+        jaxmma.xla_gpu_dots(text)
+
+
 @pytest.mark.parametrize(
     "text,msg",
     [

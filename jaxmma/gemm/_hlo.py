@@ -132,7 +132,11 @@ def parse(text: str) -> tuple:
             f"compiled_text: expected the str of compiled.as_text(), got {type(text).__name__}"
         )
     if not text.lstrip().startswith("HloModule"):
-        raise ValueError("compiled_text: malformed HLO: it does not start with 'HloModule'")
+        raise ValueError(
+            "compiled_text: malformed HLO: it does not start with 'HloModule' (pass the "
+            "compiled module's text, jax.jit(f).lower(*args).compile().as_text(), not the "
+            "lowered StableHLO of .lower(*args).as_text())"
+        )
     modules = sum(1 for line in text.splitlines() if line.startswith("HloModule"))
     if modules > 1:
         raise ValueError(
@@ -175,7 +179,10 @@ def parse(text: str) -> tuple:
     if cur is not None:
         raise ValueError(f"compiled_text: malformed HLO: computation {cur.name!r} is not closed")
     if entry is None:
-        raise ValueError("compiled_text: malformed HLO: no ENTRY computation")
+        raise ValueError(
+            "compiled_text: malformed HLO: no ENTRY computation (pass the whole text of "
+            "jax.jit(f).lower(*args).compile().as_text())"
+        )
     return comps, entry
 
 
