@@ -560,3 +560,19 @@ def test_dot_general_takes_the_options():
     got = jaxmma.dot_general(A, B, (((1,), (0,)), ((), ())), **kw)
     parts = [chain(BF16, A[:, a:b], B[a:b]) for a, b in ((0, 384), (384, 768), (768, 1000))]
     assert np.array_equal(_bits(got), _bf16(_f32(add_in_order(parts))).view(np.uint16))
+
+
+@pytest.mark.parametrize(
+    "kw, match",
+    [
+        (dict(split_k=2), "split_k=2: not modelled for sparse"),
+        (dict(epilogue="f32", alpha=2.0), "epilogue='f32', alpha=2.0: not modelled for sparse"),
+        (dict(input_rounding="rz"), "input_rounding='rz': not modelled for sparse"),
+        (dict(scale_a=ONE, scale_b=ONE), "scale_a: not modelled for sparse"),
+    ],
+)
+def test_sparse_forms_name_the_option_they_refuse(kw, match):
+    sparse = "mma.sp.sync.aligned.m16n8k32.row.col.f32.bf16.bf16.f32"
+    A = jnp.zeros((16, 32), jnp.bfloat16)
+    with pytest.raises(ValueError, match=match):
+        jaxmma.matmul(A, jnp.ones((32, 8), jnp.bfloat16), instruction=sparse, arch=ARCH, **kw)

@@ -10,6 +10,7 @@ reads times their scales (differentiable in the scales too).
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 
 import jax
@@ -193,7 +194,12 @@ def matmul(cfg, opts, A, B, C, scale_a, scale_b, *, chain, check_shapes, quantiz
     opts = DEFAULT if opts is None else opts
     if ins.stype or ins.sparse:
         form = "block-scaled" if ins.stype else "sparse"
-        name = "scale_a" if opts is DEFAULT else "kernel options"
+        given = [
+            f"{f.name}={getattr(opts, f.name)!r}"
+            for f in dataclasses.fields(opts)
+            if getattr(opts, f.name) != getattr(DEFAULT, f.name)
+        ]
+        name = ", ".join(given) if given else "scale_a"
         raise ValueError(f"{name}: not modelled for {form} forms ({ins.text})")
     if quantize is not None:
         raise ValueError(f"quantize: only block-scaled forms quantize; {ins.text} does not")
