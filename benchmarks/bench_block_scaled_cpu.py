@@ -5,8 +5,8 @@ calls it), for NVFP4, MXFP4 and MXFP8 (``sm_120a``) at n^3 for each ``--sizes`` 
 
 * ``old``: the per-step emulation (``gemm._block_scaled.path("emulate")``: every
   k-step through ``models.mma_bits``);
-* ``new``: the automatic choice (``kind::mxf4*`` on ``gemm._block_scaled``; MXFP8 is
-  not covered and takes the per-step chain either way);
+* ``new``: the automatic choice (``gemm._block_scaled``: ``kind::mxf4*`` on
+  ``models._group_gemm``, MXFP8 on ``models._product_gemm``);
 * ``jnp.dot`` f32 on the same inputs, and the quantizers alone.
 
 Median of ``--repeat`` calls after a warm-up call (its time, which includes compiling,

@@ -278,13 +278,15 @@ def test_product_broadcast_batch_jit_and_vmap():
 
 
 def test_product_tiles_and_partial_tiles():
-    """Several tiles of columns (the last one partial) and the plain-number model: the
-    same bits as the chain on wide, ordinary operands."""
+    """Several tiles of columns, the last one partial: the chain's bits."""
     from jaxmma.models import _product_gemm
 
     rng = np.random.default_rng(6)
-    A, B, C, SA, SB = _mx_operands(MXFP8, rng, (), 16, 3 * _product_gemm.TILE_N + 5, 64)
-    _same(MXFP8, A, B, C, SA, SB)
+    A, B, C, SA, SB = _mx_operands(MXFP8, rng, (), 16, 3 * 16 + 5, 64)
+    ins = jaxmma.instruction(MXFP8, arch="sm_120a")
+    got = jax.jit(lambda *x: _product_gemm.gemm_bits(ins, *x, tile=16))(A, B, C, SA, SB)
+    want = _programs(MXFP8)[1](A, B, C, SA, SB)
+    np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
 
 
 def test_mxfp8_matmul_takes_the_fast_path_with_the_same_values():
