@@ -49,9 +49,11 @@ TILE_N = (64, 256)
 
 
 def supports(ins) -> bool:
-    """Whether :func:`gemm_bits` computes ``ins`` (dense ``kind::mxf8f6f4``, ue8m0, f32)."""
+    """Whether :func:`gemm_bits` computes ``ins`` (dense ``mma`` ``kind::mxf8f6f4``, ue8m0,
+    f32)."""
     return (
-        ins.kind == "mxf8f6f4"
+        getattr(ins, "opcode", None) == "mma"
+        and ins.kind == "mxf8f6f4"
         and not ins.sparse
         and ins.k == PRODUCT_MODEL.L
         and ins.stype == "ue8m0"
