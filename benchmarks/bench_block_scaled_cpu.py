@@ -41,6 +41,8 @@ FORMS = {
     ".f32.e2m1.e2m1.f32.ue8m0",
     "MXFP8": "mma.sync.aligned.m16n8k32.row.col.kind::mxf8f6f4.block_scale.scale_vec::1X"
     ".f32.e4m3.e4m3.f32.ue8m0",
+    "MXFP8-e5m2": "mma.sync.aligned.m16n8k32.row.col.kind::mxf8f6f4.block_scale.scale_vec::1X"
+    ".f32.e5m2.e5m2.f32.ue8m0",
 }
 
 
@@ -74,7 +76,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--sizes", default="256,512,1024")
     ap.add_argument("--repeat", type=int, default=5)
-    ap.add_argument("--forms", default=",".join(FORMS))
+    ap.add_argument("--forms", default="NVFP4,MXFP4,MXFP8")
     args = ap.parse_args()
     sizes = [int(s) for s in args.sizes.split(",")]
     print(
