@@ -205,6 +205,7 @@ def _mx_operands(text, rng, lead, M, N, K):
         for r, code in zip(rows, _SPECIAL_CODES.get(fmt, ()), strict=False):
             X[..., r, rng.integers(0, K, 2)] = code | (0x80 * (r % 2))
     A[..., 8, :] = 0  # zero products only
+    A[..., 13, 31::32] = 0x7B  # the last product of each block the largest
     A[..., 9, ::3] = 0x80  # -0 among the products
     B[..., 16:32, 6] = B[..., 0:16, 6] ^ 0x80  # every block of row 10 cancels in column 6
     A[..., 10, 16:32] = A[..., 10, 0:16]
@@ -233,6 +234,7 @@ def _mx_operands(text, rng, lead, M, N, K):
     return A, B, C, SA, SB
 
 
+@pytest.mark.every_case
 @pytest.mark.parametrize("text", PRODUCT_FORMS)
 def test_product_forms_give_the_per_step_bits(text):
     rng = np.random.default_rng(8)
@@ -263,6 +265,25 @@ def test_product_zero_c_counts_with_e_zero():
     SB = np.arange(92, 100, dtype=np.uint32)[None, :]  # 2**-35 ... 2**-28
     got = _same(MXFP8, A, B, np.zeros((M, N), np.uint32), SA, SB)
     assert got[0, 4] == 64  # 2**-143, not 63 * 2**-149
+
+
+def test_product_specials_in_one_operand():
+    """NaN and Inf elements in B only (A finite, some of it zero): Inf * 0 and NaN make
+    NaN, one sign of Inf gives that Inf, as in the chain."""
+    text = PRODUCT_FORMS[1]  # e5m2
+    rng = np.random.default_rng(10)
+    M, N, K = 8, 8, 64
+    A = rng.integers(0, 0x7C, (M, K), dtype=np.uint32) | (rng.integers(0, 2, (M, K)) << 7)
+    A = A.astype(np.uint32)
+    A[0, :] = 0  # Inf * 0
+    B = rng.integers(0, 0x7C, (K, N), dtype=np.uint32)
+    B[40, 0] = 0x7C  # +Inf in the second block
+    B[3, 1] = 0xFC  # -Inf in the first
+    B[5, 2] = 0x7E  # NaN
+    SA = np.full((M, 2), 0x7F, np.uint32)
+    SB = np.full((2, N), 0x7F, np.uint32)
+    got = _same(text, A, B, np.zeros((M, N), np.uint32), SA, SB)
+    assert (got[0, :3] == 0x7FFFFFFF).all() and np.isinf(got[1:, :2].view(np.float32)).all()
 
 
 def test_product_broadcast_batch_jit_and_vmap():
