@@ -166,3 +166,158 @@ def test_path_rejects_unknown_modes():
     with pytest.raises(ValueError, match="mode: expected one of auto, emulate"):
         with _block_scaled.path("fast"):
             pass
+
+
+MXF8 = (
+    "mma.sync.aligned.m16n8k32.row.col.kind::mxf8f6f4.block_scale.scale_vec::1X"
+    ".f32.{a}.{b}.f32.ue8m0"
+)
+MXFP8 = MXF8.format(a="e4m3", b="e4m3")
+PRODUCT_FORMS = (
+    MXFP8,
+    MXF8.format(a="e5m2", b="e5m2"),
+    MXF8.format(a="e3m2", b="e2m3"),
+    MXF8.format(a="e2m1", b="e4m3"),
+)
+#: NaN and Inf codes of the 8-bit formats (bits [6:0] after the sign)
+_SPECIAL_CODES = {"e4m3": (0x7F,), "e5m2": (0x7C, 0x7D, 0x7F)}
+
+
+def _mx_operands(text, rng, lead, M, N, K):
+    """kind::mxf8f6f4 raw bits with the hard cases: every code (subnormals, padding bits
+    set), NaN and Inf elements in a few rows and columns, cancelling blocks, zero and -0
+    elements, NaN / zero / tiny / largest scales (products below e_zero, overflow), C
+    with NaN, Inf, subnormals, -0 and large values."""
+    ins = jaxmma.instruction(text, arch="sm_120a")
+    nblk = -(-K // 32)
+
+    def elements(fmt, shape):
+        x = rng.integers(0, 256, shape, dtype=np.uint32)
+        for code in _SPECIAL_CODES.get(fmt, ()):  # finite everywhere but where placed
+            x[(x & 0x7F) == code] ^= 0x40
+        return x
+
+    A = elements(ins.atype, lead + (M, K))
+    B = elements(ins.btype, lead + (K, N))
+    A[..., -1, :] = np.arange(K) % 256  # every code
+    B[..., :, -1] = (np.arange(K) * 7) % 256
+    for fmt, X, rows in ((ins.atype, A, (5, 6, 7)), (ins.btype, np.swapaxes(B, -1, -2), (4, 5))):
+        for r, code in zip(rows, _SPECIAL_CODES.get(fmt, ()), strict=False):
+            X[..., r, rng.integers(0, K, 2)] = code | (0x80 * (r % 2))
+    A[..., 8, :] = 0  # zero products only
+    A[..., 13, 31::32] = 0x7B  # the last product of each block the largest
+    A[..., 9, ::3] = 0x80  # -0 among the products
+    B[..., 16:32, 6] = B[..., 0:16, 6] ^ 0x80  # every block of row 10 cancels in column 6
+    A[..., 10, 16:32] = A[..., 10, 0:16]
+    SA = rng.integers(110, 140, lead + (M, nblk), dtype=np.uint32)
+    SB = rng.integers(110, 140, lead + (nblk, N), dtype=np.uint32)
+    wild_a = rng.random(SA.shape) < 0.1
+    wild_b = rng.random(SB.shape) < 0.1
+    scales = np.array([0x00, 0x01, 0x7F, 0xFE, 0xFF], np.uint32)
+    SA[wild_a] = rng.choice(scales, wild_a.sum())
+    SB[wild_b] = rng.choice(scales, wild_b.sum())
+    SA[..., 1, :] = rng.integers(0, 255, SA.shape[-1])  # full range
+    SA[..., 11, :] = 0x00  # products far below e_zero
+    SA[..., 12, :] = 0xFE  # overflow to Inf in some steps
+    SB[..., :, 7] = 0xFE
+    C = rng.standard_normal(lead + (M, N)).astype(np.float32)
+    C *= rng.choice(np.array([0, 1e-40, 1e-6, 1, 1e4, 1e37], np.float32), C.shape)
+    C = C.view(np.uint32)
+    special = rng.random(C.shape) < 0.1
+    C[special] = rng.choice(SPECIAL_C, special.sum())
+    C[..., 2, :] = rng.integers(0, 2**32, N, dtype=np.uint64).astype(np.uint32)
+    C[..., 11, :] = 0
+    A[..., 3, :] = 0  # C alone: subnormal C passes through the chain
+    C[..., 3, :] = rng.integers(1, 1 << 23, N, dtype=np.uint32) | np.uint32(0x80000000) * (
+        np.arange(N) % 2 == 0
+    )
+    return A, B, C, SA, SB
+
+
+@pytest.mark.every_case
+@pytest.mark.parametrize("text", PRODUCT_FORMS)
+def test_product_forms_give_the_per_step_bits(text):
+    rng = np.random.default_rng(8)
+    got = _same(text, *_mx_operands(text, rng, (2,), 24, 40, 128))
+    f = got.view(np.float32)
+    assert np.isnan(f).any() and np.isinf(f).any() and (got == 0x80000000).sum() == 0
+    assert (np.abs(f[np.isfinite(f)]) < 2.0**-126).any()  # subnormal results
+    assert (f == 0).any() and (np.abs(f[np.isfinite(f)]) > 1).any()
+
+
+@pytest.mark.every_case
+@pytest.mark.parametrize("K", [1, 40, 96])
+def test_product_ragged_k(K):
+    rng = np.random.default_rng(K)
+    _same(MXFP8, *_mx_operands(MXFP8, rng, (), 17, 9, K))
+
+
+def test_product_zero_c_counts_with_e_zero():
+    """C = 0 counts with e_zero = -133: products of 2**-143 and -2**-159 give 2**-143
+    (the small one truncated on the grid 2**-158), where a grid set by the largest
+    product alone would give the next subnormal below."""
+    M, N, K = 4, 8, 32
+    A = np.zeros((M, K), np.uint32)
+    A[:, 0] = 0x70  # 128
+    A[:, 1] = [0x81, 0x01, 0x82, 0x00]  # -2**-9, 2**-9, -2**-8, 0
+    B = np.full((K, N), 0x70, np.uint32)
+    SA = np.full((M, 1), 0x01, np.uint32)  # 2**-126
+    SB = np.arange(92, 100, dtype=np.uint32)[None, :]  # 2**-35 ... 2**-28
+    got = _same(MXFP8, A, B, np.zeros((M, N), np.uint32), SA, SB)
+    assert got[0, 4] == 64  # 2**-143, not 63 * 2**-149
+
+
+def test_product_specials_in_one_operand():
+    """NaN and Inf elements in B only (A finite, some of it zero): Inf * 0 and NaN make
+    NaN, one sign of Inf gives that Inf, as in the chain."""
+    text = PRODUCT_FORMS[1]  # e5m2
+    rng = np.random.default_rng(10)
+    M, N, K = 8, 8, 64
+    A = rng.integers(0, 0x7C, (M, K), dtype=np.uint32) | (rng.integers(0, 2, (M, K)) << 7)
+    A = A.astype(np.uint32)
+    A[0, :] = 0  # Inf * 0
+    B = rng.integers(0, 0x7C, (K, N), dtype=np.uint32)
+    B[40, 0] = 0x7C  # +Inf in the second block
+    B[3, 1] = 0xFC  # -Inf in the first
+    B[5, 2] = 0x7E  # NaN
+    SA = np.full((M, 2), 0x7F, np.uint32)
+    SB = np.full((2, N), 0x7F, np.uint32)
+    got = _same(text, A, B, np.zeros((M, N), np.uint32), SA, SB)
+    assert (got[0, :3] == 0x7FFFFFFF).all() and np.isinf(got[1:, :2].view(np.float32)).all()
+
+
+def test_product_broadcast_batch_jit_and_vmap():
+    rng = np.random.default_rng(5)
+    A, B, C, SA, SB = _mx_operands(MXFP8, rng, (3,), 16, 24, 64)
+    _same(MXFP8, A[:1], B, C, SA[:1], SB)  # A and its scales broadcast over B's batch
+    cfg = _cfg(MXFP8)
+    one = lambda *x: _gemm.gemm_bits(cfg, x[0], x[1], x[2], scales=x[3:])  # noqa: E731
+    batched = jax.jit(jax.vmap(one))(A, B, C, SA, SB)
+    np.testing.assert_array_equal(
+        np.asarray(batched), np.asarray(_programs(MXFP8)[1](A, B, C, SA, SB))
+    )
+
+
+def test_product_tiles_and_partial_tiles():
+    """Several tiles of columns, the last one partial: the chain's bits."""
+    from jaxmma.models import _product_gemm
+
+    rng = np.random.default_rng(6)
+    A, B, C, SA, SB = _mx_operands(MXFP8, rng, (), 16, 3 * 16 + 5, 64)
+    ins = jaxmma.instruction(MXFP8, arch="sm_120a")
+    got = jax.jit(lambda *x: _product_gemm.gemm_bits(ins, *x, tile=16))(A, B, C, SA, SB)
+    want = _programs(MXFP8)[1](A, B, C, SA, SB)
+    np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
+
+
+def test_mxfp8_matmul_takes_the_fast_path_with_the_same_values():
+    kx, ky = jax.random.split(jax.random.key(1))
+    x = jax.random.normal(kx, (32, 200), jnp.float32)
+    w = jax.random.normal(ky, (200, 24), jnp.float32)
+    run = lambda: np.asarray(  # noqa: E731
+        jax.jit(lambda x, w: jaxmma.matmul(x, w, instruction=MXFP8, arch="sm_120a"))(x, w)
+    )
+    fast = run()
+    with _block_scaled.path("emulate"):
+        slow = run()
+    np.testing.assert_array_equal(fast.view(np.uint32), slow.view(np.uint32))

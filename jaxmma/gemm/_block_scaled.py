@@ -6,7 +6,8 @@ that builds ``[M, N, k]``-sized intermediates per step. The forms :func:`covers`
 run here instead, with the same bits (docs/block_scaling.md, "Which path computes a
 block-scaled GEMM"): ``kind::mxf4`` / ``kind::mxf4nvf4`` on
 :mod:`jaxmma.models._group_gemm`, or on a GPU its Pallas kernel
-(:mod:`jaxmma.gemm._block_kernel`, chosen by its ``MODE``). :func:`path` forces either
+(:mod:`jaxmma.gemm._block_kernel`, chosen by its ``MODE``); dense ``kind::mxf8f6f4``
+with ue8m0 scales on :mod:`jaxmma.models._product_gemm`. :func:`path` forces either
 executor (tests and benchmarks); the bits do not depend on it.
 """
 
@@ -17,7 +18,7 @@ import contextlib
 import jax
 import jax.numpy as jnp
 
-from ..models import _group_gemm
+from ..models import _group_gemm, _product_gemm
 from ..operands import _scaling
 from . import _block_kernel, _partition
 
@@ -45,13 +46,13 @@ def path(mode: str):
 
 
 def covers(cfg, scales) -> bool:
-    """Whether :func:`gemm_bits` computes this GEMM (a dense ``kind::mxf4*`` form without
-    promotion, while :data:`MODE` allows it)."""
+    """Whether :func:`gemm_bits` computes this GEMM (a dense ``kind::mxf4*`` or
+    ``kind::mxf8f6f4`` (ue8m0) form without promotion, while :data:`MODE` allows it)."""
     return (
         MODE == "auto"
         and scales is not None
         and cfg.promote_every is None
-        and _group_gemm.supports(cfg.ins)
+        and (_group_gemm.supports(cfg.ins) or _product_gemm.supports(cfg.ins))
     )
 
 
@@ -80,6 +81,8 @@ def gemm_bits(cfg, A, B, C, scales):
     B = _pad(B, -2, S * ins.k, 0)
     SA = _pad(SA, -1, S * nblk, one)
     SB = _pad(SB, -2, S * nblk, one)
+    if _product_gemm.supports(ins):
+        return _product_gemm.gemm_bits(ins, A, B, C, SA, SB)
     how = _block_kernel.chosen()
     if how is not None:  # the same bits from one Pallas kernel
         # split over devices as XLA splits a dot (jaxmma/gemm/_partition.py): the scales
