@@ -161,6 +161,7 @@ def test_scale_specials_one_at_a_time():
         assert np.isnan(got.view(np.float32)).any()
 
 
+@pytest.mark.full  # the quick run keeps make test within 5 minutes; CI runs it
 def test_grouped_program_order_and_other_tilings():
     """Programs in groups of tile rows (as on the GPU), rectangular tiles, and a batch
     larger than the tiles (the batch on the grid's first axis) cover D."""

@@ -245,7 +245,6 @@ def test_product_forms_give_the_per_step_bits(text):
     assert (f == 0).any() and (np.abs(f[np.isfinite(f)]) > 1).any()
 
 
-@pytest.mark.every_case
 @pytest.mark.parametrize("K", [1, 40, 96])
 def test_product_ragged_k(K):
     rng = np.random.default_rng(K)
@@ -286,6 +285,7 @@ def test_product_specials_in_one_operand():
     assert (got[0, :3] == 0x7FFFFFFF).all() and np.isinf(got[1:, :2].view(np.float32)).all()
 
 
+@pytest.mark.full  # the quick run keeps make test within 5 minutes; CI runs it
 def test_product_broadcast_batch_jit_and_vmap():
     rng = np.random.default_rng(5)
     A, B, C, SA, SB = _mx_operands(MXFP8, rng, (3,), 16, 24, 64)
@@ -298,6 +298,7 @@ def test_product_broadcast_batch_jit_and_vmap():
     )
 
 
+@pytest.mark.full  # the quick run keeps make test within 5 minutes; CI runs it
 def test_product_tiles_and_partial_tiles():
     """Several tiles of columns, the last one partial: the chain's bits."""
     from jaxmma.models import _product_gemm
@@ -310,6 +311,7 @@ def test_product_tiles_and_partial_tiles():
     np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
 
 
+@pytest.mark.full  # the quick run keeps make test within 5 minutes; CI runs it
 def test_mxfp8_matmul_takes_the_fast_path_with_the_same_values():
     kx, ky = jax.random.split(jax.random.key(1))
     x = jax.random.normal(kx, (32, 200), jnp.float32)

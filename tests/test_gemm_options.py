@@ -378,6 +378,7 @@ def test_block_scales_with_batched_a():
     assert np.array_equal(np.asarray(got), np.einsum("zmk,kn->zmn", ea, eb).astype(np.float32))
 
 
+@pytest.mark.full  # the quick run keeps make test within 5 minutes; CI runs it
 def test_block_scales_batched_for_a_only():
     # per-batch activation scales [2, M, G] beside unbatched weight scales [G, N / 128]
     rng = np.random.default_rng(8)

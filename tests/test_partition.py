@@ -8,6 +8,8 @@ import subprocess
 import sys
 import textwrap
 
+import pytest
+
 from jaxmma.gemm import _partition
 
 SCRIPT = textwrap.dedent(
@@ -120,6 +122,7 @@ SCRIPT = textwrap.dedent(
 )
 
 
+@pytest.mark.full  # the quick run keeps make test within 5 minutes; CI runs it
 def test_executors_partition_as_a_dot_with_one_device_bits():
     env = dict(os.environ)
     env["XLA_FLAGS"] = (
