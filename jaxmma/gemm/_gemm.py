@@ -536,8 +536,9 @@ def matmul(
         forward: B enters as the forward's e4m3 bits, not rounded again.
       wgrad_instruction: the same for ``dB = A^T @ G`` (e.g. ``.e4m3.e5m2``).
       executor: ``"auto"`` (default), ``"native"`` or ``"emulate"``. Where the GPU at
-        hand runs the form with the modelled numerics (sm_90 tensor cores: ``wgmma``
-        bf16/f16 and ``mma.sync`` m16n8k16 bf16/f16 with f32 accumulators), ``"auto"``
+        hand runs the form with the modelled numerics (sm_90 tensor cores, f32
+        accumulators: ``wgmma`` bf16/f16/tf32/fp8, ``mma.sync`` m16n8k16 bf16/f16,
+        m16n8k8 tf32 and m16n8k32 fp8), ``"auto"``
         runs it on the device's own matrix instructions, with the emulation's bits;
         ``"native"`` insists (``ValueError`` naming the reason where it cannot);
         ``"emulate"`` never does (docs/gemm.md, "The native executor").
