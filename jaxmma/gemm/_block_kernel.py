@@ -32,9 +32,9 @@ exactly where :func:`~jaxmma.models._group_gemm.gemm_bits` makes it so.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import functools
+import sys
 
 import jax
 import jax.numpy as jnp
@@ -46,6 +46,7 @@ from jax.experimental.pallas import triton as plgpu
 from ..bits import _formats
 from ..models import _group_gemm
 from ..models._table import GROUP, GROUP_E_ZERO, GROUP_F
+from . import _modes
 
 F32 = jnp.float32
 F16 = jnp.float16
@@ -69,22 +70,10 @@ MODE = "auto"
 MODES = ("auto", "kernel", "interpret", "xla")
 
 
-@contextlib.contextmanager
 def path(mode: str):
-    """Run block-scaled GEMMs traced inside the block on ``mode`` (see :data:`MODE`).
-
-    JAX's caches of traced functions are cleared on entry and exit, so a function
-    traced under one mode is traced again under the other."""
-    global MODE
-    if mode not in MODES:
-        raise ValueError(f"mode: expected one of {', '.join(MODES)}, got {mode!r}")
-    old, MODE = MODE, mode
-    jax.clear_caches()
-    try:
-        yield
-    finally:
-        MODE = old
-        jax.clear_caches()
+    """Run block-scaled GEMMs traced inside the block on ``mode`` (see :data:`MODE`;
+    :func:`jaxmma.gemm._modes.switched`)."""
+    return _modes.switched(sys.modules[__name__], mode)
 
 
 def chosen() -> str | None:

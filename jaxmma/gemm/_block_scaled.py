@@ -13,36 +13,25 @@ executor (tests and benchmarks); the bits do not depend on it.
 
 from __future__ import annotations
 
-import contextlib
+import sys
 
 import jax
 import jax.numpy as jnp
 
 from ..models import _group_gemm, _product_gemm
 from ..operands import _scaling
-from . import _block_kernel, _partition
+from ..util import _shapes
+from . import _block_kernel, _modes, _partition
 
 #: ``"auto"``: the forms :func:`covers` names run here; ``"emulate"``: none does
 MODE = "auto"
 MODES = ("auto", "emulate")
 
 
-@contextlib.contextmanager
 def path(mode: str):
-    """Run block-scaled GEMMs traced inside the block on ``mode`` (see :data:`MODE`).
-
-    JAX's caches of traced functions are cleared on entry and exit, so a function
-    traced under one mode is traced again under the other."""
-    global MODE
-    if mode not in MODES:
-        raise ValueError(f"mode: expected one of {', '.join(MODES)}, got {mode!r}")
-    old, MODE = MODE, mode
-    jax.clear_caches()
-    try:
-        yield
-    finally:
-        MODE = old
-        jax.clear_caches()
+    """Run block-scaled GEMMs traced inside the block on ``mode`` (see :data:`MODE`;
+    :func:`jaxmma.gemm._modes.switched`)."""
+    return _modes.switched(sys.modules[__name__], mode)
 
 
 def covers(cfg, scales) -> bool:
@@ -57,13 +46,7 @@ def covers(cfg, scales) -> bool:
     return _product_gemm.supports(cfg.ins) and jax.default_backend() != "gpu"
 
 
-def _pad(x, axis: int, size: int, value: int):
-    pad = size - x.shape[axis]
-    if pad == 0:
-        return x
-    widths = [(0, 0)] * x.ndim
-    widths[axis] = (0, pad)
-    return jnp.pad(x, widths, constant_values=jnp.asarray(value, x.dtype))
+_pad = _shapes.pad_axis
 
 
 def gemm_bits(cfg, A, B, C, scales):

@@ -40,7 +40,7 @@ from ..instructions._instruction import instruction as _parse_text
 from ..models import _models
 from ..operands import _operands, _quant, _scaling, _sparse
 from ..spec._ptx import shown as _shown
-from ..util import _errors, _ste
+from ..util import _errors, _shapes, _ste
 from . import _block_scaled, _kernel, _native, _options, _pallas
 
 #: opcodes whose instruction is a matrix product
@@ -177,13 +177,7 @@ def _lead(*xs):
     return jnp.broadcast_shapes(*(x.shape[:-2] for x in xs))
 
 
-def _pad_axis(x, axis: int, size: int, value=0):
-    pad = size - x.shape[axis]
-    if pad == 0:
-        return x
-    widths = [(0, 0)] * x.ndim
-    widths[axis] = (0, pad)
-    return jnp.pad(x, widths, constant_values=np.asarray(value, x.dtype))
+_pad_axis = _shapes.pad_axis
 
 
 def _steps(x, axis: int, nsteps: int):

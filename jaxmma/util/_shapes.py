@@ -46,3 +46,13 @@ def matrix_dims(A, B, C) -> tuple[int, int, int]:
         )
     (M, K), N = A.shape[-2:], B.shape[-1]
     return M, K, N
+
+
+def pad_axis(x, axis: int, size: int, value=0):
+    """``x`` padded at the end of ``axis`` to ``size`` with ``value`` (in x's dtype)."""
+    pad = size - x.shape[axis]
+    if pad == 0:
+        return x
+    widths = [(0, 0)] * x.ndim
+    widths[axis] = (0, pad)
+    return jnp.pad(x, widths, constant_values=jnp.asarray(value, x.dtype))
