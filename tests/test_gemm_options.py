@@ -577,3 +577,10 @@ def test_sparse_forms_name_the_option_they_refuse(kw, match):
     A = jnp.zeros((16, 32), jnp.bfloat16)
     with pytest.raises(ValueError, match=match):
         jaxmma.matmul(A, jnp.ones((32, 8), jnp.bfloat16), instruction=sparse, arch=ARCH, **kw)
+
+
+def test_scales_batch_check_holds_under_jit():
+    f = jax.jit(lambda a, b, sa, sb: jaxmma.matmul(a, b, instruction=E4M3, arch=ARCH,
+                                                    scale_a=sa, scale_b=sb))  # fmt: skip
+    with pytest.raises(ValueError, match=r"scale_a.*batch dimensions \(3,\)"):
+        f(A8, B8, _ones(3, M, 1), _ones(1, N))
