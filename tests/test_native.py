@@ -270,3 +270,48 @@ def test_block_recipe_in_one_kernel_matches_the_emulation(text, arch):
     )
     # the scale products are rounded: one separate multiply and add per group differs
     assert len(np.unique(np.asarray(got))) > 1000
+
+
+@pytest.mark.parametrize(
+    "text, arch, P, kind, with_c",
+    [
+        (WGMMA_E4M3, "sm_90a", None, "tensor", False),
+        (WGMMA_E5M2_E4M3, "sm_90a", 4, "row", True),  # C in the epilogue, bf16 out
+        (MMA_E4M3, "sm_90", None, "row", False),
+    ],
+)
+def test_scale_recipes_multiply_in_the_kernel_as_the_emulation_after_it(
+    text, arch, P, kind, with_c
+):
+    # per-tensor (one FMUL by f32(sa * sb)) and row-wise (B's factor, then A's) applied in
+    # the kernel: scales that round, reach subnormals and overflow, and NaN / Inf operands
+    rng = np.random.default_rng(11)
+    A = jnp.asarray(rng.integers(-4, 5, (2, 40, 200)), jnp.float8_e4m3fn)
+    A = A.at[0, 1, 3].set(jnp.nan).at[1, 2, 5].set(-448.0)
+    B = jnp.asarray(rng.integers(-4, 5, (200, 72)), jnp.float8_e4m3fn)
+    if kind == "tensor":
+        sa, sb = jnp.float32(2.0**-70 * 1.3), jnp.float32(2.0**-71 * 0.7)
+    else:
+        e = rng.integers(-140, 120, (40, 1))
+        sa = jnp.asarray(np.exp2(e.astype(np.float64)) * 1.37, jnp.float32)
+        sb = jnp.asarray(np.exp2(rng.integers(-20, 20, (1, 72)).astype(float)) * 0.91, jnp.float32)
+    C = jnp.asarray(rng.integers(-9, 10, (40, 72)), jnp.float32).at[0, 0].set(-0.0)
+    C = C.at[3, 4].set(jnp.inf) if with_c else None
+    kw = dict(epilogue="f32", beta=0.5, out_dtype=jnp.bfloat16) if with_c else {}
+    ins = jaxmma.instruction(text, arch=arch)
+    opts = _options.kernel_options(ins, **kw)
+    cfg = dataclasses.replace(_gemm.config(text, arch, P), native=True)
+    got = _kernel.matmul(
+        cfg, opts, A, B, C, sa, sb, chain=None, check_shapes=_gemm._check_shapes, quantize=None
+    )
+    want = jaxmma.matmul(
+        A, B, C, instruction=text, arch=arch, promote_every=P, executor="emulate",
+        scale_a=sa, scale_b=sb, **kw,
+    )  # fmt: skip
+    u = np.uint16 if with_c else np.uint32
+    g, w = np.asarray(got).view(u), np.asarray(want).view(u)
+    np.testing.assert_array_equal(g, w)
+    w = np.asarray(want, np.float32)
+    assert np.isnan(w).any() and (w == 0).any()
+    tiny = (w != 0) & (np.abs(w) < np.finfo(np.float32).tiny)
+    assert tiny.any() or kind == "tensor" or with_c  # subnormal results of the row factors

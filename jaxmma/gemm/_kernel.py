@@ -73,8 +73,15 @@ def _bits_forward(cfg, opts, kind, chain, A, B, C, SA, SB, key):
     in_chain = opts.epilogue is None and C is not None
     C0 = _operands.to_bits(ins, ins.ctype, C, "C") if in_chain else zero
     C0 = jnp.broadcast_to(C0, shape)
-    if kind == "block" and cfg.native and 0 not in shape + Ab.shape[-1:]:
+    scale = _recipes.scale_bits(kind, SA, SB) if kind in ("tensor", "row") else None
+    native = cfg.native and 0 not in shape + Ab.shape[-1:]
+    if kind == "block" and native:
         acc, acc_type = _native.block_bits(cfg, Ab, Bb, SA, SB), "f32"  # one kernel
+    elif native and scale is not None and not opts.splits and _native.fuses_scales():
+        c = C0 if in_chain else None  # +0: the kernel reads no C
+        acc, acc_type, scale = _native.scaled_bits(cfg, Ab, Bb, c, scale), "f32", None
+    elif native and not opts.splits and not in_chain:
+        acc, acc_type = _native.gemm_bits(cfg, Ab, Bb, None), ins.dtype  # reads no C
     elif kind == "block":
         acc, acc_type = _recipes.block_bits(run, Ab, Bb, zero, SA, SB), "f32"
     elif opts.splits:
@@ -84,7 +91,6 @@ def _bits_forward(cfg, opts, kind, chain, A, B, C, SA, SB, key):
         acc, acc_type = _split.reduce(parts, opts.split_reduce), "f32"
     else:
         acc, acc_type = run(Ab, Bb, C0), ins.dtype
-    scale = _recipes.scale_bits(kind, SA, SB) if kind in ("tensor", "row") else None
     out = opts.out_dtype or acc_type
     C32 = None
     if C is not None and opts.epilogue is not None:

@@ -233,10 +233,12 @@ def _dots(a_ref, b_ref, acc, start, counts, k: int, route: str, zero=None):
     return acc
 
 
-def _kernel(*refs, sch: Schedule, k: int, route: str, has_c: bool, scaled: bool, shape):
+def _kernel(
+    *refs, sch: Schedule, k: int, route: str, has_c: bool, scaled: bool, factors: int, shape
+):
     a_ref, b_ref, *rest = refs
     c_ref = rest.pop(0) if has_c else None
-    sa_ref, sb_ref = (rest.pop(0), rest.pop(0)) if scaled else (None, None)
+    sa_ref, sb_ref = (rest.pop(0), rest.pop(0)) if (scaled or factors) else (None, None)
     z_ref = rest.pop(0) if _needs_zero(sch, route) else None
     (d_ref,) = rest
     acc = c_ref[...] if has_c else jnp.zeros(shape, F32)
@@ -273,6 +275,11 @@ def _kernel(*refs, sch: Schedule, k: int, route: str, has_c: bool, scaled: bool,
         if sch.tail:
             total = group(sch.loop * sch.per_iter * size, 0, sch.tail, total)
         d = total
+    if factors:  # the kernel options' scales: B's column factor, then A's row factor
+        neg0 = jnp.full(shape, -0.0, F32)  # fma(d, f, -0) is d * f rounded once (FMUL)
+        d = _triton_ops.ffma(d, jnp.broadcast_to(sb_ref[...], shape), neg0)
+        if factors == 2:
+            d = _triton_ops.ffma(d, jnp.broadcast_to(sa_ref[...], shape), neg0)
     bits = lax.bitcast_convert_type(d, jnp.int32)
     d_ref[...] = jnp.where(d != d, jnp.int32(CANONICAL_NAN), bits)  # NaN: the model's NaN
 
@@ -336,10 +343,14 @@ def gemm_bits(cfg, A, B, C, *, interpret=None, tiles: Tiles | None = None, block
     )
 
 
-def _gemm_bits(cfg, A, B, C, *, interpret: bool, tiles: Tiles | None, block_scales=None):
-    """:func:`gemm_bits` on one device."""
+def _gemm_bits(
+    cfg, A, B, C, *, interpret: bool, tiles: Tiles | None, block_scales=None, factors: int = 0
+):
+    """:func:`gemm_bits` on one device (``factors``: see :func:`scaled_bits`)."""
     ins = cfg.ins
-    P = cfg.promote_every if block_scales is None else _recipes.GROUP // ins.k
+    if not interpret and (reason := _triton_ops.triton_reason()) and block_scales is not None:
+        raise ValueError(f"the native kernel cannot apply scales here: {reason}")
+    P = cfg.promote_every if block_scales is None or factors else _recipes.GROUP // ins.k
     route = _route(ins)
     t = tiles or (INTERPRET_TILES if interpret else _tiles(route, P))
     shapes = [A.shape[:-2], B.shape[:-2]] + ([] if C is None else [C.shape[:-2]])
@@ -393,7 +404,11 @@ def _gemm_bits(cfg, A, B, C, *, interpret: bool, tiles: Tiles | None, block_scal
     if C is not None:
         ops.append(prep(C, (M, N), Mp, Np, "f32"))
         specs.append(d_spec)
-    if block_scales is not None:
+    if factors:  # A's row factor [M, 1], B's column factor [1, N]
+        sa, sb = block_scales
+        ops += [prep(sa, (M, 1), Mp, 1, "f32"), prep(sb, (1, N), 1, Np, "f32")]
+        specs += [pl.BlockSpec((None, t.bm, 1), at("a")), pl.BlockSpec((None, 1, t.bn), at("b"))]
+    elif block_scales is not None:
         sa, sb = block_scales
         G = sa.shape[-1]
         ops += [prep(sa, (M, G), Mp, G, "f32"), prep(sb, (G, N), G, Np, "f32")]
@@ -412,7 +427,8 @@ def _gemm_bits(cfg, A, B, C, *, interpret: bool, tiles: Tiles | None, block_scal
         k=ins.k,
         route=route,
         has_c=C is not None,
-        scaled=block_scales is not None,
+        scaled=block_scales is not None and not factors,
+        factors=factors,
         shape=(t.bm, t.bn),
     )
     d = pl.pallas_call(
@@ -426,6 +442,39 @@ def _gemm_bits(cfg, A, B, C, *, interpret: bool, tiles: Tiles | None, block_scal
     )(*ops)
     bits = lax.bitcast_convert_type(d[:, :M, :N], jnp.uint32)
     return bits.reshape(lead + (M, N))
+
+
+def fuses_scales() -> bool:
+    """Whether the kernel can apply scales (its FMUL / FFMA need this JAX's Pallas Triton
+    lowering table, see :func:`._triton_ops.triton_reason`; interpreted, always)."""
+    return jax.default_backend() != "gpu" or _triton_ops.triton_reason() is None
+
+
+def scaled_bits(cfg, Ab, Bb, C, factors, *, interpret=None, tiles: Tiles | None = None):
+    """The per-tensor and row-wise scale recipes (:func:`jaxmma.gemm._recipes.scale_bits`)
+    in the kernel: the chain's float32 total (from ``C``, or +0 where None) times each of
+    ``factors`` in order, one FMUL each (``fma(d, f, -0)``, rounded once).
+
+    ``factors``: uint32 bits, one ``[..., 1, N]`` or scalar per-tensor factor, or
+    ``(sb [..., 1, N], sa [..., M, 1])`` row-wise, B's factor first as the recipe orders
+    them. What the emulation does after the chain outside any kernel, here costs the GPU
+    nothing beyond the kernel's own stores.
+    """
+    if interpret is None:
+        interpret = jax.default_backend() != "gpu"
+    M, N = Ab.shape[-2], Bb.shape[-1]
+    fs = [jnp.asarray(f) for f in factors]
+    if not 1 <= len(fs) <= 2:
+        raise ValueError(f"factors: expected one or two scale factors, got {len(fs)}")
+    col = fs[0].reshape((1, 1)) if fs[0].ndim == 0 else fs[0]
+    row = fs[1] if len(fs) == 2 else jnp.ones((1, 1), jnp.uint32)  # unread with one factor
+    lead = jnp.broadcast_shapes(Ab.shape[:-2], Bb.shape[:-2], col.shape[:-2], row.shape[:-2])
+    col = jnp.broadcast_to(col, lead + (1, N))
+    row = jnp.broadcast_to(row, lead + (M, 1))
+    return _partition.sharded(
+        _gemm_bits, cfg, Ab, Bb, C, scales=(row, col), interpret=interpret, tiles=tiles,
+        factors=len(fs),
+    )  # fmt: skip
 
 
 def block_bits(cfg, Ab, Bb, scale_a, scale_b, *, interpret=None, tiles: Tiles | None = None):
