@@ -39,7 +39,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from ..bits import _formats, _values
+from ..bits import _doubles, _formats, _values
 from ..util import _grad
 
 U32 = jnp.uint32
@@ -211,18 +211,7 @@ def _flag(value, name: str) -> bool:
 
 
 def _as_f32(x, name: str = "x") -> jax.Array:
-    dtype = np.dtype(x.dtype if hasattr(x, "dtype") else np.asarray(x).dtype)
-    if dtype == np.float64:  # NumPy arrays, Python floats: rounding them would be silent
-        d = None if isinstance(x, jax.Array) else np.asarray(x, np.float64)
-        with np.errstate(over="ignore"):
-            inexact = d is None or np.any((d.astype(np.float32) != d) & ~np.isnan(d))
-        if inexact:
-            raise TypeError(
-                f"{name}: expected float32, float16 or bfloat16, got float64 values that float32 "
-                "cannot hold (converting them would round every value once more; pass "
-                "x.astype(np.float32) if that is intended)"
-            )
-        x = d.astype(np.float32)  # every value exact: nothing is rounded (NaN stays NaN)
+    x = _doubles.exact_float32(x, name)  # doubles: exact in float32, or refused
     _values.check_numeric(x, name)
     x = jnp.asarray(x)
     if x.dtype not in (jnp.dtype(jnp.float32), jnp.dtype(jnp.float16), jnp.dtype(jnp.bfloat16)):
