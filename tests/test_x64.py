@@ -297,12 +297,21 @@ def double_rule_sweep(d, rng) -> dict:
     out["double|matmul|scales"] = _bits(
         jaxmma.matmul(x8, x8.T[:, :8], instruction=e4, scale_a=0.1, scale_b=np.float64(3.0), **kw)
     )
+    cfg = jax.nn.get_scaled_dot_general_config("mxfp8")
+    x3 = g32[None, :, :].repeat(2, axis=-1)  # (1, 16, 32): doubles float32 holds
+    out["double|scaled_dot_general"] = _bits(
+        jaxmma.scaled_dot_general(x3, x3[:, :8], (((2,), (2,)), ((0,), (0,))), configs=[cfg] * 2)
+    )
     refused = {
         "stochastic": lambda: jaxmma.matmul(
             g, eye, instruction=BF16, rounding="stochastic", key=jax.random.key(1), **kw
         ),
         "s32": lambda: formats.encode("s32", np.float64(2**30 + 1.25)),
         "quantize_mx": lambda: quant.quantize_mx(g[:, :16].repeat(2, 1), "e4m3"),
+        "scaled_dot_general": lambda: jaxmma.scaled_dot_general(
+            g[None].repeat(2, -1), g[None, :8].repeat(2, -1), (((2,), (2,)), ((0,), (0,))),
+            configs=[cfg] * 2,
+        ),
     }  # fmt: skip
     for name, fn in refused.items():
         out[f"double|error|{name}"] = _error_name(fn)
@@ -349,7 +358,7 @@ def test_x64_gives_the_same_bits(tmp_path):
     refused = [k for k in off if k.startswith("double|error|")]
     failures += [f"{k}: not a TypeError" for k in refused if bytes(off[k]) != b"TypeError"]
     assert not failures, "\n".join(failures)
-    assert len(off) == len(forms()) * 1 + 5 + 15 + 6 + 7 + 6 + 3
+    assert len(off) == len(forms()) * 1 + 5 + 15 + 6 + 7 + 7 + 4
 
 
 if __name__ == "__main__":  # the child process: x64 on

@@ -32,7 +32,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ..bits import _formats
+from ..bits import _doubles, _formats
 from ..operands import _quant, _scaling
 from . import _gemm
 
@@ -530,7 +530,9 @@ def scaled_dot_general(
     scales multiplying the f32 result.
 
     Args:
-      lhs, rhs: float arrays (float32, bfloat16, float16; others are cast to float32).
+      lhs, rhs: float arrays (float32, bfloat16, float16; fp8 types are cast to float32).
+        Doubles follow the quantizers' rule (docs/dtypes.md): values float32 holds
+        exactly are taken, others (and float64 arrays) are a TypeError, x64 on or off.
       dimension_numbers: ``((lhs_contracting, rhs_contracting), (lhs_batch, rhs_batch))``
         as for ``jax.lax.dot_general``; the contracting dims are flattened into K in the
         order listed there, and blocks run along that K.
@@ -591,7 +593,8 @@ def scaled_dot_general(
             f"configs: expected [lhs, rhs, gradient] configs ({need} at least for "
             f"grad={grad!r}), got {len(configs)}"
         )
-    lhs, rhs = jnp.asarray(lhs), jnp.asarray(rhs)
+    # the quantizers' rule for doubles, as matmul's: exact in float32, or a TypeError
+    lhs, rhs = (jnp.asarray(_doubles.exact_float32(x, n)) for x, n in ((lhs, "lhs"), (rhs, "rhs")))
     for name, x in (("lhs", lhs), ("rhs", rhs)):
         if not jnp.issubdtype(x.dtype, jnp.floating):
             raise TypeError(f"{name}: expected a float array to quantize, got {x.dtype}")
