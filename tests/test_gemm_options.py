@@ -196,6 +196,16 @@ def test_xla_split_and_reduce_orders(reduce_order):
     assert np.array_equal(_bits(got), want.view(np.uint32))
 
 
+def test_split_options_take_numpy_ints():
+    """NumPy ints in split_k and a pairing tree are ints (an IndexError from inside the
+    reduction before)."""
+    A, B = _operands(jnp.bfloat16, 256, seed=17)
+    kw = dict(instruction=BF16, arch=ARCH, split_rule="xla")
+    got = jaxmma.matmul(A, B, split_k=np.int64(2), split_reduce=(np.int32(1), np.int64(0)), **kw)
+    parts = [chain(BF16, A[:, :128], B[:128]), chain(BF16, A[:, 128:], B[128:])]
+    assert np.array_equal(_bits(got), add_in_order(parts[::-1]))
+
+
 def test_split_k_one_is_the_default_chain():
     A, B = _operands(jnp.bfloat16, 300, seed=12)
     C = np.ones((M, N), np.float32)

@@ -507,8 +507,27 @@ def test_scaled_dot_general_errors():
     ):
         jaxmma.scaled_dot_general(x, w, DN, configs=[bad, cfg, cfg])
     small = types.SimpleNamespace(**{**vars_of(cfg), "block_size": 8})
-    with pytest.raises(ValueError, match=r"block size: 8 .*allowed: 32"):
+    with pytest.raises(
+        ValueError, match=r"configs\[0\].block_size, configs\[1\].block_size: 8 .*allowed: 32"
+    ):
         jaxmma.scaled_dot_general(x, w, DN, configs=[small, small, small])
+    # every config error names the config and its field (issue #37)
+    named = [
+        ([cfg, small, cfg], ValueError, r"configs\[0\].block_size, configs\[1\].block_size: "),
+        ([cfg, _config("nvfp4"), cfg], TypeError, r"configs\[0\].scale_type, configs\[1\]"),
+        ([types.SimpleNamespace(**{**vars_of(cfg), "data_type": "nope"}), cfg], TypeError,
+         r"configs\[0\].data_type: expected a dtype, got 'nope'"),
+        ([cfg, types.SimpleNamespace(**{**vars_of(cfg), "scale_type": 3})], TypeError,
+         r"configs\[1\].scale_type: expected a dtype"),
+    ]  # fmt: skip
+    for configs, exc, match in named:
+        with pytest.raises(exc, match=match):
+            jaxmma.scaled_dot_general(x, w, DN, configs=configs)
+    with pytest.raises(ValueError, match=r"configs\[2\].block_size, configs\[1\].block_size"):
+        jaxmma.scaled_dot_general(x, w, DN, configs=[cfg, cfg, small], grad="configs")
+    mxf4 = MXF4
+    with pytest.raises(TypeError, match=r"configs\[0\].data_type: .*kind::mxf4.* takes .e2m1"):
+        jaxmma.scaled_dot_general(x, w, DN, configs=[cfg, cfg], instruction=mxf4)
     with pytest.raises(ValueError, match=r"grad: expected one of \['ste', 'configs'\]"):
         jaxmma.scaled_dot_general(x, w, DN, configs=[cfg] * 3, grad="exact")
     with pytest.raises(ValueError, match="contracting"):
