@@ -517,3 +517,8 @@ def test_nvfp4_gemm_same_bits_as_sm120_mma():
     fp8 = jaxmma.matmul(x, w, instruction=f"{HEAD}.kind::f8f6f4.m128n8k32.f32.e4m3.e4m3")
     hopper = jaxmma.matmul(x, w, instruction="wgmma.mma_async.sync.aligned.m64n8k32.f32.e4m3.e4m3")
     assert not np.array_equal(np.asarray(fp8), np.asarray(hopper))  # Hopper keeps 13 bits
+
+
+def test_descriptor_of_a_shape_the_table_lacks_names_idesc():
+    with pytest.raises(ValueError, match=r"idesc: 0x00000000 decodes to .*m0n0k16.*invalid shape"):
+        jaxmma.tcgen05_instruction(0, kind="f16")

@@ -317,7 +317,14 @@ def tcgen05_instruction(
     text = f"{head}.m{fields['m']}n{fields['n']}k{k}.{fields['dtype']}.{fields['atype']}"
     text += f".{fields['btype']}" + (f".{fields['stype']}" if "stype" in fields else "")
     text += "".join(f".{x}" for x in ("satfinite", "negate_a", "negate_b") if fields[x])
-    return instruction(text, arch)
+    try:
+        return instruction(text, arch)
+    except ValueError as e:
+        if str(e).startswith("arch"):
+            raise
+        raise ValueError(
+            f"idesc: {idesc:#010x} decodes to {text!r}, which is refused: {e}"
+        ) from None
 
 
 def all_instructions(opcode: str | None = None, arch: str | None = None) -> tuple[Instruction, ...]:
