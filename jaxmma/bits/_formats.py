@@ -457,6 +457,9 @@ def encode(fmt: str, x, *, rounding="rn", saturate=False, random_bits=None, ftz=
             f"random_bits: required with rounding='stochastic' and only with "
             f"it, got rounding={rounding!r} and random_bits={random_bits!r}"
         )
+    for name, flag in (("saturate", saturate), ("ftz", ftz)):
+        if not isinstance(flag, bool | np.bool_):
+            raise TypeError(f"{name}: expected True or False, got {flag!r}"[:300])
     _need_x64(f)
     x = _grad.no_derivative(_as_float(x, f, rounding, saturate), _ENCODE_NO_DERIVATIVE)
     rbits = None

@@ -75,29 +75,39 @@ def _parse(text: str, arch: str | None) -> Instruction:
     return _parse_text(text, arch)
 
 
-def resolve(instruction, arch=None) -> Instruction:
-    """``instruction`` (text or :class:`Instruction`) for ``arch`` (None: its own)."""
+def _parse_named(text: str, arch: str | None, name: str) -> Instruction:
+    """:func:`_parse`, its errors naming the argument ``name`` (those of ``arch`` name it)."""
+    try:
+        return _parse(text, arch)
+    except ValueError as e:
+        if str(e).startswith(("arch", name)):
+            raise
+        raise ValueError(f"{name}: {e}") from None
+
+
+def resolve(instruction, arch=None, *, name: str = "instruction") -> Instruction:
+    """``instruction`` (text or :class:`Instruction`) for ``arch`` (None: its own); errors
+    name the argument ``name``."""
     if arch is not None and not isinstance(arch, str):
         raise TypeError(f"arch: expected None or a str such as 'sm_90', got {type(arch).__name__}")
     if isinstance(instruction, str):
-        ins = _parse(instruction, arch)
+        ins = _parse_named(instruction, arch, name)
     elif isinstance(instruction, Instruction):
         ins = instruction
         if arch is not None and arch != ins.arch:
-            ins = _parse(ins.text, arch)
+            ins = _parse_named(ins.text, arch, name)
     else:
         raise TypeError(
-            "instruction: expected PTX text or a jaxmma.Instruction, got "
-            f"{type(instruction).__name__}"
+            f"{name}: expected PTX text or a jaxmma.Instruction, got {type(instruction).__name__}"
         )
     if ins.opcode not in PRODUCTS:
         raise ValueError(
-            f"instruction: {ins.text!r} has no matrix product; expected one of "
+            f"{name}: {ins.text!r} has no matrix product; expected one of "
             f"{', '.join(PRODUCTS)} (with .sp and .block_scale forms)"
         )
     if ins.negate_a or ins.negate_b:
         raise ValueError(
-            f"instruction: {ins.text!r} negates A or B (idesc bits 13-14); a GEMM takes "
+            f"{name}: {ins.text!r} negates A or B (idesc bits 13-14); a GEMM takes "
             "the instruction without negation (negate the operand instead): allowed: "
             "negate_a=False, negate_b=False"
         )
@@ -129,7 +139,7 @@ def _grad_form(name: str, instruction, ins: Instruction) -> Instruction | None:
     """A gradient GEMM's instruction: text on the forward's arch, an Instruction on its own."""
     if instruction is None:
         return None
-    grad = resolve(instruction, ins.arch if isinstance(instruction, str) else None)
+    grad = resolve(instruction, ins.arch if isinstance(instruction, str) else None, name=name)
     if grad.sparse or grad.stype:
         raise ValueError(
             f"{name}: expected a dense mma form for the gradient GEMMs, got {grad.text!r}"
@@ -592,8 +602,10 @@ def matmul(
     )  # fmt: skip
     ins = cfg.ins
     warn_default_arch(instruction, arch, ins)
-    for name, x in (("A", A), ("B", B), ("C", C)):
+    for name, x in (("A", A), ("B", B)):
         _values.check_numeric(x, name)
+    for name, x in (("C", C), ("scale_a", scale_a), ("scale_b", scale_b)):
+        _values.check_array_like(x, name)
     _check_flag(ins, check)
     if rounding is not None:
         if input_rounding is not None and input_rounding != rounding:
@@ -705,6 +717,13 @@ def dot_general(
       (2, 5, 3)
     """
     del precision
+    if out_sharding is not None and not isinstance(
+        out_sharding, jax.sharding.Sharding | jax.sharding.PartitionSpec
+    ):
+        raise TypeError(
+            "out_sharding: expected None, a jax.sharding.Sharding or a PartitionSpec, got "
+            f"{out_sharding!r}"[:300]
+        )
     if preferred_element_type is not None:
         try:
             preferred_element_type = jnp.dtype(preferred_element_type)

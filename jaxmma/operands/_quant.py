@@ -641,7 +641,12 @@ def quantize_nvfp4(
     rbits = _random_bits(rounding, key, x.shape)
     g = None
     if global_scale is not None:
-        g = jnp.asarray(global_scale, jnp.float32)
+        try:
+            g = jnp.asarray(global_scale, jnp.float32)
+        except (TypeError, ValueError):
+            raise TypeError(
+                f"global_scale: expected None or a float32 scalar, got {global_scale!r}"[:300]
+            ) from None
         if g.ndim:
             raise ValueError(f"global_scale: expected a scalar, got shape {g.shape}")
         if not isinstance(g, jax.core.Tracer) and not 0 < float(g) < np.inf:
