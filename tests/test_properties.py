@@ -331,14 +331,10 @@ def test_scaled_dot_general_is_the_exact_product(mode, m, s):
     np.testing.assert_array_equal(got, want.astype(np.float32))
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="known bug, not fixed here: with its input a jit constant, quantize_nvfp4 along "
-    "axis=-2 of a transposed array gives other elements than eagerly (XLA's constant "
-    "folding; with --xla_disable_hlo_passes=constant_folding they agree)",
-)
 def test_quantize_nvfp4_of_a_constant_under_jit():
-    """The example hypothesis found (scaled_dot_general, nvfp4, s=32), cut down."""
+    """The example hypothesis found (scaled_dot_general, nvfp4, s=32), cut down: with its
+    input a jit constant, quantize_nvfp4 along axis=-2 gave other elements than eagerly
+    (XLA's constant folding of the quantizer; an optimization barrier keeps it out)."""
     rng = np.random.default_rng(32)
     rng.choice([0.0, 1.5, 3.0, 6.0], (1, 1, 64)), rng.choice([-1.0, 1.0], (1, 1, 64))  # x first
     w = rng.choice([0.0, 1.5, 3.0, 6.0], (1, 8, 64)) * rng.choice([-1.0, 1.0], (1, 8, 64))
