@@ -872,19 +872,9 @@ def _dot(lhs, rhs, dn=_DN, **kw):
 
 # 4. one dtype rule
 case20(
-    "encode-f32-rz-inexact-double",
-    TypeError,
-    "x: float64 values that float32 cannot hold",
-    F.encode,
-    "f32",
-    np.float64(0.1),
-    rounding="rz",
-    jit=False,
-)
-case20(
     "encode-stochastic-inexact-double",
     TypeError,
-    "x: float64 values",
+    "x: the float64 value 0.1 ",
     F.encode,
     "e4m3",
     np.full(4, 0.1),
@@ -893,12 +883,12 @@ case20(
     jit=False,
 )
 case20(
-    "encode-s8-wrapping-inexact-double",
+    "encode-s32-inexact-double-float32-cannot-hold",
     TypeError,
-    "x: float64 values",
+    "x: the float64 value",
     F.encode,
-    "s8",
-    np.float64(2**40 + 0.5),
+    "s32",
+    np.float64(2**30 + 1.25),
     jit=False,
 )
 case20(

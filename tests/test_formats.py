@@ -617,6 +617,50 @@ def test_f64():
             np.testing.assert_array_equal(got, want)
 
 
+# ---- host doubles with x64 off (docs/dtypes.md): one rounding in every mode -------------
+def host_doubles(rng, n=N) -> np.ndarray:
+    """Doubles that float32 does not hold: near the ties of float32 and of the narrow
+    formats (a few significant bits, then +-1 ulp of float64), beyond float32's range and
+    below its subnormals, integers with fractions, and a random spread."""
+    few = np.ldexp(rng.integers(2**2, 2**25, n // 4), rng.integers(-30, 30, n // 4))
+    few = (few.astype(np.float64).view(np.int64) + rng.integers(-1, 2, n // 4)).view(np.float64)
+    ints = rng.integers(-(2**23), 2**23, n // 8) + rng.choice([0.5, 0.25, 0.75, 1e-9], n // 8)
+    wide = rng.standard_normal(n // 4) * np.exp2(rng.integers(-160, 135, n // 4))
+    edge = [1e300, -1e300, 2.0**-150, -(2.0**-150), 3 * 2.0**-151, float.fromhex("0x1.fffffe8p127")]
+    edge += [np.inf, -np.inf, 0.0, -0.0, 1 + 2**-24, 1 + 2**-8 + 2**-30, -(2.0**31) - 0.5]
+    x = np.concatenate([few * rng.choice([-1, 1], n // 4), ints, wide, edge])
+    return np.pad(x, (0, n - len(x)), constant_values=0.1)
+
+
+@pytest.mark.parametrize("name", ["f32", "bf16", "tf32", "e4m3", "e2m1", "ue8m0", "s8", "u4"])
+def test_host_doubles_round_once(name):
+    """With x64 off, a NumPy float64 array is rounded once, from the double, in every
+    deterministic mode (the oracle rounds the double's exact value)."""
+    assert not jax.config.jax_enable_x64
+    x = host_doubles(np.random.default_rng(len(name)))
+    for mode in ("rn", "rna", "rz", "rm", "rp"):
+        for sat in (False, True):
+            got = np.asarray(F.encode(name, x, rounding=mode, saturate=sat))
+            want = [ref_encode(name, b, mode, sat, src="f64") for b in x.view(np.uint64).tolist()]
+            np.testing.assert_array_equal(got, np.array(want, np.uint32), err_msg=f"{mode} {sat}")
+
+
+def test_host_doubles_without_a_float32_stand_in_are_refused():
+    """Stochastic rounding of a double float32 does not hold, and an s32 result float32
+    does not hold: a TypeError naming the value (with x64 on too: tests/test_x64.py)."""
+    rb = np.zeros(2, np.uint32)
+    with pytest.raises(TypeError, match=r"x: the float64 value 0\.1 .*\.e4m3.*'stochastic'"):
+        F.encode("e4m3", np.array([1.0, 0.1]), rounding="stochastic", random_bits=rb)
+    exact = np.array([1.0, 2.0**-149])  # held by float32: rounded stochastically as float32
+    got = F.encode("bf16", exact, rounding="stochastic", random_bits=rb)
+    np.testing.assert_array_equal(got, [0x3F80, 0])
+    with pytest.raises(TypeError, match=r"x: the float64 value 16777217\.0 .*\.s32"):
+        F.encode("s32", np.float64(2**24 + 1))
+    assert int(F.encode("s32", np.float64(2**24 + 2.25), rounding="rz")) == 2**24 + 2
+    assert int(F.encode("s32", np.float64(3e9), saturate=True)) == 2**31 - 1
+    assert int(F.encode("s8", np.float64(2**40 + 200.5), rounding="rz")) == 200  # wraps
+
+
 # ---- transformations -------------------------------------------------------------------
 def test_jit_and_vmap_give_the_same_bits():
     xb = inputs("e4m3", seed=11).reshape(8, N // 8)
@@ -671,8 +715,9 @@ def test_errors():
         F.encode("e4m3", x, rounding="stochastic", random_bits=np.zeros(3, np.int32))
     with pytest.raises(TypeError, match="x: expected a floating dtype"):
         F.encode("e4m3", np.ones(3, np.int32))
-    with pytest.raises(TypeError, match="x: float64 values that float32 cannot hold"):
-        F.encode("f32", np.full(3, 0.1), rounding="rz")  # docs/dtypes.md
+    with pytest.raises(TypeError, match="x: the float64 value 0.1 .*stochastic"):
+        rb = np.zeros(3, np.uint32)  # docs/dtypes.md: its bits are drawn inside the program
+        F.encode("f32", np.full(3, 0.1), rounding="stochastic", random_bits=rb)
     with pytest.raises(ValueError, match="jax_enable_x64"):
         F.decode("f64", np.uint32(0))
     with pytest.raises(ValueError, match="f64"):

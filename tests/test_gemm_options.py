@@ -196,6 +196,16 @@ def test_xla_split_and_reduce_orders(reduce_order):
     assert np.array_equal(_bits(got), want.view(np.uint32))
 
 
+def test_split_options_take_numpy_ints():
+    """NumPy ints in split_k and a pairing tree are ints (an IndexError from inside the
+    reduction before)."""
+    A, B = _operands(jnp.bfloat16, 256, seed=17)
+    kw = dict(instruction=BF16, arch=ARCH, split_rule="xla")
+    got = jaxmma.matmul(A, B, split_k=np.int64(2), split_reduce=(np.int32(1), np.int64(0)), **kw)
+    parts = [chain(BF16, A[:, :128], B[:128]), chain(BF16, A[:, 128:], B[128:])]
+    assert np.array_equal(_bits(got), add_in_order(parts[::-1]))
+
+
 def test_split_k_one_is_the_default_chain():
     A, B = _operands(jnp.bfloat16, 300, seed=12)
     C = np.ones((M, N), np.float32)
@@ -584,3 +594,93 @@ def test_scales_batch_check_holds_under_jit():
                                                     scale_a=sa, scale_b=sb))  # fmt: skip
     with pytest.raises(ValueError, match=r"scale_a.*batch dimensions \(3,\)"):
         f(A8, B8, _ones(3, M, 1), _ones(1, N))
+
+
+# ----------------------------------------------------------------------------- doubles
+def _round_double(d, p, mode):
+    """Doubles of the normal range rounded to ``p`` significant bits, exactly in NumPy."""
+    m, e = np.frexp(d)
+    s = m * 2.0**p  # exact: a power-of-two scaling
+    r = {"rz": np.trunc(s), "rn": np.rint(s), "rna": np.sign(s) * np.floor(np.abs(s) + 0.5)}
+    return np.ldexp(r[mode], e - p)
+
+
+def _host_doubles(shape, p, seed):
+    """Doubles float32 does not hold: half of them within 2**-40 of a grid point or a tie
+    of ``p`` significant bits (where rounding through float32 first gives other bits)."""
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal(shape)
+    g = rng.integers(2 ** (p - 1), 2**p, shape) + rng.choice([0.0, 0.5], shape)
+    near = np.ldexp(g, rng.integers(-p - 3, -p + 3, shape)) * (
+        1 + rng.choice([-1.0, 1.0], shape) * 2.0**-40
+    )
+    return np.where(rng.random(shape) < 0.5, near * rng.choice([-1.0, 1.0], shape), x)
+
+
+@pytest.mark.parametrize(
+    "text,p,mode", [(BF16, 8, "rz"), (BF16, 8, "rna"), (BF16, 8, "rn"), (TF32, 11, "rz")]
+)
+def test_host_doubles_take_the_input_rounding(text, p, mode):
+    """NumPy float64 operands are rounded once, from the double, in ``input_rounding``
+    (with x64 off, as with it on: tests/test_x64.py); also through dot_general."""
+    assert not jax.config.jax_enable_x64
+    K = 64
+    A, B = _host_doubles((M, K), p, 70), _host_doubles((K, N), p, 71)
+    ra, rb = _round_double(A, p, mode), _round_double(B, p, mode)
+    # the test can fail: rounding through float32 first gives other operands
+    assert not np.array_equal(_round_double(A.astype(np.float32).astype(np.float64), p, mode), ra)
+    dtype = jnp.bfloat16 if text == BF16 else np.float32  # tf32 values: exact in float32
+    want = chain(text, ra.astype(dtype), rb.astype(dtype))
+    got = jaxmma.matmul(A, B, instruction=text, arch=ARCH, input_rounding=mode)
+    assert np.array_equal(_bits(got), want)
+    dn = (((1,), (0,)), ((), ()))
+    got = jaxmma.dot_general(A, B, dn, instruction=text, arch=ARCH, input_rounding=mode)
+    assert np.array_equal(_bits(got), want)
+
+
+def test_host_doubles_with_stochastic_rounding():
+    """Doubles float32 holds are rounded stochastically as float32 (the documented draw:
+    top dropped bits + random bits carry); others are a TypeError naming the operand."""
+    A32, B32 = _operands(np.float32, 32, seed=72)
+    key = jax.random.key(5)
+    got = jaxmma.matmul(
+        A32.astype(np.float64), B32.astype(np.float64), instruction=BF16, arch=ARCH,
+        rounding="stochastic", key=key,
+    )  # fmt: skip
+
+    def bf16(x, which):
+        r = np.asarray(jax.random.bits(jax.random.split(key)[which], x.shape, jnp.uint32))
+        b = x.view(np.uint32)
+        up = (b & np.uint32(0xFFFF)) << np.uint32(16) > ~r
+        return ((b >> np.uint32(16)) + up).astype(np.uint16).view(ml_dtypes.bfloat16)
+
+    assert np.array_equal(_bits(got), chain(BF16, bf16(A32, 0), bf16(B32, 1)))
+    with pytest.raises(TypeError, match=r"A: the float64 value .*'stochastic'"):
+        jaxmma.matmul(
+            _host_doubles((M, 32), 8, 73), B32, instruction=BF16, arch=ARCH,
+            rounding="stochastic", key=key,
+        )  # fmt: skip
+
+
+def test_epilogue_c_of_host_doubles_rounds_once_into_the_output():
+    """An epilogue's C of doubles is rounded once, to nearest, into the output type (it
+    was read as raw bits with x64 off, and rounded twice with x64 on)."""
+    C = _host_doubles((M, N), 8, 74)
+    Z = np.zeros((M, 16), ml_dtypes.bfloat16)
+    got = jaxmma.matmul(
+        Z, Z.T[:, :N], C, instruction=BF16, arch=ARCH, epilogue="f32", out_dtype=jnp.bfloat16
+    )
+    want = _round_double(C, 8, "rn").astype(np.float32).astype(ml_dtypes.bfloat16)  # exact
+    assert not np.array_equal(C.astype(np.float32).astype(ml_dtypes.bfloat16), want)
+    assert np.array_equal(_bits(got), want.view(np.uint16))
+
+
+def test_float64_scales_are_rounded_to_nearest_float32_once():
+    """Python-float and float64 scales: the float32 scales nearest to them, x64 on or
+    off (tests/test_x64.py)."""
+    want = jaxmma.matmul(
+        A8, B8, instruction=E4M3, arch=ARCH, scale_a=np.float32(0.1), scale_b=np.float32(3.0)
+    )
+    for sa in (0.1, np.float64(0.1), np.array(0.1)):
+        got = jaxmma.matmul(A8, B8, instruction=E4M3, arch=ARCH, scale_a=sa, scale_b=3.0)
+        assert np.array_equal(_bits(got), _bits(want))

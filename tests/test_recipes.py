@@ -154,6 +154,38 @@ def test_nvfp4_2d_weight_quantizer_against_numpy():
     np.testing.assert_array_equal(np.asarray(jaxmma.quant.dequantize(qwt)), want.T)
 
 
+@pytest.mark.parametrize("jit", [False, True])
+def test_nvfp4_2d_weight_quantizer_propagates_nan_and_inf(jit):
+    """A 16 x 16 block holding NaN or Inf gets the NaN scale 0x7F and elements rounded
+    without scaling, the bits quant.quantize_nvfp4 gives a 1 x 16 block holding it (the
+    Inf block had the finite scale 448 and the NaN block +0 elements); the GEMM output
+    columns that read such a block are NaN, the others finite."""
+    w = _f32(64, 64)
+    w[3, 5], w[20, 40] = np.nan, np.inf
+    quantize = jax.jit(recipes.quantize_nvfp4_2d) if jit else recipes.quantize_nvfp4_2d
+    qw, qwt = quantize(jnp.asarray(w))
+    q1 = jaxmma.quant.quantize_nvfp4(jnp.asarray(w), axis=-2)  # 1 x 16 blocks along K
+    el, sc = np.asarray(qw.elements), np.asarray(qw.scales)
+    for k, n in ((3, 5), (20, 40)):
+        kb, nb = slice(k // 16 * 16, k // 16 * 16 + 16), slice(n // 16 * 16, n // 16 * 16 + 16)
+        assert (sc[k // 16, nb] == 0x7F).all()
+        np.testing.assert_array_equal(el[kb, n], np.asarray(q1.elements)[kb, n])
+        assert np.asarray(q1.scales)[k // 16, n] == 0x7F
+        # the block's finite values: rounded without scaling (ml_dtypes, saturating at 6)
+        fin = np.isfinite(w[kb, nb])
+        e2m1 = np.clip(w[kb, nb], -6, 6).astype(ml_dtypes.float4_e2m1fn).view(np.uint8) & 0xF
+        np.testing.assert_array_equal(el[kb, nb][fin], e2m1[fin])
+    np.testing.assert_array_equal(np.asarray(qwt.elements), el.T)  # w^T: the same bits
+    assert (np.asarray(qwt.scales)[5 // 16, 0:16] == 0x7F).all()
+    x = _f32(64, 64)
+    rec = recipes.nvfp4(grad_rounding="rn", hadamard=False)
+    y = (jax.jit(rec.matmul) if jit else rec.matmul)(x, w)
+    bad = np.zeros(64, bool)
+    bad[0:16] = bad[32:48] = True
+    assert np.isnan(np.asarray(y)[:, bad]).all()
+    assert np.isfinite(np.asarray(y)[:, ~bad]).all()
+
+
 def test_hadamard_rows_keeps_the_product():
     x, y = _f32(32, 8), _f32(32, 4)
     signs = jnp.asarray(np.where(RNG.random(16) < 0.5, -1.0, 1.0), jnp.float32)

@@ -253,6 +253,32 @@ def test_scaled_dot_general_quantizes_as_jax_nn(mode, g, fmt, wfmt):
     )
 
 
+def test_scaled_dot_general_rounds_no_double_twice():
+    """Doubles follow the quantizers' rule, as matmul on the same block-scaled form: those
+    float32 holds give the float32 input's bits (jax.nn's recipe above); the others, and
+    float64 arrays under x64, are a TypeError naming the operand (they were cast to float32
+    and quantized: two roundings)."""
+    x, w = _normal(3, (B_, M_, 64), 3.0), _normal(4, (B_, N_, 64))
+    cfg = _config("mxfp8")
+    got = jaxmma.scaled_dot_general(
+        x.astype(np.float64), w.astype(np.float64), DN, configs=[cfg] * 2
+    )
+    np.testing.assert_array_equal(_u32(got), _u32(_recipe_gemm("mxfp8", x, w)))
+    inexact = x.astype(np.float64) * (1 + 2.0**-40)
+    q = lambda v, axis: jaxmma.quant.quantize_mx(v, "e4m3", axis=axis, scale_rounding="ceil")  # noqa: E731
+    with pytest.raises(TypeError, match="A: expected float32.*float64 values that float32"):
+        jaxmma.matmul(inexact[0], w[0].T, instruction=MXF8.format(a="e4m3", b="e4m3"), quantize=q)
+    with pytest.raises(TypeError, match="lhs: expected float32.*float64 values that float32"):
+        jaxmma.scaled_dot_general(inexact, w, DN, configs=[cfg] * 2)
+    with jax.enable_x64(True):
+        with pytest.raises(TypeError, match="rhs: expected float32.*float64 values"):
+            jaxmma.scaled_dot_general(
+                x, w.astype(np.float64) * (1 + 2.0**-40), DN, configs=[cfg] * 2
+            )
+        with pytest.raises(TypeError, match="lhs: expected float32.*a float64 array"):
+            jaxmma.scaled_dot_general(jnp.asarray(x, jnp.float64), w, DN, configs=[cfg] * 2)
+
+
 def test_scaled_dot_general_dimension_numbers():
     """Contracting and batch dims anywhere, no batch dims: the output is lax.dot_general's
     shape, and the values are the (B, M, K) x (B, N, K) product of the moved operands."""
@@ -481,8 +507,27 @@ def test_scaled_dot_general_errors():
     ):
         jaxmma.scaled_dot_general(x, w, DN, configs=[bad, cfg, cfg])
     small = types.SimpleNamespace(**{**vars_of(cfg), "block_size": 8})
-    with pytest.raises(ValueError, match=r"block size: 8 .*allowed: 32"):
+    with pytest.raises(
+        ValueError, match=r"configs\[0\].block_size, configs\[1\].block_size: 8 .*allowed: 32"
+    ):
         jaxmma.scaled_dot_general(x, w, DN, configs=[small, small, small])
+    # every config error names the config and its field (issue #37)
+    named = [
+        ([cfg, small, cfg], ValueError, r"configs\[0\].block_size, configs\[1\].block_size: "),
+        ([cfg, _config("nvfp4"), cfg], TypeError, r"configs\[0\].scale_type, configs\[1\]"),
+        ([types.SimpleNamespace(**{**vars_of(cfg), "data_type": "nope"}), cfg], TypeError,
+         r"configs\[0\].data_type: expected a dtype, got 'nope'"),
+        ([cfg, types.SimpleNamespace(**{**vars_of(cfg), "scale_type": 3})], TypeError,
+         r"configs\[1\].scale_type: expected a dtype"),
+    ]  # fmt: skip
+    for configs, exc, match in named:
+        with pytest.raises(exc, match=match):
+            jaxmma.scaled_dot_general(x, w, DN, configs=configs)
+    with pytest.raises(ValueError, match=r"configs\[2\].block_size, configs\[1\].block_size"):
+        jaxmma.scaled_dot_general(x, w, DN, configs=[cfg, cfg, small], grad="configs")
+    mxf4 = MXF4
+    with pytest.raises(TypeError, match=r"configs\[0\].data_type: .*kind::mxf4.* takes .e2m1"):
+        jaxmma.scaled_dot_general(x, w, DN, configs=[cfg, cfg], instruction=mxf4)
     with pytest.raises(ValueError, match=r"grad: expected one of \['ste', 'configs'\]"):
         jaxmma.scaled_dot_general(x, w, DN, configs=[cfg] * 3, grad="exact")
     with pytest.raises(ValueError, match="contracting"):

@@ -437,6 +437,36 @@ def test_idesc_errors(idesc, kw, needle):
         jaxmma.tcgen05_instruction(1.5, kind="f16")
 
 
+@pytest.mark.parametrize(
+    "kw,exc,match",
+    [
+        (
+            dict(kind="kind::f16"),
+            ValueError,
+            r"kind: expected one of \['f16', 'tf32', .*'mxf4nvf4'\] \(without the 'kind::' "
+            r"prefix: 'f16'\), got 'kind::f16'",
+        ),
+        (dict(kind="f32"), ValueError, r"kind: expected one of \['f16'.*got 'f32'"),
+        (dict(kind=16), TypeError, r"kind: expected a str"),
+        (dict(kind="f16", cta_group=3), ValueError, r"cta_group: expected 1 or 2, got 3"),
+        (dict(kind="f16", cta_group="1"), TypeError, r"cta_group: expected the int 1 or 2"),
+        (dict(kind="f16", scale_vec=16), TypeError, r"scale_vec: expected None or a str"),
+    ],
+)
+def test_descriptor_arguments_are_named(kw, exc, match):
+    """Each keyword of tcgen05_instruction is checked and named, with its allowed values
+    (``kind="kind::f16"`` was reported as an idesc error listing 'kind::f16' as allowed)."""
+    with pytest.raises(exc, match=match):
+        jaxmma.tcgen05_instruction(0x08400490, **kw)
+
+
+def test_descriptor_takes_numpy_ints():
+    want = jaxmma.tcgen05_instruction(0x08400490, kind="f16")
+    assert (
+        jaxmma.tcgen05_instruction(np.uint32(0x08400490), kind="f16", cta_group=np.int64(1)) == want
+    )
+
+
 def test_doctests():
     assert doctest.testmod(_tcgen05).failed == 0
     finder = doctest.DocTestFinder()
@@ -487,3 +517,8 @@ def test_nvfp4_gemm_same_bits_as_sm120_mma():
     fp8 = jaxmma.matmul(x, w, instruction=f"{HEAD}.kind::f8f6f4.m128n8k32.f32.e4m3.e4m3")
     hopper = jaxmma.matmul(x, w, instruction="wgmma.mma_async.sync.aligned.m64n8k32.f32.e4m3.e4m3")
     assert not np.array_equal(np.asarray(fp8), np.asarray(hopper))  # Hopper keeps 13 bits
+
+
+def test_descriptor_of_a_shape_the_table_lacks_names_idesc():
+    with pytest.raises(ValueError, match=r"idesc: 0x00000000 decodes to .*m0n0k16.*invalid shape"):
+        jaxmma.tcgen05_instruction(0, kind="f16")

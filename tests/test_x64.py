@@ -236,6 +236,85 @@ def sweep() -> dict:
     out["double|matmul"] = _bits(
         jaxmma.matmul(d[:256].reshape(16, 16), np.eye(16)[:, :8], instruction=BF16, arch="sm_90")
     )
+    out.update(double_rule_sweep(d, rng))
+    return out
+
+
+def _error_name(fn) -> np.ndarray:
+    """The type of the exception ``fn()`` raises, as bytes (b"none" when it returns)."""
+    try:
+        fn()
+    except (TypeError, ValueError) as e:
+        return np.frombuffer(type(e).__name__.encode(), np.uint8)
+    return np.frombuffer(b"none", np.uint8)
+
+
+def double_rule_sweep(d, rng) -> dict:
+    """The one float64 rule (docs/dtypes.md) on host doubles: every rounding mode of
+    ``formats.encode``, the GEMM's input roundings (tf32 included), stochastic rounding,
+    an epilogue's C, Python-float scales, and the cases refused with x64 on and off."""
+    import jax
+    import jax.numpy as jnp
+
+    import jaxmma
+    from jaxmma import formats, quant
+
+    out = {}
+    for fmt, rounding, sat in (
+        ("f32", "rz", False), ("f32", "rna", False), ("f32", "rm", True), ("s8", "rz", False),
+        ("u4", "rp", True), ("tf32", "rz", False), ("e5m2", "rm", False),
+    ):  # fmt: skip
+        bits = formats.encode(fmt, d, rounding=rounding, saturate=sat)
+        out[f"double|{fmt}|{rounding}|{sat}"] = _bits(bits)
+    g = rng.standard_normal((16, 16)) * (1 + rng.choice([-1.0, 1.0], (16, 16)) * 2.0**-40)
+    eye = np.eye(16)[:, :8]
+    tf32 = "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32"
+    kw = dict(arch="sm_90")
+    out["double|matmul|rz"] = _bits(
+        jaxmma.matmul(g, eye, instruction=BF16, input_rounding="rz", **kw)
+    )
+    out["double|matmul|tf32-rz"] = _bits(
+        jaxmma.matmul(g, eye, instruction=tf32, input_rounding="rz", **kw)
+    )
+    dn = (((1,), (0,)), ((), ()))
+    out["double|dot_general|rna"] = _bits(
+        jaxmma.dot_general(g, eye, dn, instruction=BF16, input_rounding="rna", **kw)
+    )
+    g32 = g.astype(np.float32).astype(np.float64)
+    out["double|matmul|stochastic"] = _bits(
+        jaxmma.matmul(
+            g32, eye, instruction=BF16, rounding="stochastic", key=jax.random.key(1), **kw
+        )
+    )
+    z = np.zeros((16, 16), np.float32)
+    out["double|matmul|epilogue-c"] = _bits(
+        jaxmma.matmul(
+            z, z[:, :8], g[:, :8], instruction=BF16, epilogue="f32", out_dtype=jnp.bfloat16, **kw
+        )
+    )
+    e4 = "mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32"
+    x8 = rng.standard_normal((16, 32)).astype(np.float32)
+    out["double|matmul|scales"] = _bits(
+        jaxmma.matmul(x8, x8.T[:, :8], instruction=e4, scale_a=0.1, scale_b=np.float64(3.0), **kw)
+    )
+    cfg = jax.nn.get_scaled_dot_general_config("mxfp8")
+    x3 = g32[None, :, :].repeat(2, axis=-1)  # (1, 16, 32): doubles float32 holds
+    out["double|scaled_dot_general"] = _bits(
+        jaxmma.scaled_dot_general(x3, x3[:, :8], (((2,), (2,)), ((0,), (0,))), configs=[cfg] * 2)
+    )
+    refused = {
+        "stochastic": lambda: jaxmma.matmul(
+            g, eye, instruction=BF16, rounding="stochastic", key=jax.random.key(1), **kw
+        ),
+        "s32": lambda: formats.encode("s32", np.float64(2**30 + 1.25)),
+        "quantize_mx": lambda: quant.quantize_mx(g[:, :16].repeat(2, 1), "e4m3"),
+        "scaled_dot_general": lambda: jaxmma.scaled_dot_general(
+            g[None].repeat(2, -1), g[None, :8].repeat(2, -1), (((2,), (2,)), ((0,), (0,))),
+            configs=[cfg] * 2,
+        ),
+    }  # fmt: skip
+    for name, fn in refused.items():
+        out[f"double|error|{name}"] = _error_name(fn)
     return out
 
 
@@ -276,8 +355,10 @@ def test_x64_gives_the_same_bits(tmp_path):
     for key in sorted(off):
         if on[key].dtype != off[key].dtype or not np.array_equal(on[key], off[key]):
             failures.append(f"{key}: x64 on differs from x64 off")
+    refused = [k for k in off if k.startswith("double|error|")]
+    failures += [f"{k}: not a TypeError" for k in refused if bytes(off[k]) != b"TypeError"]
     assert not failures, "\n".join(failures)
-    assert len(off) == len(forms()) * 1 + 5 + 15 + 6
+    assert len(off) == len(forms()) * 1 + 5 + 15 + 6 + 7 + 7 + 4
 
 
 if __name__ == "__main__":  # the child process: x64 on

@@ -51,6 +51,7 @@ import numpy as np
 from jax import lax
 
 from ..util import _grad
+from . import _doubles
 
 ROUNDINGS = ("rn", "rna", "rz", "rm", "rp", "stochastic")
 
@@ -168,12 +169,8 @@ def get_format(fmt: str) -> Format:
     return FORMATS[fmt]
 
 
-def _x64() -> bool:
-    return jax.dtypes.canonicalize_dtype(np.float64) == np.float64
-
-
 def _need_x64(f: Format) -> None:
-    if f.bits == 64 and not _x64():
+    if f.bits == 64 and not _doubles.x64():
         raise ValueError(
             "fmt='f64' needs 64-bit types: enable jax_enable_x64 (for example "
             "`with jax.enable_x64(True):`)"
@@ -213,55 +210,10 @@ def _as_bits(bits, f: Format) -> jax.Array:
     return jnp.asarray(bits).astype(word)
 
 
-def concrete_float64(x) -> bool:
-    """Whether ``x`` holds doubles that JAX has not seen yet: Python floats (and ints),
-    NumPy float64 arrays and scalars, lists of them."""
-    if isinstance(x, bool | np.bool_):
-        return False
-    if isinstance(x, int | float | list | tuple):
-        return np.asarray(x).dtype.kind in "if"
-    return isinstance(x, np.ndarray | np.floating) and x.dtype == np.float64
-
-
-def float64_to_float32(x, f: Format, rounding: str = "rn", saturate: bool = False, name="x"):
-    """Concrete doubles (see :func:`concrete_float64`) -> float32 values whose rounding
-    into ``f`` (with ``rounding``, ``saturate``) gives the bits of one rounding of the
-    doubles themselves: never a double rounding, with x64 off as well as on.
-
-    Values that float32 holds exactly pass unchanged. The others are rounded to odd
-    (toward zero, the last bit set when inexact; beyond float32's range: its largest
-    finite value): float32 keeps at least two bits more than any narrower format in
-    every binade, so rounding that once more, in any mode, equals rounding the double.
-    Where that does not hold, an inexact double is a TypeError: ``.f32`` itself other than
-    to nearest (to nearest, NumPy's conversion is the one rounding), stochastic rounding,
-    and integer formats without ``saturate`` beyond 2**22 (they wrap).
-    """
-    d = np.asarray(x, np.float64)
-    with np.errstate(over="ignore"):
-        r = d.astype(np.float32)
-    inexact = (r.astype(np.float64) != d) & ~np.isnan(d)
-    if not inexact.any() or (f.name == "f32" and rounding == "rn"):
-        return r
-    wraps = f.kind != "float" and not saturate and bool(np.any(inexact & (np.abs(d) >= 2**22)))
-    if f.name in ("f32", "f64") or rounding == "stochastic" or wraps:
-        first = d[inexact].flat[0]
-        raise TypeError(
-            f"{name}: float64 values that float32 cannot hold (e.g. {first!r}) would be "
-            f"rounded twice on their way into .{f.name} with rounding={rounding!r} while "
-            "jax_enable_x64 is off; pass float32 (x.astype(np.float32)) or enable x64"
-        )
-    bits = r.view(np.uint32)
-    away = np.abs(r.astype(np.float64)) > np.abs(d)  # rn went up (or to Inf): one step back
-    bits = np.where(inexact & away, bits - np.uint32(1), bits)
-    return np.where(inexact, bits | np.uint32(1), bits).view(np.float32)
-
-
 def _as_float(x, f: Format, rounding="rn", saturate=False) -> jax.Array:
     want = jnp.float64 if f.bits == 64 else jnp.float32
-    if concrete_float64(x):  # doubles: rounded once, directly (see float64_to_float32)
-        if _x64():
-            return jnp.asarray(np.asarray(x, np.float64))
-        return jnp.asarray(float64_to_float32(x, f, rounding, saturate))
+    if _doubles.is_host_double(x):  # doubles: rounded once, directly (bits/_doubles.py)
+        return jnp.asarray(_doubles.prepare(x, f, rounding, saturate))
     dtype = _dtype_of(x)
     if not jnp.issubdtype(dtype, jnp.floating):
         raise TypeError(f"x: expected a floating dtype (float32; float64 with x64), got {dtype}")
@@ -480,8 +432,7 @@ def encode(fmt: str, x, *, rounding="rn", saturate=False, random_bits=None, ftz=
     Args:
       fmt: a PTX type name, one of ``FORMATS``.
       x: float array ``[...]`` (float16/bfloat16/float32), or doubles (float64 arrays,
-        Python floats), rounded once from the double with x64 on or off (see
-        :func:`float64_to_float32` and docs/dtypes.md).
+        Python floats), rounded once from the double with x64 on or off (docs/dtypes.md).
       rounding: ``"rn"`` (nearest even), ``"rna"`` (nearest, ties away), ``"rz"``,
         ``"rm"``, ``"rp"`` or ``"stochastic"`` (see the module docstring).
       saturate: clamp overflow and +-Inf to +-max finite (integers: clamp to the range;
@@ -506,6 +457,9 @@ def encode(fmt: str, x, *, rounding="rn", saturate=False, random_bits=None, ftz=
             f"random_bits: required with rounding='stochastic' and only with "
             f"it, got rounding={rounding!r} and random_bits={random_bits!r}"
         )
+    for name, flag in (("saturate", saturate), ("ftz", ftz)):
+        if not isinstance(flag, bool | np.bool_):
+            raise TypeError(f"{name}: expected True or False, got {flag!r}"[:300])
     _need_x64(f)
     x = _grad.no_derivative(_as_float(x, f, rounding, saturate), _ENCODE_NO_DERIVATIVE)
     rbits = None
@@ -604,6 +558,6 @@ def round_to_format(fmt: str, x, **kwargs) -> jax.Array:
     f = get_format(fmt)
     rounding, saturate = kwargs.get("rounding", "rn"), kwargs.get("saturate", False)
     x32 = _as_float(x, f, rounding, saturate)  # the errors naming fmt and x, before tracing
-    if concrete_float64(x):  # doubles: the values that round as the doubles do
+    if _doubles.is_host_double(x):  # doubles: the values that round as the doubles do
         x = x32
     return _grad.straight_through(lambda v: decode(fmt, encode(fmt, v, **kwargs)), x)

@@ -117,6 +117,20 @@ def check_numeric(x, name: str) -> None:
         raise TypeError(f"{name}: expected a numeric array, got a NumPy array of dtype {dtype}")
 
 
+def check_array_like(x, name: str) -> None:
+    """TypeError naming ``name`` for a value that is no array of numbers: a string or an
+    object NumPy can only hold as dtype object (None and arrays pass)."""
+    if x is None or isinstance(x, jax.Array | np.ndarray | np.generic | int | float):
+        check_numeric(x, name)
+        return
+    try:
+        kind = np.asarray(x).dtype.kind
+    except (TypeError, ValueError):
+        kind = "O"
+    if isinstance(x, str) or kind in "OSUV":
+        raise TypeError(f"{name}: expected an array of numbers, got {x!r}"[:300])
+
+
 def _need_x64(name: str) -> None:
     if not jax.config.jax_enable_x64:
         raise ValueError(

@@ -24,7 +24,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from ..arith import _ieee, _numerics
-from ..bits import _formats
+from ..bits import _doubles, _formats
 
 
 def f32_bits(x: float):
@@ -39,6 +39,12 @@ def to_out(bits_f32, out: str):
     return bits_f32 if out == "f32" else _numerics.convert(bits_f32, "f32", out)
 
 
+def host_c(C, out: str):
+    """An epilogue's C of host doubles, before the program (docs/dtypes.md): what rounds
+    once into the output type ``out`` in :func:`c_bits`, x64 on or off."""
+    return _doubles.prepare(C, _formats.FORMATS[out], "rn", False, "C")
+
+
 def c_bits(C, out: str, name: str = "C"):
     """C as f32 bits, after rounding it to the output type as the library stores it (a
     C already in the output type, or unsigned raw bits of it, is taken as it is)."""
@@ -47,10 +53,11 @@ def c_bits(C, out: str, name: str = "C"):
         return to_f32(C.astype(jnp.uint32), out)
     if not jnp.issubdtype(C.dtype, jnp.floating):
         raise TypeError(f"{name}: expected a float array (the epilogue's addend), got {C.dtype}")
-    x = C if C.dtype.itemsize >= 2 else C.astype(jnp.float32)
-    if out == "f32" and x.dtype == jnp.float32:
-        return jax.lax.bitcast_convert_type(x, jnp.uint32)
-    return to_f32(_formats.encode(out, x.astype(jnp.float32), rounding="rn"), out)
+    if out == "f32" and C.dtype == jnp.float32:
+        return jax.lax.bitcast_convert_type(C, jnp.uint32)
+    # one rounding into the output type, from the value itself (a double too, x64 on)
+    x = C if C.dtype in (jnp.float32, jnp.float64) else C.astype(jnp.float32)
+    return to_f32(_formats.encode(out, x, rounding="rn"), out)
 
 
 def finish(opts, acc, acc_type: str, C32=None, scale=None):

@@ -34,7 +34,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from ..arith import _numerics
-from ..bits import _formats, _values
+from ..bits import _doubles, _formats, _values
 from ..instructions._instruction import Instruction
 from ..instructions._instruction import instruction as _parse_text
 from ..models import _models
@@ -75,29 +75,39 @@ def _parse(text: str, arch: str | None) -> Instruction:
     return _parse_text(text, arch)
 
 
-def resolve(instruction, arch=None) -> Instruction:
-    """``instruction`` (text or :class:`Instruction`) for ``arch`` (None: its own)."""
+def _parse_named(text: str, arch: str | None, name: str) -> Instruction:
+    """:func:`_parse`, its errors naming the argument ``name`` (those of ``arch`` name it)."""
+    try:
+        return _parse(text, arch)
+    except ValueError as e:
+        if str(e).startswith(("arch", name)):
+            raise
+        raise ValueError(f"{name}: {e}") from None
+
+
+def resolve(instruction, arch=None, *, name: str = "instruction") -> Instruction:
+    """``instruction`` (text or :class:`Instruction`) for ``arch`` (None: its own); errors
+    name the argument ``name``."""
     if arch is not None and not isinstance(arch, str):
         raise TypeError(f"arch: expected None or a str such as 'sm_90', got {type(arch).__name__}")
     if isinstance(instruction, str):
-        ins = _parse(instruction, arch)
+        ins = _parse_named(instruction, arch, name)
     elif isinstance(instruction, Instruction):
         ins = instruction
         if arch is not None and arch != ins.arch:
-            ins = _parse(ins.text, arch)
+            ins = _parse_named(ins.text, arch, name)
     else:
         raise TypeError(
-            "instruction: expected PTX text or a jaxmma.Instruction, got "
-            f"{type(instruction).__name__}"
+            f"{name}: expected PTX text or a jaxmma.Instruction, got {type(instruction).__name__}"
         )
     if ins.opcode not in PRODUCTS:
         raise ValueError(
-            f"instruction: {ins.text!r} has no matrix product; expected one of "
+            f"{name}: {ins.text!r} has no matrix product; expected one of "
             f"{', '.join(PRODUCTS)} (with .sp and .block_scale forms)"
         )
     if ins.negate_a or ins.negate_b:
         raise ValueError(
-            f"instruction: {ins.text!r} negates A or B (idesc bits 13-14); a GEMM takes "
+            f"{name}: {ins.text!r} negates A or B (idesc bits 13-14); a GEMM takes "
             "the instruction without negation (negate the operand instead): allowed: "
             "negate_a=False, negate_b=False"
         )
@@ -129,7 +139,7 @@ def _grad_form(name: str, instruction, ins: Instruction) -> Instruction | None:
     """A gradient GEMM's instruction: text on the forward's arch, an Instruction on its own."""
     if instruction is None:
         return None
-    grad = resolve(instruction, ins.arch if isinstance(instruction, str) else None)
+    grad = resolve(instruction, ins.arch if isinstance(instruction, str) else None, name=name)
     if grad.sparse or grad.stype:
         raise ValueError(
             f"{name}: expected a dense mma form for the gradient GEMMs, got {grad.text!r}"
@@ -401,8 +411,7 @@ def _quantize_operands(ins, A, B, quantize):
         if isinstance(x, _quant.Quantized):
             out.append((None, _quant.check_quantized(x, name, matrix=True)))
             continue
-        if _formats.concrete_float64(x):  # the quantizers' rule: doubles exact in float32
-            x = _quant._as_f32(x, name)
+        x = _doubles.exact_float32(x, name)  # the quantizers' rule: doubles exact in float32
         x = jnp.asarray(x)
         if not jnp.issubdtype(x.dtype, jnp.floating):
             raise TypeError(
@@ -593,13 +602,10 @@ def matmul(
     )  # fmt: skip
     ins = cfg.ins
     warn_default_arch(instruction, arch, ins)
-    for name, x in (("A", A), ("B", B), ("C", C)):
+    for name, x in (("A", A), ("B", B)):
         _values.check_numeric(x, name)
-    if not ins.stype:  # doubles rounded once, before JAX would make them float32
-        A = _operands.float64_operand(ins, ins.atype, A, "A")
-        B = _operands.float64_operand(ins, ins.btype, B, "B")
-        if C is not None:
-            C = _operands.float64_operand(ins, ins.ctype, C, "C")
+    for name, x in (("C", C), ("scale_a", scale_a), ("scale_b", scale_b)):
+        _values.check_array_like(x, name)
     _check_flag(ins, check)
     if rounding is not None:
         if input_rounding is not None and input_rounding != rounding:
@@ -614,6 +620,12 @@ def matmul(
         out_dtype=out_dtype, convert_inputs=convert_inputs,
     )  # fmt: skip
     _kernel.check_key(opts, key)
+    if not ins.stype and convert_inputs is None:  # doubles: rounded once, in the GEMM's mode
+        mode = None if opts is None else opts.input_rounding
+        A = _operands.float64_operand(ins, ins.atype, A, "A", mode)
+        B = _operands.float64_operand(ins, ins.btype, B, "B", mode)
+        if C is not None and (opts is None or opts.epilogue is None):  # else: the epilogue's
+            C = _operands.float64_operand(ins, ins.ctype, C, "C")
     if opts is not None or scale_a is not None or scale_b is not None:
         return _kernel.matmul(
             cfg, opts, A, B, C, scale_a, scale_b, chain=gemm_bits,
@@ -655,6 +667,21 @@ def _check_structure(ins, A):
     _sparse.validate(ins, jnp.swapaxes(tiles, -2, -3))  # [..., M / m, K / k, m, k]
 
 
+def _host_double(ins, x, name: str, kwargs):
+    """dot_general's operand: host doubles as a NumPy float64 array (float32 where the
+    quantizers take them), checked by the rule matmul applies; others as jax arrays."""
+    if ins.stype:
+        x = _doubles.exact_float32(x, name)
+    if not _doubles.is_host_double(x):
+        return jnp.asarray(x)
+    fmt = ins.atype if name == "lhs" else ins.btype
+    mode = kwargs.get("input_rounding") or kwargs.get("rounding") or "rn"
+    if fmt not in ("b1", "s32", "f64") and mode in _doubles.ROUNDINGS:
+        sat = fmt in _operands.SATURATE
+        _doubles.prepare(x, _formats.FORMATS[fmt], mode, sat, name)  # its errors
+    return np.asarray(x, np.float64)
+
+
 def dot_general(
     lhs,
     rhs,
@@ -690,6 +717,13 @@ def dot_general(
       (2, 5, 3)
     """
     del precision
+    if out_sharding is not None and not isinstance(
+        out_sharding, jax.sharding.Sharding | jax.sharding.PartitionSpec
+    ):
+        raise TypeError(
+            "out_sharding: expected None, a jax.sharding.Sharding or a PartitionSpec, got "
+            f"{out_sharding!r}"[:300]
+        )
     if preferred_element_type is not None:
         try:
             preferred_element_type = jnp.dtype(preferred_element_type)
@@ -701,20 +735,17 @@ def dot_general(
     _values.check_numeric(lhs, "lhs")
     _values.check_numeric(rhs, "rhs")
     ins = resolve(instruction, arch)
-    if not ins.stype:  # doubles rounded once, before JAX would make them float32
-        lhs = _operands.float64_operand(ins, ins.atype, lhs, "lhs")
-        rhs = _operands.float64_operand(ins, ins.btype, rhs, "rhs")
-    else:  # quantized: the quantizers' rule, doubles exact in float32
-        lhs = _quant._as_f32(lhs, "lhs") if _formats.concrete_float64(lhs) else lhs
-        rhs = _quant._as_f32(rhs, "rhs") if _formats.concrete_float64(rhs) else rhs
-    lhs, rhs = jnp.asarray(lhs), jnp.asarray(rhs)
+    # doubles stay doubles on the host (matmul rounds them once, in its mode); their
+    # errors name lhs and rhs
+    lhs, rhs = (_host_double(ins, x, n, kwargs) for x, n in ((lhs, "lhs"), (rhs, "rhs")))
     (lc, rc), (lb, rb) = _dimension_numbers(dimension_numbers, lhs, rhs)
     lf = [d for d in range(lhs.ndim) if d not in lc and d not in lb]
     rf = [d for d in range(rhs.ndim) if d not in rc and d not in rb]
     batch = tuple(lhs.shape[d] for d in lb)
     size = lambda x, dims: math.prod(x.shape[d] for d in dims)  # noqa: E731
-    L = jnp.transpose(lhs, lb + lf + lc).reshape(batch + (size(lhs, lf), size(lhs, lc)))
-    R = jnp.transpose(rhs, rb + rc + rf).reshape(batch + (size(rhs, rc), size(rhs, rf)))
+    xp = lambda x: np if isinstance(x, np.ndarray) else jnp  # noqa: E731
+    L = xp(lhs).transpose(lhs, lb + lf + lc).reshape(batch + (size(lhs, lf), size(lhs, lc)))
+    R = xp(rhs).transpose(rhs, rb + rc + rf).reshape(batch + (size(rhs, rc), size(rhs, rf)))
     D = matmul(L, R, instruction=instruction, arch=arch, promote_every=promote_every, **kwargs)
     D = D.reshape(batch + tuple(lhs.shape[d] for d in lf) + tuple(rhs.shape[d] for d in rf))
     if preferred_element_type is not None:

@@ -15,8 +15,9 @@ import functools
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
-from ..bits import _formats, _packing, _values
+from ..bits import _doubles, _formats, _packing, _values
 from ..models import _models
 from ..operands import _operands
 from ..util import _ste
@@ -211,6 +212,16 @@ def matmul(cfg, opts, A, B, C, scale_a, scale_b, *, chain, check_shapes, quantiz
         raise ValueError(f"quantize: only block-scaled forms quantize; {ins.text} does not")
     if cfg.grad_ins is not None:
         raise ValueError("grad_instruction: not combined with kernel options or fp8 scales")
+    if opts.convert_inputs is not None:  # the dtypes given, before JAX converts doubles
+        for name, x in (("A", A), ("B", B)):
+            dtype = x.dtype if hasattr(x, "dtype") else np.asarray(x).dtype
+            if dtype not in FP8:
+                raise TypeError(
+                    f"{name}: convert_inputs='f16' takes float8_e4m3fn or float8_e5m2 "
+                    f"arrays, got {dtype}"
+                )
+    # fp8 scales are float32 factors: doubles rounded to nearest once, x64 on or off
+    scale_a, scale_b = _doubles.nearest_float32(scale_a), _doubles.nearest_float32(scale_b)
     A, B = jnp.asarray(A), jnp.asarray(B)
     check_shapes(ins, A, B, None if C is None else jnp.asarray(C))
     M, K, N = A.shape[-2], A.shape[-1], B.shape[-1]
@@ -239,11 +250,7 @@ def matmul(cfg, opts, A, B, C, scale_a, scale_b, *, chain, check_shapes, quantiz
             )
     if opts.splits:
         _split.slices(opts.split_rule, K, opts.split_k, opts.k_tile or ins.k)  # errors now
-    if opts.convert_inputs is not None:
-        for name, x in (("A", A), ("B", B)):
-            if x.dtype not in FP8:
-                raise TypeError(
-                    f"{name}: convert_inputs='f16' takes float8_e4m3fn or float8_e5m2 "
-                    f"arrays, got {x.dtype}"
-                )
+    if C is not None and opts.epilogue is not None:
+        acc = "f32" if kind == "block" or opts.splits else ins.dtype
+        C = _epilogue.host_c(C, opts.out_dtype or acc)
     return _gemm(cfg, opts, kind, chain, A, B, C, scale_a, scale_b, check_key(opts, key))

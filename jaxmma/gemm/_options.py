@@ -68,6 +68,11 @@ def _tree_leaves(tree, S: int, path="split_reduce"):
     )
 
 
+def _plain(tree):
+    """A checked pairing tree with NumPy ints made Python ints (hashable, indexable)."""
+    return int(tree) if _is_int(tree) else (_plain(tree[0]), _plain(tree[1]))
+
+
 def _scalar(name, x):
     if x is None:
         return None
@@ -131,6 +136,7 @@ def kernel_options(
             raise ValueError(
                 f"split_reduce: the tree must name each slice 0 .. {S - 1} once, got {red!r}"
             )
+        red = _plain(red)
     if red == "halving" and S & (S - 1):
         raise ValueError(f"split_reduce: 'halving' needs a power-of-two split_k, got {S}")
     if input_rounding is not None:

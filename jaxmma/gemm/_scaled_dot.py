@@ -32,7 +32,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ..bits import _formats
+from ..bits import _doubles, _formats
 from ..operands import _quant, _scaling
 from . import _gemm
 
@@ -94,8 +94,10 @@ def _scale_format(name: str, s, ins) -> str:
     )
 
 
-def _pick(afmt, bfmt, stype, block, *, instruction, arch, names):
-    """The block-scaled instruction for these formats and block, or a clear error."""
+def _pick(afmt, bfmt, stype, block, *, instruction, arch, names, block_name=None):
+    """The block-scaled instruction for these formats and block, or a clear error naming
+    ``names`` (the arguments that give A's and B's formats, then their scale types) and
+    ``block_name`` (what gives the block size; default: the two scale arguments)."""
     sa, sb = stype
     if sa != sb:
         raise TypeError(
@@ -129,8 +131,9 @@ def _pick(afmt, bfmt, stype, block, *, instruction, arch, names):
     want = _scaling.block_size(ins)
     if block != want:
         allowed = want if instruction is not None else f"{BLOCKS[stype]} for {stype} scales"
+        what = block_name or f"{names[2]}, {names[3]}: block size"
         raise ValueError(
-            f"block size: {block} elements per scale (K / number of scales) has no "
+            f"{what}: {block} elements per scale (K / number of scales) has no "
             f"block-scaled instruction; {ins.text} takes blocks of {want} (allowed: {allowed})"
         )
     return ins
@@ -381,21 +384,29 @@ def _side(i: int, config) -> tuple[_Side, jax.Array | None]:
             f"{type(config).__name__} without {', '.join(missing)}"
         )
     mode = config.mode
-    if mode not in MODES:
-        raise ValueError(f"{name}.mode: expected one of {list(MODES)}, got {mode!r}")
-    fmt = ELEMENT_DTYPES.get(np.dtype(config.data_type).name)
+    if not isinstance(mode, str) or mode not in MODES:
+        raise ValueError(f"{name}.mode: expected one of {list(MODES)}, got {mode!r}"[:300])
+    dtypes = {}
+    for field in ("data_type", "scale_type"):
+        try:
+            dtypes[field] = np.dtype(getattr(config, field)).name
+        except TypeError:
+            raise TypeError(
+                f"{name}.{field}: expected a dtype, got {getattr(config, field)!r}"[:300]
+            ) from None
+    fmt = ELEMENT_DTYPES.get(dtypes["data_type"])
     if fmt is None:
         raise TypeError(
             f"{name}.data_type: expected one of {', '.join(ELEMENT_DTYPES)}, got "
-            f"{np.dtype(config.data_type).name}"
+            f"{dtypes['data_type']}"
         )
-    stype = SCALE_DTYPES.get(np.dtype(config.scale_type).name)
+    stype = SCALE_DTYPES.get(dtypes["scale_type"])
     want = "ue8m0" if mode == "mxfp8" else "ue4m3"
     if stype != want:
         raise TypeError(
             f"{name}.scale_type: mode {mode!r} takes "
             f"{'float8_e8m0fnu' if want == 'ue8m0' else 'float8_e4m3fn'}, got "
-            f"{np.dtype(config.scale_type).name}"
+            f"{dtypes['scale_type']}"
         )
     if mode == "nvfp4" and fmt != "e2m1":
         raise TypeError(f"{name}.data_type: mode 'nvfp4' takes float4_e2m1fn, got {fmt}")
@@ -415,17 +426,22 @@ def _side(i: int, config) -> tuple[_Side, jax.Array | None]:
     return _Side(mode, fmt, stype, int(block)), g
 
 
-def _pair(sides, *, instruction, arch, names):
-    """The instruction that multiplies operands quantized per two configs."""
+def _pair(sides, *, instruction, arch, configs):
+    """The instruction that multiplies operands quantized per two configs (``configs``:
+    their names, ``"configs[0]"``, ...), errors naming the configs' fields."""
     (a, _), (b, _) = sides
+    ca, cb = configs
+    blocks = f"{ca}.block_size, {cb}.block_size"
     if a.stype == b.stype and a.block != b.block:
         raise ValueError(
-            f"{names[2]}, {names[3]}: block sizes {a.block} and {b.block} differ; one "
-            "instruction takes one block size for both operands"
+            f"{blocks}: block sizes {a.block} and {b.block} differ; one instruction takes "
+            "one block size for both operands"
         )
+    names = (f"{ca}.data_type", f"{cb}.data_type", f"{ca}.scale_type", f"{cb}.scale_type")
     return _pick(
-        a.fmt, b.fmt, (a.stype, b.stype), a.block, instruction=instruction, arch=arch, names=names
-    )
+        a.fmt, b.fmt, (a.stype, b.stype), a.block, instruction=instruction, arch=arch,
+        names=names, block_name=blocks,
+    )  # fmt: skip
 
 
 @dataclasses.dataclass(frozen=True)
@@ -530,7 +546,9 @@ def scaled_dot_general(
     scales multiplying the f32 result.
 
     Args:
-      lhs, rhs: float arrays (float32, bfloat16, float16; others are cast to float32).
+      lhs, rhs: float arrays (float32, bfloat16, float16; fp8 types are cast to float32).
+        Doubles follow the quantizers' rule (docs/dtypes.md): values float32 holds
+        exactly are taken, others (and float64 arrays) are a TypeError, x64 on or off.
       dimension_numbers: ``((lhs_contracting, rhs_contracting), (lhs_batch, rhs_batch))``
         as for ``jax.lax.dot_general``; the contracting dims are flattened into K in the
         order listed there, and blocks run along that K.
@@ -591,14 +609,14 @@ def scaled_dot_general(
             f"configs: expected [lhs, rhs, gradient] configs ({need} at least for "
             f"grad={grad!r}), got {len(configs)}"
         )
-    lhs, rhs = jnp.asarray(lhs), jnp.asarray(rhs)
+    # the quantizers' rule for doubles, as matmul's: exact in float32, or a TypeError
+    lhs, rhs = (jnp.asarray(_doubles.exact_float32(x, n)) for x, n in ((lhs, "lhs"), (rhs, "rhs")))
     for name, x in (("lhs", lhs), ("rhs", rhs)):
         if not jnp.issubdtype(x.dtype, jnp.floating):
             raise TypeError(f"{name}: expected a float array to quantize, got {x.dtype}")
     (lc, rc), (lb, rb) = _gemm._dimension_numbers(dimension_numbers, lhs, rhs)
     sides = [_side(i, c) for i, c in enumerate(configs)]
-    names = ("lhs", "rhs", "configs[0]", "configs[1]")
-    ins = _pair(sides[:2], instruction=instruction, arch=arch, names=names)
+    ins = _pair(sides[:2], instruction=instruction, arch=arch, configs=("configs[0]", "configs[1]"))
     cfg = _Dot(ins, sides[0][0], sides[1][0])
     L, lfree = _normalize(_as_float(lhs), lc, lb)
     R, rfree = _normalize(_as_float(rhs), rc, rb)
@@ -614,10 +632,9 @@ def scaled_dot_general(
                 f"too, got {sides[0][0].mode!r} and {sides[1][0].mode!r}"
             )
         if sides[2][0].mode != "nvfp4":
-            nl = ("gradient", "rhs", "configs[2]", "configs[1]")
-            nr = ("gradient", "lhs", "configs[2]", "configs[0]")
-            sl = _pair([sides[2], sides[1]], instruction=None, arch=arch, names=nl)
-            sr = _pair([sides[2], sides[0]], instruction=None, arch=arch, names=nr)
+            nl, nr = ("configs[2]", "configs[1]"), ("configs[2]", "configs[0]")
+            sl = _pair([sides[2], sides[1]], instruction=None, arch=arch, configs=nl)
+            sr = _pair([sides[2], sides[0]], instruction=None, arch=arch, configs=nr)
             dl, dr = _Dot(sl, sides[2][0], sides[1][0]), _Dot(sr, sides[2][0], sides[0][0])
             bwd = _Backward(dl, dr, out_dtype)
         out = _gemm_3d_configs(cfg, bwd, gl, gr, gg, L, R)

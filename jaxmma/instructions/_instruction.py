@@ -6,6 +6,8 @@ import dataclasses
 import itertools
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
 from ..operands import _fragments
 from ..spec import _idesc, _ptx, _spec
 from ..spec._spec import Form
@@ -287,9 +289,26 @@ def tcgen05_instruction(
       >>> hex(ins.idesc)
       '0x8400490'
     """
+    kinds = list(_spec.TCGEN05_K)
+    if not isinstance(kind, str):
+        raise TypeError(f"kind: expected a str, one of {kinds}, got {_ptx.shown(kind)}")
+    if kind not in kinds:
+        bare = kind.removeprefix("kind::")
+        hint = f" (without the 'kind::' prefix: {bare!r})" if bare in kinds else ""
+        raise ValueError(f"kind: expected one of {kinds}{hint}, got {_ptx.shown(kind)}")
+    if isinstance(cta_group, bool) or not isinstance(cta_group, int | np.integer):
+        raise TypeError(f"cta_group: expected the int 1 or 2, got {_ptx.shown(cta_group)}")
+    if cta_group not in (1, 2):
+        raise ValueError(f"cta_group: expected 1 or 2, got {cta_group!r}")
+    if scale_vec is not None and not isinstance(scale_vec, str):
+        raise TypeError(
+            f"scale_vec: expected None or a str such as 'block16', got {_ptx.shown(scale_vec)}"
+        )
+    if isinstance(idesc, np.integer):  # NumPy's ints too: the same 32-bit word
+        idesc = int(idesc)
     fields = _idesc.decode(idesc, kind)
     sp = ".sp" if fields["sparse"] else ""
-    head = f"tcgen05.mma{sp}.cta_group::{cta_group}.kind::{kind}"
+    head = f"tcgen05.mma{sp}.cta_group::{int(cta_group)}.kind::{kind}"
     if kind.startswith("mx"):
         head += ".block_scale" + (f".{scale_vec}" if scale_vec else "")
     elif scale_vec is not None:
@@ -298,7 +317,14 @@ def tcgen05_instruction(
     text = f"{head}.m{fields['m']}n{fields['n']}k{k}.{fields['dtype']}.{fields['atype']}"
     text += f".{fields['btype']}" + (f".{fields['stype']}" if "stype" in fields else "")
     text += "".join(f".{x}" for x in ("satfinite", "negate_a", "negate_b") if fields[x])
-    return instruction(text, arch)
+    try:
+        return instruction(text, arch)
+    except ValueError as e:
+        if str(e).startswith("arch"):
+            raise
+        raise ValueError(
+            f"idesc: {idesc:#010x} decodes to {text!r}, which is refused: {e}"
+        ) from None
 
 
 def all_instructions(opcode: str | None = None, arch: str | None = None) -> tuple[Instruction, ...]:

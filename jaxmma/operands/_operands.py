@@ -12,7 +12,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ..bits import _formats, _packing, _values
+from ..bits import _doubles, _formats, _packing, _values
 
 #: element formats without a NaN or Inf, or narrower than 16 bits: a float input is
 #: rounded to nearest and clamped to the largest finite value (``cvt.rn.satfinite``)
@@ -82,17 +82,25 @@ def to_bits(ins, fmt: str, x, name: str):
     )
 
 
-def float64_operand(ins, fmt: str, x, name: str):
-    """A GEMM operand of concrete doubles (NumPy float64, Python floats) with x64 off ->
-    the raw bits of one rounding of the doubles into ``fmt`` (:func:`to_bits`'s rule: to
-    nearest, saturating where :data:`SATURATE` says), before JAX would turn them into
-    float32 (a second rounding). Anything else, and every operand with x64 on (JAX then
-    keeps float64, which :func:`to_bits` rounds directly), is returned unchanged."""
-    if not _formats.concrete_float64(x) or _formats._x64() or fmt in ("b1", "s32", "f64"):
+def float64_operand(ins, fmt: str, x, name: str, rounding: str | None = None):
+    """A GEMM operand of host doubles (NumPy float64, Python floats) -> what the GEMM
+    rounds once into ``fmt`` (docs/dtypes.md, ``bits/_doubles.py``), x64 on or off.
+
+    ``rounding`` is the GEMM's ``input_rounding`` (None: :func:`to_bits`'s rule, to
+    nearest, saturating where :data:`SATURATE` says). With x64 off the doubles become the
+    raw bits of that one rounding here, before JAX would turn them into float32 (a
+    rounding of its own); with x64 on they stay doubles, which the GEMM rounds directly.
+    ``"stochastic"``: doubles that float32 holds, as float32 (the random bits are drawn
+    inside the program); others are a TypeError, x64 on or off. Anything else, and
+    ``.b1`` / ``.s32`` / ``.f64`` operands, are returned unchanged."""
+    if not _doubles.is_host_double(x) or fmt in ("b1", "s32", "f64"):
         return x
-    f = _formats.FORMATS[fmt]
-    x32 = _formats.float64_to_float32(x, f, "rn", fmt in SATURATE, name)
-    bits = _formats.encode(fmt, x32, rounding="rn", saturate=fmt in SATURATE)
+    f, sat = _formats.FORMATS[fmt], fmt in SATURATE
+    mode = rounding or "rn"
+    x = _doubles.prepare(x, f, mode, sat, name)
+    if mode == "stochastic" or x.dtype == np.float64:
+        return x
+    bits = _formats.encode(fmt, x, rounding=mode, saturate=sat)
     return _packing.to_container(bits, fmt) if ins.kind == "f8f6f4" else bits
 
 

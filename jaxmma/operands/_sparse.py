@@ -987,6 +987,8 @@ def compress(ins, A, selector=0, *, registers: bool = True, check=None):
       >>> d = ins(a, b, c, e, selector=1)                               # doctest: +SKIP
     """
     ins, A = _ins_first("compress", "compress(A, ins, ...)", ins, A)
+    if not isinstance(registers, bool | np.bool_):
+        raise TypeError(f"registers: expected True or False, got {registers!r}"[:300])
     geo = _geometry(ins)
     if geo.opcode == "tcgen05.mma":  # the compressed matrix and the metadata matrix
         _tcgen05_selector(geo, selector)

@@ -34,10 +34,17 @@ def all_finite(tree):
     return jnp.all(jnp.stack(leaves)) if leaves else jnp.bool_(True)
 
 
+def _positive_number(name, x, low):
+    """A Python or NumPy number above ``low`` (TypeError for anything else)."""
+    if isinstance(x, bool) or not isinstance(x, (int, float, np.integer, np.floating)):
+        raise TypeError(f"{name}: expected a float > {low}, got {x!r}"[:300])
+    if not x > low:
+        raise ValueError(f"{name}: expected a float > {low}, got {x!r}")
+
+
 def dynamic_init(scale: float = 2.0**15):
     """The state of dynamic loss scaling: ``{"scale": f32, "good": int32}``."""
-    if not scale > 0:
-        raise ValueError(f"scale: expected a positive initial loss scale, got {scale!r}")
+    _positive_number("scale", scale, 0)
     return {"scale": jnp.asarray(scale, F32), "good": jnp.zeros((), jnp.int32)}
 
 
@@ -47,8 +54,7 @@ def dynamic_update(state, grads, *, period: int = 2000, factor: float = 2.0):
     ``finite`` is False."""
     if isinstance(period, bool) or not isinstance(period, int) or period < 1:
         raise ValueError(f"period: expected a positive int, got {period!r}")
-    if not factor > 1:
-        raise ValueError(f"factor: expected a float > 1, got {factor!r}")
+    _positive_number("factor", factor, 1)
     ok = all_finite(grads)
     good = jnp.where(ok, state["good"] + 1, 0)
     grow = good >= period

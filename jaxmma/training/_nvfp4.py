@@ -45,7 +45,9 @@ def quantize_2d(w):
 
     Block scale ``s = ue4m3(amax_b / (6 g))`` (nearest, saturating), element
     ``e2m1(w / (s g))`` with the quotient rounded to float32 first, ``g`` the global
-    scale."""
+    scale (of the finite values). A block holding NaN or Inf gets the NaN scale ``0x7F``
+    and its elements hold ``w`` rounded without scaling, as
+    :func:`jaxmma.quant.quantize_nvfp4` does: everything computed from it is NaN."""
     if jnp.ndim(w) != 2 or any(d % BLOCK for d in jnp.shape(w)):
         raise ValueError(
             f"w: expected a 2-D weight whose sizes are multiples of {BLOCK}, got shape "
@@ -53,11 +55,16 @@ def quantize_2d(w):
         )
     K, N = w.shape
     g = _quant.nvfp4_global_scale(w)
-    a = jnp.abs(w).reshape(K // BLOCK, BLOCK, N // BLOCK, BLOCK).max(axis=(1, 3))
-    sbits = _formats.encode("ue4m3", a / (F32(6) * g), saturate=True)
+    blocked = lambda v: v.reshape(K // BLOCK, BLOCK, N // BLOCK, BLOCK)  # noqa: E731
+    a = blocked(jnp.abs(w)).max(axis=(1, 3))
+    # NaN or Inf in the block: a NaN scale (saturation hid Inf; XLA's max may drop NaN)
+    finite = blocked(jnp.isfinite(w)).all(axis=(1, 3))
+    sbits = jnp.where(finite, _formats.encode("ue4m3", a / (F32(6) * g), saturate=True), 0x7F)
     sv = _formats.decode("ue4m3", sbits)
-    full = jnp.repeat(jnp.repeat(sv, BLOCK, 0), BLOCK, 1) * g
+    blocks = lambda v: jnp.repeat(jnp.repeat(v, BLOCK, 0), BLOCK, 1)  # noqa: E731
+    full = blocks(sv) * g
     q = jnp.where(full > 0, w / jnp.where(full > 0, full, F32(1)), F32(0))
+    q = jnp.where(blocks(finite), q, w)  # a NaN-scale block: w without scaling
     e = _formats.encode("e2m1", jax.lax.stop_gradient(q), saturate=True).astype(jnp.uint8)
     sb = sbits.astype(jnp.uint8)
     qw = _quant.Quantized(e, jnp.repeat(sb, BLOCK, 1), g, "e2m1", "ue4m3", BLOCK, -2)

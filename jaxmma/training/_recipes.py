@@ -171,7 +171,7 @@ def _check_sizes(r: Recipe, M: int, K: int, N: int) -> None:
 
 
 def _choice(name, value, allowed):
-    if value not in allowed:
+    if not isinstance(value, str) or value not in allowed:
         raise ValueError(f"{name}: expected one of {list(allowed)}, got {value!r}")
     return value
 
@@ -189,13 +189,23 @@ def _fp8_recipe(name, scaling, source, *, arch, promote_every, x_fmt, w_fmt, g_f
     _choice("grad_rounding", grad_rounding, _scales.ROUNDINGS)
     _choice("amax_compute", amax_compute, AMAX_COMPUTE)
     _int("margin", margin, 0)
+    if promote_every is not None:
+        _int("promote_every", promote_every, 1)
+    if instructions is not None and not (
+        isinstance(instructions, tuple | list) and len(instructions) == 3
+    ):
+        raise TypeError(
+            "instructions: expected None or (forward, dgrad, wgrad) instruction texts, got "
+            f"{instructions!r}"[:300]
+        )
     fwd, dgrad, wgrad = instructions or (
         FP8.format(a=x_fmt, b=w_fmt),
         FP8.format(a=g_fmt, b=w_fmt),
         FP8.format(a=x_fmt, b=g_fmt),
     )
     for n, text in (("forward", fwd), ("dgrad", dgrad), ("wgrad", wgrad)):
-        ins = resolve(text, arch)  # errors name the form and arch now, not at the first step
+        # errors name the form and arch now, not at the first step
+        ins = resolve(text, arch, name="instructions")
         if ins.stype or ins.sparse or ins.dtype != "f32":
             raise ValueError(f"instructions: the {n} GEMM needs a dense .f32 form, got {text}")
     return Recipe(
@@ -206,6 +216,9 @@ def _fp8_recipe(name, scaling, source, *, arch, promote_every, x_fmt, w_fmt, g_f
 
 def bf16(*, arch: str = "sm_90", instruction: str = BF16) -> Recipe:
     """bf16 GEMMs (forward, dgrad and wgrad) with f32 accumulation: the baseline."""
+    ins = resolve(instruction, arch, name="instruction")  # errors now, not at the first step
+    if ins.stype or ins.sparse:
+        raise ValueError(f"instruction: expected a dense mma form, got {ins.text!r}")
     return Recipe("bf16", "none", instruction, instruction, instruction, arch,
                   source="baseline")  # fmt: skip
 
@@ -278,7 +291,7 @@ def nvfp4(*, arch="sm_100a", instruction=NVFP4, grad_rounding="stochastic",
     _choice("grad_rounding", grad_rounding, _scales.ROUNDINGS)
     if not isinstance(hadamard, bool):
         raise ValueError(f"hadamard: expected True or False, got {hadamard!r}")
-    ins = resolve(instruction, arch)
+    ins = resolve(instruction, arch, name="instruction")
     if ins.stype != "ue4m3":
         raise ValueError(f"instruction: expected an NVFP4 (.ue4m3 scales) form, got {instruction}")
     return Recipe(

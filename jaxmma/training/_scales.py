@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from ..bits import _formats
 
@@ -21,6 +22,11 @@ ROUNDINGS = ("rn", "stochastic")
 
 def amax(x, axis=None):
     """max |x| over ``axis`` (keepdims), float32; NaN/Inf ignored."""
+    ints = axis if isinstance(axis, tuple) else (axis,)
+    if axis is not None and not all(
+        isinstance(a, int | np.integer) and not isinstance(a, bool) for a in ints
+    ):
+        raise TypeError(f"axis: expected None, an int or a tuple of ints, got {axis!r}"[:300])
     a = jnp.abs(jnp.asarray(x, F32))
     a = jnp.where(jnp.isfinite(a), a, F32(0))
     return jnp.max(a, axis=axis, keepdims=axis is not None)
@@ -30,6 +36,8 @@ def scale_from_amax(a, fmt: str, margin: int = 0):
     """``fmax / a / 2**margin`` (float32); 1 where ``a`` is 0 or not finite."""
     if fmt not in FMAX:
         raise ValueError(f"fmt: expected one of {', '.join(FMAX)}, got {fmt!r}")
+    if isinstance(margin, bool) or not isinstance(margin, int | np.integer):
+        raise TypeError(f"margin: expected an int, got {margin!r}"[:300])
     ok = (a > 0) & jnp.isfinite(a)
     s = F32(FMAX[fmt]) / jnp.where(ok, a, F32(1)) / F32(2.0**margin)
     return jnp.where(ok, s, F32(1))
