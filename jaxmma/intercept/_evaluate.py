@@ -103,13 +103,13 @@ def _dot(e, ins, paths, scope, run):
     try:
         D = _targets.run(target, ins[0], ins[1], dot.dimension_numbers)
     except (TypeError, ValueError) as err:
-        raise type(err)(f"policy: rule {label} on {dot}: {err}") from err
+        raise type(err)(f"policy: rule {label!r} on {dot}: {err}") from err
     return [D.astype(out.dtype)]
 
 
 def _refuse(e, scope, why):
     where = "/".join(scope) or "(no scope)"
-    raise ValueError(f"fn: {why} (primitive {e.primitive.name!r} at {where!r})")
+    raise ValueError(f"fn: primitive {e.primitive.name!r} at {where!r}: {why}")
 
 
 def _eval(jaxpr, consts, args, paths, scope, run):
@@ -193,9 +193,10 @@ def _nested(e, ins, paths, scope, run):
             )
         )
     if name in ("custom_jvp_call", "custom_vjp_call"):
-        _refuse(e, scope, f"a dot inside a function with a custom derivative "
-                f"({p.get('name', name)!r}): its rule would not see the policy's GEMMs; "
-                "apply the policy inside it, or move the dot out")  # fmt: skip
+        called = f" {p['name']!r}" if "name" in p else ""
+        _refuse(e, scope, f"a dot inside a function{called} with a custom derivative: its "
+                "rule would not see the policy's GEMMs; apply the policy inside the "
+                "function, or move the dot out of it")  # fmt: skip
     _refuse(e, scope, "a dot inside this primitive is not covered (covered: jit calls, "
             "checkpoint, scan, cond, while_loop)")  # fmt: skip
 

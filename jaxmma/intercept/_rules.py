@@ -192,7 +192,7 @@ def as_rules(policy) -> tuple:
         raise ValueError("policy: expected at least one rule, got an empty sequence")
     out = []
     for i, r in enumerate(items):
-        label = f"rules[{i}]" if not isinstance(r, Rule) or r.name is None else repr(r.name)
+        label = f"rules[{i}]" if not isinstance(r, Rule) or r.name is None else r.name
         if not isinstance(r, Rule):
             try:
                 r = Rule(None, r)

@@ -106,6 +106,12 @@ def check(target, where: str):
                 "a key per step, which policies do not draw yet; build it with "
                 "grad_rounding='rn' (docs/policy.md)"
             )
+        if target.hadamard:
+            raise ValueError(
+                f"{where}: recipe {target.name!r} draws its Hadamard signs from a key per "
+                "step, which policies do not draw yet; build it with hadamard=False "
+                "(docs/policy.md)"
+            )
         return target
     raise TypeError(
         f"{where}: expected a target: jaxmma.policy.gemm(...), a jaxmma.recipes recipe, "
