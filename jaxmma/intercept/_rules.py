@@ -26,7 +26,8 @@ class Dot:
     Attributes:
       index: its place among the function's dots, in evaluation order (from 0).
       scope: the module path: the ``jax.named_scope`` names around it, joined by "/"
-        (flax linen records each module's: ``"MLP/head"``); "" where none is recorded.
+        (flax linen records each module's name, ``"MLP/head"``; equinox each module's
+        class, ``"eqx.nn.Sequential/eqx.nn.Linear"``); "" where none is recorded (nnx).
       lhs_path, rhs_path: the pytree key path, joined by "/", of the function argument an
         operand is (through casts, reshapes and transposes): ``"params/head/kernel"``
         (linen variables), ``"head/kernel/value"`` (an nnx module), ``"head/weight"``
