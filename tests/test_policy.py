@@ -5,6 +5,7 @@ The oracle is that hand-written path (the layers' own ``dot_general=`` argument)
 jaxpr evaluation under test. Every comparison is on raw bits."""
 
 import contextlib
+import doctest
 import functools
 import io
 import pathlib
@@ -19,6 +20,7 @@ from flax import nnx
 
 import jaxmma
 from jaxmma import presets, recipes
+from jaxmma.intercept import _evaluate, _rules, _targets
 from jaxmma.policy import Rule, dots, gemm
 
 BF16 = "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32"
@@ -392,3 +394,9 @@ def test_the_example_of_docs_policy_runs():
     with contextlib.redirect_stdout(io.StringIO()) as out:
         exec(compile(blocks[0], "docs/policy.md", "exec"), {})
     assert "rules[1] MLP/hidden params/hidden/kernel" in out.getvalue()
+
+
+@pytest.mark.full  # the examples compile a model: about 1.5 s
+def test_doctests():
+    for module in (_evaluate, _rules, _targets):
+        assert doctest.testmod(module).failed == 0, module.__name__
