@@ -2,6 +2,8 @@
 
 from . import formats as formats
 from . import layouts as layouts
+from . import policy as policy
+from . import presets as presets
 from . import quant as quant
 from . import recipes as recipes
 from . import sparse as sparse
@@ -16,6 +18,7 @@ from .instructions._instruction import Instruction as Instruction
 from .instructions._instruction import all_instructions as all_instructions
 from .instructions._instruction import instruction as instruction
 from .instructions._instruction import tcgen05_instruction as tcgen05_instruction
+from .intercept._evaluate import with_policy as with_policy
 
 __version__ = "0.1.0"
 
@@ -29,11 +32,14 @@ __all__ = [
     "instruction",
     "layouts",
     "matmul",
+    "policy",
+    "presets",
     "quant",
     "recipes",
     "scaled_dot_general",
     "scaled_matmul",
     "sparse",
     "tcgen05_instruction",
+    "with_policy",
     "xla_gpu_dots",
 ]

@@ -19,6 +19,7 @@ FLOORS = (
     "instructions",
     "gemm",
     "training",
+    "intercept",
     "",  # the public faces: jaxmma/*.py
     "conformance",
 )

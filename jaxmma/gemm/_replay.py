@@ -17,33 +17,17 @@ import jax
 import jax.numpy as jnp
 from jax.extend import core as jcore
 
+from ..util import _jaxpr
 from . import _gemm, _hlo
 
 #: numpy dtype names -> jaxmma format names
 FORMATS = {"bfloat16": "bf16", "float16": "f16", "float32": "f32",
            "float8_e4m3fn": "e4m3", "float8_e5m2": "e5m2"}  # fmt: skip
-#: primitives whose parameters hold a jaxpr evaluated here (dots inside are replayed)
-_CALLS = {"pjit": "jaxpr", "jit": "jaxpr", "closed_call": "call_jaxpr",
-          "custom_jvp_call": "call_jaxpr", "custom_vjp_call": "call_jaxpr",
-          "remat": "jaxpr", "checkpoint": "jaxpr"}  # fmt: skip
-
-
-def _closed(j):
-    return (j.jaxpr, j.consts) if hasattr(j, "consts") else (j, ())
-
-
-def _sub_jaxprs(eqn):
-    for v in eqn.params.values():
-        for x in v if isinstance(v, (tuple, list)) else (v,):
-            if hasattr(x, "eqns") or hasattr(x, "jaxpr"):
-                yield _closed(x)[0]
+_CALLS = _jaxpr.CALLS
 
 
 def _has_dot(jaxpr) -> bool:
-    return any(
-        e.primitive.name == "dot_general" or any(_has_dot(j) for j in _sub_jaxprs(e))
-        for e in jaxpr.eqns
-    )
+    return _jaxpr.contains(jaxpr, ("dot_general",))
 
 
 def _dot_eqns(jaxpr, out: list) -> list:
@@ -53,8 +37,8 @@ def _dot_eqns(jaxpr, out: list) -> list:
         if name == "dot_general":
             out.append(e)
         elif name in _CALLS and _CALLS[name] in e.params:
-            _dot_eqns(_closed(e.params[_CALLS[name]])[0], out)
-        elif any(_has_dot(j) for j in _sub_jaxprs(e)):
+            _dot_eqns(_jaxpr.closed(e.params[_CALLS[name]])[0], out)
+        elif any(_has_dot(j) for j in _jaxpr.sub_jaxprs(e)):
             raise ValueError(
                 f"fn: a dot inside {name!r} is not covered (loops and conditionals are not "
                 "replayed; only calls)"
@@ -147,18 +131,12 @@ def _eval(jaxpr, consts, args, plans):
         elif (
             name in _CALLS
             and _CALLS[name] in e.params
-            and _has_dot(_closed(e.params[_CALLS[name]])[0])
+            and _has_dot(_jaxpr.closed(e.params[_CALLS[name]])[0])
         ):
-            inner, c = _closed(e.params[_CALLS[name]])
+            inner, c = _jaxpr.closed(e.params[_CALLS[name]])
             outs = _eval(inner, c, ins[len(ins) - len(inner.invars) :], plans)
         else:
-            bound = e.primitive.get_bind_params(e.params)
-            if isinstance(bound, tuple):  # releases that return (subfuns, params)
-                subfuns, params = bound
-                outs = e.primitive.bind(*subfuns, *ins, **params)
-            else:
-                outs = e.primitive.bind(*ins, **bound)
-            outs = outs if e.primitive.multiple_results else [outs]
+            outs = _jaxpr.bind(e, ins)
         for v, x in zip(e.outvars, outs, strict=True):
             env[v] = x
     return [read(v) for v in jaxpr.outvars]

@@ -1,2 +1,3 @@
 """Floor 0, helpers every floor may use: errors of traced values (``_errors``), batch
-shapes (``_shapes``), custom derivatives (``_grad``, ``_ste``). Imports nothing of jaxmma."""
+shapes (``_shapes``), custom derivatives (``_grad``, ``_ste``), jaxpr walks
+(``_jaxpr``). Imports nothing of jaxmma."""

@@ -1,0 +1,321 @@
+"""``with_policy``: a JAX function run with its dots on the GEMMs a policy chooses.
+
+The function is traced to a jaxpr (``jax.make_jaxpr``) at the arguments of each call and
+the jaxpr is evaluated one equation at a time with JAX's own primitives, so the result
+is an ordinary JAX computation: ``jit``, ``grad`` and ``vmap`` apply to it as to any
+function, and a replaced dot differentiates by its target's rule (the straight-through
+GEMM of ``jaxmma.dot_general``, a recipe's backward GEMMs). Every ``dot_general`` is
+matched against the rules (``einsum``, ``@``, ``jnp.dot`` and flax / equinox layers all
+trace to it); calls (``jit``, ``closed_call``) are evaluated inline, ``checkpoint`` as a
+checkpoint, ``scan``, ``cond`` and ``while`` rebuilt around their evaluated bodies; a
+dot anywhere else is refused (docs/policy.md).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+
+import jax
+import numpy as np
+from jax.extend import core as jcore
+
+from ..util import _jaxpr
+from . import _rules, _targets
+
+UNMATCHED = ("keep", "error")
+UNUSED = ("error", "ignore")
+UNSUPPORTED = ("error", "keep")
+#: contractions jaxmma does not emulate: refused unless ``unsupported="keep"``
+OTHER_CONTRACTIONS = ("conv_general_dilated", "ragged_dot", "ragged_dot_general")
+#: calls evaluated inline (the same values; the jit boundary is dropped)
+_INLINE = ("pjit", "jit", "closed_call", "core_call")
+#: primitives whose output is their input moved or cast: an argument's path goes through
+_PATH_THROUGH = ("convert_element_type", "reshape", "transpose", "squeeze", "expand_dims",
+                 "copy", "copy_p", "reduce_precision")  # fmt: skip
+_DOTS = ("dot_general",) + OTHER_CONTRACTIONS
+
+
+def _choice(name, value, allowed):
+    if not isinstance(value, str) or value not in allowed:
+        raise ValueError(f"{name}: expected one of {list(allowed)}, got {value!r}")
+    return value
+
+
+def _key_name(k) -> str:
+    for attr in ("key", "name", "idx"):
+        if hasattr(k, attr):
+            return str(getattr(k, attr))
+    return str(k)
+
+
+def _render(path) -> str:
+    """A pytree key path inside its argument (the argument's own index or name left
+    out) as "a/b/c"."""
+    return "/".join(_key_name(k) for k in path[2:])
+
+
+def _scope(name_stack) -> tuple:
+    """The named scopes of a name stack, transformations (``jvp``, ``vmap``) left out."""
+    out = []
+    for s in getattr(name_stack, "stack", ()):
+        if type(s).__name__ == "Scope":
+            out.extend(p for p in str(s.name).split("/") if p)
+    return tuple(out)
+
+
+class _Run:
+    """One evaluation: the rules, what they matched, the dots seen."""
+
+    def __init__(self, rules, unmatched, unsupported, explain=False):
+        self.rules, self.unmatched, self.unsupported = rules, unmatched, unsupported
+        self.explain = explain
+        self.hits = [0] * len(rules)
+        self.dots = []
+
+    def choose(self, dot):
+        for i, (label, rule) in enumerate(self.rules):
+            if rule.matches(dot):
+                self.hits[i] += 1
+                return label, rule.target
+        if self.unmatched == "error":
+            raise ValueError(
+                f"policy: {dot} matches no rule (unmatched='error'); rules: "
+                f"{[label for label, _ in self.rules]}; add a rule for it, e.g. "
+                "Rule(None, 'keep') last"
+            )
+        return None, _targets.KEEP
+
+
+def _dot(e, ins, paths, scope, run):
+    lhs, rhs = (v.aval for v in e.invars[:2])
+    out = e.outvars[0].aval
+    dot = _rules.Dot(
+        index=len(run.dots), scope="/".join(scope), lhs_path=paths[0], rhs_path=paths[1],
+        lhs=jax.ShapeDtypeStruct(lhs.shape, lhs.dtype),
+        rhs=jax.ShapeDtypeStruct(rhs.shape, rhs.dtype),
+        dimension_numbers=e.params["dimension_numbers"], out_dtype=np.dtype(out.dtype),
+    )  # fmt: skip
+    label, target = run.choose(dot)
+    run.dots.append(dataclasses.replace(dot, rule=label))
+    if target == _targets.KEEP or run.explain:
+        return _jaxpr.bind(e, ins)
+    try:
+        D = _targets.run(target, ins[0], ins[1], dot.dimension_numbers)
+    except (TypeError, ValueError) as err:
+        raise type(err)(f"policy: rule {label!r} on {dot}: {err}") from err
+    return [D.astype(out.dtype)]
+
+
+def _refuse(e, scope, why):
+    where = "/".join(scope) or "(no scope)"
+    raise ValueError(f"fn: primitive {e.primitive.name!r} at {where!r}: {why}")
+
+
+def _eval(jaxpr, consts, args, paths, scope, run):
+    env, penv = {}, {}
+
+    def read(v):
+        return v.val if isinstance(v, jcore.Literal) else env[v]
+
+    def path(v):
+        return "" if isinstance(v, jcore.Literal) else penv.get(v, "")
+
+    for v, x in zip(jaxpr.constvars, consts, strict=True):
+        env[v] = x
+    for v, x, p in zip(jaxpr.invars, args, paths, strict=True):
+        env[v], penv[v] = x, p
+    for e in jaxpr.eqns:
+        ins = [read(v) for v in e.invars]
+        in_paths = [path(v) for v in e.invars]
+        name = e.primitive.name
+        here = scope + _scope(e.source_info.name_stack)
+        if name == "dot_general":
+            outs = _dot(e, ins, in_paths, here, run)
+        elif name in OTHER_CONTRACTIONS:
+            if run.unsupported == "error":
+                _refuse(e, here, "a contraction jaxmma does not emulate; unsupported='keep' "
+                        "keeps it as written")  # fmt: skip
+            outs = _jaxpr.bind(e, ins)
+        elif not any(_jaxpr.contains(j, _DOTS) for j in _jaxpr.sub_jaxprs(e)):
+            outs = _jaxpr.bind(e, ins)
+        else:
+            outs = _nested(e, ins, in_paths, here, run)
+        for v, x in zip(e.outvars, outs, strict=True):
+            env[v] = x
+        if name in _PATH_THROUGH and in_paths and in_paths[0]:
+            penv[e.outvars[0]] = in_paths[0]
+    return [read(v) for v in jaxpr.outvars]
+
+
+def _nested(e, ins, paths, scope, run):
+    """An equation holding jaxprs with dots inside, evaluated with the policy."""
+    name, p = e.primitive.name, e.params
+
+    def call(closed_jaxpr, args, arg_paths=None):
+        j, c = _jaxpr.closed(closed_jaxpr)
+        return _eval(j, c, list(args), arg_paths or [""] * len(args), scope, run)
+
+    if name in _INLINE:
+        j = p[_jaxpr.CALLS[name]]
+        return call(j, ins, paths)
+    if name in ("checkpoint", "remat", "remat2"):
+        f = functools.partial(call, p["jaxpr"], arg_paths=paths)
+        ckpt = jax.checkpoint(lambda *xs: f(xs), prevent_cse=p["prevent_cse"], policy=p["policy"])
+        return list(ckpt(*ins))
+    if name == "scan":
+        nc, ncarry = p["num_consts"], p["num_carry"]
+        consts, init, xs = ins[:nc], ins[nc : nc + ncarry], ins[nc + ncarry :]
+
+        def body(carry, x):
+            outs = call(p["jaxpr"], (*consts, *carry, *x), (*paths[:nc], *[""] * (ncarry + len(x))))
+            return outs[:ncarry], outs[ncarry:]
+
+        carry, ys = jax.lax.scan(
+            body, list(init), list(xs), length=p["length"], reverse=p["reverse"],
+            unroll=p["unroll"],
+        )  # fmt: skip
+        return [*carry, *ys]
+    if name == "cond":
+        index, ops = ins[0], ins[1:]
+        branches = [
+            functools.partial(lambda b, *xs: call(b, xs, paths[1:]), b) for b in p["branches"]
+        ]
+        return list(jax.lax.switch(index, branches, *ops))
+    if name == "while":
+        cn, bn = p["cond_nconsts"], p["body_nconsts"]
+        cc, bc, init = ins[:cn], ins[cn : cn + bn], ins[cn + bn :]
+        return list(
+            jax.lax.while_loop(
+                lambda c: call(p["cond_jaxpr"], (*cc, *c))[0],
+                lambda c: call(p["body_jaxpr"], (*bc, *c)),
+                list(init),
+            )
+        )
+    if name in ("custom_jvp_call", "custom_vjp_call"):
+        called = f" {p['name']!r}" if "name" in p else ""
+        _refuse(e, scope, f"a dot inside a function{called} with a custom derivative: its "
+                "rule would not see the policy's GEMMs; apply the policy inside the "
+                "function, or move the dot out of it")  # fmt: skip
+    _refuse(e, scope, "a dot inside this primitive is not covered (covered: jit calls, "
+            "checkpoint, scan, cond, while_loop)")  # fmt: skip
+
+
+def _dynamic(x) -> bool:
+    """Leaves traced as arrays (as ``jax.jit`` traces them); others are held static."""
+    return isinstance(x, (jax.Array, np.ndarray, np.generic, bool, int, float, complex))
+
+
+def _evaluate(fn, run, args, kwargs, abstract=False):
+    leaves, tree = jax.tree_util.tree_flatten_with_path((args, kwargs))
+    dyn = [i for i, (_, x) in enumerate(leaves) if _dynamic(x)]
+    values = [x for _, x in leaves]
+
+    def flat_fn(*xs):
+        full = list(values)
+        for i, x in zip(dyn, xs, strict=True):
+            full[i] = x
+        a, k = jax.tree_util.tree_unflatten(tree, full)
+        return fn(*a, **k)
+
+    xs = [values[i] for i in dyn]
+    closed, shape = jax.make_jaxpr(flat_fn, return_shape=True)(*xs)
+    paths = [_render(leaves[i][0]) for i in dyn]
+    evaluate = functools.partial(_eval, closed.jaxpr, closed.consts, paths=paths, scope=(), run=run)
+    if abstract:  # the walk alone: traced, nothing computed
+        jax.make_jaxpr(lambda *a: evaluate(list(a)))(*xs)
+        return None, []
+    outs = evaluate(xs)
+    unused = [label for (label, _), n in zip(run.rules, run.hits, strict=True) if n == 0]
+    return jax.tree.unflatten(jax.tree.structure(shape), outs), unused
+
+
+def with_policy(fn, policy, *, unmatched="keep", unused="error", unsupported="error"):
+    """``fn`` with each of its dots run on the jaxmma GEMM that ``policy`` chooses.
+
+    At each call ``fn`` is traced to a jaxpr and evaluated with every ``dot_general``
+    (``@``, ``jnp.dot``, ``einsum``, flax and equinox layers) matched against the rules
+    in order: the first that matches runs it on its target (``jaxmma.dot_general`` with
+    the rule's instruction, arch and options, or a recipe's GEMMs), rounded once to the
+    dot's own output dtype; ``"keep"`` leaves it as written. The rest of ``fn`` runs as
+    JAX runs it. The result is jit-able, vmap-able and differentiable: a replaced dot
+    differentiates by its target's rule (docs/policy.md).
+
+    Args:
+      fn: a JAX function; its arguments are pytrees whose array and number leaves are
+        traced (as ``jax.jit`` traces them) and whose other leaves (functions, strings)
+        are held as they are. A model passed as an argument gives its dots operand paths
+        (flax nnx, equinox); one closed over does not.
+      policy: a sequence of :class:`jaxmma.policy.Rule` (a bare target in it matches
+        every dot), or one rule, or one target (:func:`jaxmma.policy.gemm`, a recipe, a
+        :mod:`jaxmma.presets` entry, ``"keep"``).
+      unmatched: what a dot no rule matches does: ``"keep"`` (default: it stays as
+        written) or ``"error"`` (ValueError naming the dot).
+      unused: ``"error"`` (default: a rule that matched no dot of a call is a ValueError
+        naming it; a mistyped path shows so) or ``"ignore"``.
+      unsupported: contractions jaxmma does not emulate (``conv_general_dilated``,
+        ``ragged_dot``): ``"error"`` (default, ValueError naming it) or ``"keep"``.
+
+    Returns:
+      A function with ``fn``'s arguments and outputs.
+
+    Raises:
+      TypeError, ValueError: a malformed policy (now); at trace time, a dot a rule's
+        target cannot run (the message names rule and dot), an unmatched dot with
+        ``unmatched="error"``, a rule that matched nothing with ``unused="error"``, a dot
+        inside a custom derivative or a primitive not covered, an unsupported
+        contraction with ``unsupported="error"``.
+
+    Example:
+      >>> import jax, jax.numpy as jnp, jaxmma
+      >>> from jaxmma import presets
+      >>> def mlp(w1, w2, x):
+      ...     return jax.nn.relu(x @ w1) @ w2
+      >>> f = jaxmma.with_policy(mlp, presets.H100_BF16)
+      >>> jax.jit(f)(jnp.ones((32, 16)), jnp.ones((16, 8)), jnp.ones((4, 32))).shape
+      (4, 8)
+    """
+    rules = _rules.as_rules(policy)
+    _choice("unmatched", unmatched, UNMATCHED)
+    _choice("unused", unused, UNUSED)
+    _choice("unsupported", unsupported, UNSUPPORTED)
+
+    @functools.wraps(fn)
+    def run(*args, **kwargs):
+        out, left = _evaluate(fn, _Run(rules, unmatched, unsupported), args, kwargs)
+        if left and unused == "error":
+            raise ValueError(
+                f"policy: rules {left} matched no dot of fn (unused='error'); check their "
+                "paths with jaxmma.policy.dots(fn, policy)(*args)"
+            )
+        return out
+
+    return run
+
+
+def dots(fn, policy=None, *, unsupported="error"):
+    """The dots of ``fn`` as a policy sees them, and the rule each one matches.
+
+    ``dots(fn, policy)(*args, **kwargs)`` traces ``fn`` at the arguments (no GEMM runs)
+    and returns a list of :class:`jaxmma.policy.Dot`, in evaluation order, each with its
+    names (module path, operand paths), shapes, dtypes and the label of the rule that
+    matched it (``Dot.rule``; None without a policy or where no rule matched): the way
+    to write and check a policy's paths.
+
+    Example:
+      >>> import jax.numpy as jnp, jaxmma
+      >>> def f(params, x):
+      ...     return x @ params["head"]
+      >>> [d.rhs_path for d in jaxmma.policy.dots(f)({"head": jnp.ones((4, 2))},
+      ...                                             jnp.ones((3, 4)))]
+      ['head']
+    """
+    rules = _rules.as_rules(policy) if policy is not None else ()
+    _choice("unsupported", unsupported, UNSUPPORTED)
+
+    def run(*args, **kwargs):
+        r = _Run(rules, "keep", unsupported, explain=True)
+        _evaluate(fn, r, args, kwargs, abstract=True)
+        return list(r.dots)
+
+    return run
