@@ -223,10 +223,8 @@ def _dots(a_ref, b_ref, acc, start, counts, k: int, route: str, zero=None):
             continue
         at = start * k if isinstance(start, int) else pl.multiple_of(start * k, k)
         ks = pl.ds(at, n * k)
-        if route == "fp8":
-            acc = _triton_ops.chained_dot(a_ref[:, ks], b_ref[:, ks].T, acc)
-        elif route == "tf32":
-            acc = _triton_ops.chained_dot(a_ref[:, ks], b_ref[:, ks].T, acc, tf32=True)
+        if route in ("fp8", "tf32"):
+            acc = _triton_ops.chained_dot(a_ref[:, ks], b_ref[:, ks].T, acc, tf32=route == "tf32")
         else:
             acc = acc + jnp.dot(a_ref[:, ks], b_ref[ks, :], preferred_element_type=F32)
         start = start + n
