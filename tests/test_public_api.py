@@ -1,7 +1,7 @@
 """Every keyword parameter of the public API refuses an invalid value by name.
 
 Walks ``jaxmma.__all__`` and the public submodules (``formats``, ``quant``, ``sparse``,
-``layouts``, ``recipes``: docs/internals.md), and for each parameter with a default
+``layouts``, ``recipes``, ``policy``: docs/internals.md), and for each parameter with a default
 calls the function with valid arguments (``CALLS``) but that parameter set to a value of
 a wrong type (:data:`JUNK`, an object of no type any parameter takes) and to a string
 no parameter takes. Each call must raise ``ValueError`` or ``TypeError`` whose message
@@ -28,6 +28,7 @@ MODULES = {
     "sparse": jaxmma.sparse,
     "layouts": jaxmma.layouts,
     "recipes": jaxmma.recipes,
+    "policy": jaxmma.policy,
 }
 
 
@@ -79,6 +80,10 @@ def _calls():
         "jaxmma.tcgen05_instruction": ((0x08400490,), dict(kind="f16")),
         "jaxmma.xla_gpu_dots": ((hlo,), {}),
         "jaxmma.gpu_replay": ((lambda x: x, hlo), {}),
+        "jaxmma.with_policy": ((lambda a, b: a @ b, jaxmma.presets.H100_BF16), {}),
+        "policy.with_policy": ((lambda a, b: a @ b, jaxmma.presets.H100_BF16), {}),
+        "policy.dots": ((lambda a, b: a @ b, jaxmma.presets.H100_BF16), {}),
+        "policy.gemm": ((BF16,), dict(arch="sm_90")),
         "formats.decode": (("bf16", jnp.uint32(0)), {}),
         "formats.encode": (("bf16", _x(4)), {}),
         "formats.fields": (("bf16", jnp.uint32(0)), {}),
