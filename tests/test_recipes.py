@@ -212,22 +212,32 @@ def test_loss_scaling():
 # --------------------------------------------------------------------------- full sweep
 @pytest.mark.full
 def test_blockwise_scales_and_gemms_are_the_hand_written_ones():
-    x, w, g = _f32(128, 256, scale=10.0), _f32(256, 128, scale=0.01), _f32(128, 128, scale=1e-4)
+    x, w, g = _f32(256, 256, scale=10.0), _f32(256, 128, scale=0.01), _f32(256, 128, scale=1e-4)
     rec = recipes.blockwise()
     y, dx, dw, _ = _vjp(rec, x, w, g)
-    ax = np.abs(x).reshape(128, 2, 128).max(-1)  # [M, K/128]
+    ax = np.abs(x).reshape(256, 2, 128).max(-1)  # [M, K/128]
     aw = np.abs(w).reshape(2, 128, 1, 128).max(axis=(1, 3))  # [K/128, N/128]
     sx, sw = np.float32(448) / ax, np.float32(448) / aw
     xq = _cast(x, np.repeat(sx, 128, 1), ml_dtypes.float8_e4m3fn)
     wq = _cast(w, np.repeat(np.repeat(sw, 128, 0), 128, 1), ml_dtypes.float8_e4m3fn)
     want_y = mm(xq, wq, instruction=E4, scale_a=np.float32(1) / sx, scale_b=np.float32(1) / sw)
     np.testing.assert_array_equal(_bits(y), _bits(want_y))
-    ag = np.abs(g).reshape(128, 1, 128).max(-1)  # [M, N/128]
+    ag = np.abs(g).reshape(256, 1, 128).max(-1)  # [M, N/128]
     sg = np.float32(448) / ag
     gq = _cast(g, np.repeat(sg, 128, 1), ml_dtypes.float8_e4m3fn)
     want_dx = mm(gq, wq.T.copy(), instruction=E4, scale_a=np.float32(1) / sg,
                  scale_b=(np.float32(1) / sw).T.copy())  # fmt: skip
     np.testing.assert_array_equal(_bits(dx), _bits(want_dx))
+    # wgrad: x^T in 1 x 128 blocks along M, G in 128 x 128 blocks
+    axt = np.abs(x.T).reshape(256, 2, 128).max(-1)  # [K, M/128]
+    sxt = np.float32(448) / axt
+    xtq = _cast(x.T.copy(), np.repeat(sxt, 128, 1), ml_dtypes.float8_e4m3fn)
+    ag2 = np.abs(g).reshape(2, 128, 1, 128).max(axis=(1, 3))  # [M/128, N/128]
+    sg2 = np.float32(448) / ag2
+    gq2 = _cast(g, np.repeat(np.repeat(sg2, 128, 0), 128, 1), ml_dtypes.float8_e4m3fn)
+    want_dw = mm(xtq, gq2, instruction=E4, scale_a=np.float32(1) / sxt,
+                 scale_b=np.float32(1) / sg2)  # fmt: skip
+    np.testing.assert_array_equal(_bits(dw), _bits(want_dw))
     exact = x.astype(np.float64).T @ g
     assert np.linalg.norm(np.asarray(dw) - exact) < 0.1 * np.linalg.norm(exact)
 

@@ -122,12 +122,13 @@ def _backward(r, res, g, state, key):
     gq = _cast_g(r, g, _scales.expand(sg, 1, GROUP), kg)
     dx = _gemm(r, r.dgrad, gq, wq.T, _inv(sg), _inv(sw).T, promote=False)
     # wgrad: x^T 1 x 128 along M; G in 128 x 128 blocks (the B operand's scales)
-    xt = x.T
-    sx = _scales.scale_from_amax(_scales.block_amax(xt, 1, GROUP), r.x_fmt, r.margin)
+    # (x's 128 x 1 blocks along M, cast, then transposed: the same elements and scales as
+    # x^T's 1 x 128 blocks, and a transpose of one byte per element, not of x's float32)
+    sx = _scales.scale_from_amax(_scales.block_amax(x, GROUP, 1), r.x_fmt, r.margin)
     sgb = _scales.scale_from_amax(_scales.block_amax(g, GROUP, GROUP), r.g_fmt, r.margin)
-    xq = _scales.cast(xt, _scales.expand(sx, 1, GROUP), r.x_fmt)
+    xq = _scales.cast(x, _scales.expand(sx, GROUP, 1), r.x_fmt).T
     gq2 = _cast_g(r, g, _scales.expand(sgb, GROUP, GROUP), kw)
-    dw = _gemm(r, r.wgrad, xq, gq2, _inv(sx), _inv(sgb), promote=False)
+    dw = _gemm(r, r.wgrad, xq, gq2, _inv(sx).T, _inv(sgb), promote=False)
     return dx, dw, None
 
 
