@@ -1,4 +1,5 @@
-"""Every notebook under notebooks/ runs without an error, at its small size.
+"""Every notebook under notebooks/ runs without an error, at its small size (the quick
+run: one of each pair, drawn with the run's seed; the full sweep: all of them).
 
 The notebooks read ``JAXMMA_NOTEBOOK_SMALL=1`` and shrink their experiments (fewer
 configurations, smaller matrices, fewer training steps); the outputs committed with them
@@ -11,6 +12,7 @@ import pathlib
 import nbclient
 import nbformat
 import pytest
+from _suite import params
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
@@ -18,7 +20,13 @@ STUDIES = {"fp8_accumulation", "block_scaled_training", "sparsity", "rounding_pr
 
 
 @pytest.mark.filterwarnings("ignore")  # the kernel machinery's own deprecation notices
-@pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
+@pytest.mark.parametrize(
+    "path",
+    # the quick run: one notebook of each pair in name order, another from day to day
+    params(
+        NOTEBOOKS, key=lambda p: NOTEBOOKS.index(p) // 2, salt="notebooks", ids=lambda p: p.stem
+    ),
+)
 def test_notebook_runs(path, monkeypatch):
     monkeypatch.setenv("JAXMMA_NOTEBOOK_SMALL", "1")
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
@@ -31,7 +39,3 @@ def test_notebook_runs(path, monkeypatch):
 
 def test_notebooks_exist():
     assert {p.stem for p in NOTEBOOKS} >= STUDIES
-
-
-#: the quick run keeps every case of this file (tests/conftest.py)
-pytestmark = pytest.mark.every_case
