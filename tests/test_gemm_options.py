@@ -177,6 +177,26 @@ def test_cutlass_split_puts_the_partial_tile_first():
     assert not np.array_equal(want, flat)
 
 
+def test_cutlass_without_a_split_still_puts_the_partial_tile_first():
+    # split_k=1: one slice of K = 1012; with a K tile of 32 its first tile holds 1012 %
+    # 32 = 20 elements, then 12 +0s; C starts the chain (the plain chain of a whole K
+    # would give other bits)
+    K, T = 1012, 32
+    A, B = _operands(np.float32, K, seed=8)
+    C = np.random.default_rng(9).standard_normal((M, N)).astype(np.float32)
+    got = jaxmma.matmul(
+        A, B, C, instruction=TF32, arch=ARCH, split_k=1, k_tile=T, split_rule="cutlass",
+        input_rounding="rn",
+    )  # fmt: skip
+    Ar, Br = _tf32_rn(A), _tf32_rn(B)
+    za, zb = np.zeros((M, T - 20), np.float32), np.zeros((T - 20, N), np.float32)
+    sa = np.concatenate([Ar[:, :20], za, Ar[:, 20:]], axis=1)
+    sb = np.concatenate([Br[:20], zb, Br[20:]], axis=0)
+    want = np.asarray(chain(TF32, sa, sb, C), np.uint32)
+    assert np.array_equal(_bits(got), want)
+    assert not np.array_equal(want, np.asarray(chain(TF32, Ar, Br, C), np.uint32))
+
+
 @pytest.mark.parametrize("reduce_order", ["halving", ((0, 1), (2, 3)), (((0, 3), 1), 2)])
 def test_xla_split_and_reduce_orders(reduce_order):
     K, S = 512, 4
@@ -684,3 +704,21 @@ def test_float64_scales_are_rounded_to_nearest_float32_once():
     for sa in (0.1, np.float64(0.1), np.array(0.1)):
         got = jaxmma.matmul(A8, B8, instruction=E4M3, arch=ARCH, scale_a=sa, scale_b=3.0)
         assert np.array_equal(_bits(got), _bits(want))
+
+
+def test_a_bias_broadcasts_over_rows_as_f_linear_adds_it():
+    # C = bias [N] (F.linear): the epilogue adds bias[j] to every row of the chain's
+    # result with one float32 add; its gradient sums the rows of the cotangent
+    A, B = _operands(jnp.bfloat16, 64, seed=21)
+    bias = np.random.default_rng(22).standard_normal(N).astype(np.float32) * 3
+    got = jaxmma.matmul(A, B, bias, instruction=BF16, arch=ARCH, epilogue="f32")
+    want = (_f32(chain(BF16, A, B)) + bias[None, :]).view(np.uint32)
+    assert np.array_equal(_bits(got), want)
+    G = np.random.default_rng(23).integers(-4, 5, (M, N)).astype(np.float32)
+    for kw in ({}, dict(epilogue="f32")):
+        f = lambda b, kw=kw: jnp.sum(  # noqa: E731
+            jaxmma.matmul(A, B, b, instruction=BF16, arch=ARCH, **kw) * G
+        )
+        np.testing.assert_array_equal(np.asarray(jax.grad(f)(jnp.asarray(bias))), G.sum(0))
+    with pytest.raises(ValueError, match=r"C: .*bias \[8\]"):
+        jaxmma.matmul(A, B, bias[:3], instruction=BF16, arch=ARCH, epilogue="f32")

@@ -334,7 +334,8 @@ def _check_shapes(ins, A, B, C):
     if C is not None:
         if C.ndim < 2 or C.shape[-2:] != (M, N):
             raise ValueError(
-                f"C: expected trailing shape [{M}, {N}] (M of A, N of B), got {tuple(C.shape)}"
+                f"C: expected trailing shape [{M}, {N}] (M of A, N of B) or a shape that "
+                f"broadcasts to it (a bias [{N}]), got {tuple(C.shape)}"
             )
         try:
             jnp.broadcast_shapes(lead, C.shape[:-2])
@@ -342,6 +343,31 @@ def _check_shapes(ins, A, B, C):
             raise ValueError(
                 f"C: batch dimensions {tuple(C.shape[:-2])} do not broadcast with {lead}"
             ) from None
+
+
+def _broadcast_c(C, A, B):
+    """A C of fewer dimensions that broadcasts to ``[M, N]`` (a bias ``[N]`` or ``[1, N]``
+    as ``F.linear`` adds it, a column ``[M, 1]``) broadcast to it, before any derivative
+    rule: the cotangent of C then sums back to C's shape. Anything else is returned as
+    given (``_check_shapes`` names what is wrong). NumPy arrays stay NumPy (a double keeps
+    its value until the conversion rules see it)."""
+    if C is None:
+        return None
+    a, b = (getattr(x, "elements", x) for x in (A, B))
+    if np.ndim(a) < 2 or np.ndim(b) < 2 or np.ndim(C) < 1:
+        return C
+    M, N, shape = np.shape(a)[-2], np.shape(b)[-1], np.shape(C)
+    if len(shape) >= 2 and shape[-2:] == (M, N):
+        return C
+    try:
+        full = np.broadcast_shapes(shape, (M, N))
+    except ValueError:
+        return C
+    if full[-2:] != (M, N):
+        return C
+    if isinstance(C, (np.ndarray, np.generic)):
+        return np.broadcast_to(C, full)
+    return jnp.broadcast_to(C, full)
 
 
 def _c_bits(ins, C, shape):
@@ -626,6 +652,7 @@ def matmul(
         B = _operands.float64_operand(ins, ins.btype, B, "B", mode)
         if C is not None and (opts is None or opts.epilogue is None):  # else: the epilogue's
             C = _operands.float64_operand(ins, ins.ctype, C, "C")
+    C = _broadcast_c(C, A, B)
     if opts is not None or scale_a is not None or scale_b is not None:
         return _kernel.matmul(
             cfg, opts, A, B, C, scale_a, scale_b, chain=gemm_bits,

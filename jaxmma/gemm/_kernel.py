@@ -69,6 +69,8 @@ def _bits_forward(cfg, opts, kind, chain, A, B, C, SA, SB, key):
     shape = lead + (Ab.shape[-2], Bb.shape[-1])
     Ab = jnp.broadcast_to(Ab, lead + Ab.shape[-2:])
     Bb = jnp.broadcast_to(Bb, lead + Bb.shape[-2:])
+    if opts.lead_first:  # the partial k-tile first, then +0s to a whole tile, then the rest
+        Ab, Bb = _split.lead_first(Ab, Bb, opts.k_tile)
     zero = _models._zeros(shape)
     run = lambda a, b, c: chain(cfg, a, b, c)  # noqa: E731
     in_chain = opts.epilogue is None and C is not None
@@ -242,7 +244,7 @@ def matmul(cfg, opts, A, B, C, scale_a, scale_b, *, chain, check_shapes, quantiz
             raise ValueError(
                 "promote_every: the block recipe promotes each 128-wide K group itself"
             )
-        if opts.splits:
+        if opts.splits or opts.lead_first:
             raise ValueError("split_k: not modelled together with block scales")
         if _recipes.GROUP % ins.k:
             raise ValueError(

@@ -52,6 +52,12 @@ class KernelOptions:
     def splits(self) -> bool:
         return self.split_k > 1
 
+    @property
+    def lead_first(self) -> bool:
+        """One slice under the CUTLASS rule with a k tile: CUTLASS still runs the partial
+        k-tile first (its elements, then +0s), with or without a split."""
+        return self.split_k == 1 and self.split_rule == "cutlass" and self.k_tile is not None
+
 
 def _is_int(x) -> bool:
     return isinstance(x, (int, np.integer)) and not isinstance(x, bool)

@@ -77,6 +77,15 @@ def _batched(A, B, start: int, count: int, n: int, lead: int, T: int):
     return a, b
 
 
+def lead_first(A, B, T: int):
+    """A ``[..., M, K]`` and B ``[..., K, N]`` with K laid out as CUTLASS runs one slice
+    in k tiles of T: the partial tile's elements first, +0s to a whole tile, then the
+    rest (unchanged where T divides K)."""
+    ((_, K, lead),) = slices("cutlass", A.shape[-1], 1, T)
+    a, b = _batched(A, B, 0, 1, K, lead, T)
+    return a[0], b[0]
+
+
 def partials(chain, A, B, C0, zero, plan, T: int) -> list:
     """The f32 partial of each slice of ``plan`` (:func:`slices`), raw bits.
 
