@@ -126,10 +126,12 @@ def test_bad_options_and_state_are_clear_errors_at_trace_time(small):
     with pytest.raises(ValueError, match="state: expected recipe.init"):
         rec.matmul(x, w, None)
     sr = recipes.current_scaling(grad_rounding="stochastic")
+    y = sr.matmul(x, w)  # the forward draws nothing: no key needed
     with pytest.raises(ValueError, match="key: recipe 'current_scaling' rounds gradients"):
-        jax.jit(lambda a: sr.matmul(a, w))(x)
-    with pytest.raises(ValueError, match="key: recipe 'current_scaling' rounds to nearest"):
-        recipes.current_scaling().matmul(x, w, key=jax.random.key(0))
+        jax.grad(lambda a: jnp.sum(sr.matmul(a, w)))(x)
+    # a recipe that draws nothing ignores a key (one key for every layer of a model)
+    y_key = recipes.current_scaling().matmul(x, w, key=jax.random.key(0))
+    np.testing.assert_array_equal(_bits(y_key), _bits(y))
     with pytest.raises(ValueError, match="needs K a multiple of 128"):
         recipes.blockwise().matmul(np.ones((128, 64), np.float32), np.ones((64, 128), np.float32))
     with pytest.raises(ValueError, match="arch"):
@@ -184,6 +186,43 @@ def test_nvfp4_2d_weight_quantizer_propagates_nan_and_inf(jit):
     bad[0:16] = bad[32:48] = True
     assert np.isnan(np.asarray(y)[:, bad]).all()
     assert np.isfinite(np.asarray(y)[:, ~bad]).all()
+
+
+def test_nvfp4_pads_ragged_sizes_and_draws_the_hadamard_signs_from_the_key():
+    """M, K, N = 20, 40, 10 (no multiple of 16): the recipe on x, w and G zero-padded by
+    hand to 64, sliced, bit for bit, forward and gradients. With round to nearest, the
+    Hadamard signs are jax.random.rademacher(split(key, 3)[2]): wgrad is the hand-written
+    GEMM on inputs transformed with them; another key, other signs and another dw; the
+    same key, the same bits. Evaluation needs no key; a gradient without one is an error
+    naming it."""
+    rec = recipes.nvfp4(grad_rounding="rn")  # hadamard=True
+    x, w, g = _f32(20, 40), _f32(40, 10), _f32(20, 10)
+    pad = lambda a: np.pad(a, [(0, 64 - n) for n in a.shape])  # noqa: E731
+    k1, k2 = jax.random.key(1), jax.random.key(2)
+    y, dx, dw, _ = _vjp(rec, x, w, g, key=k1)
+    yp, dxp, dwp, _ = _vjp(rec, pad(x), pad(w), pad(g), key=k1)
+    np.testing.assert_array_equal(_bits(y), _bits(yp[:20, :10]))
+    np.testing.assert_array_equal(_bits(dx), _bits(dxp[:20, :40]))
+    np.testing.assert_array_equal(_bits(dw), _bits(dwp[:40, :10]))
+    signs = [
+        np.asarray(jax.random.rademacher(jax.random.split(k, 3)[2], (16,)), np.float32)
+        for k in (k1, k2)
+    ]
+    assert (signs[0] != signs[1]).any()
+    hx, hg = (recipes.hadamard_rows(jnp.asarray(pad(a)), signs[0]) for a in (x, g))
+    want_dw = jaxmma.matmul(
+        jaxmma.quant.quantize_nvfp4(hx.T), jaxmma.quant.quantize_nvfp4(hg, axis=-2),
+        instruction=rec.forward, arch="sm_100a",
+    )  # fmt: skip
+    np.testing.assert_array_equal(_bits(dwp), _bits(want_dw))
+    y2, dx2, dw2, _ = _vjp(rec, x, w, g, key=k2)
+    np.testing.assert_array_equal(_bits(y2), _bits(y))  # nothing random before wgrad
+    np.testing.assert_array_equal(_bits(dx2), _bits(dx))
+    assert (_bits(dw2) != _bits(dw)).mean() > 0.5
+    np.testing.assert_array_equal(_bits(_vjp(rec, x, w, g, key=k1)[2]), _bits(dw))
+    np.testing.assert_array_equal(_bits(rec.matmul(x, w)), _bits(y))  # no key: evaluation
+    with pytest.raises(ValueError, match=r"key: recipe 'nvfp4' draws its random Hadamard"):
+        jax.grad(lambda a: jnp.sum(rec.matmul(a, w)))(x)
 
 
 def test_hadamard_rows_keeps_the_product():

@@ -17,7 +17,7 @@ import jax.numpy as jnp
 from ..gemm._gemm import dot_general as _dot_general
 from ..gemm._gemm import matmul as _matmul
 from ..gemm._gemm import resolve
-from . import _fp8, _nvfp4, _scales
+from . import _fp8, _keys, _nvfp4, _scales
 
 F32 = jnp.float32
 FP8 = "mma.sync.aligned.m16n8k32.row.col.f32.{a}.{b}.f32"
@@ -27,6 +27,8 @@ NVFP4 = (
 )
 SCALINGS = ("none", "tensor", "delayed", "row", "block", "nvfp4")
 AMAX_COMPUTE = ("max", "most_recent")
+#: the block-scaled recipes: they pad M, K and N with zeros (:meth:`Recipe.pad_to`)
+PADDED = ("nvfp4",)
 FP8_FORMATS = ("e4m3", "e5m2")
 
 
@@ -67,32 +69,55 @@ class Recipe:
           w: float weights ``[K, N]``.
           state: :meth:`init`'s pytree for delayed scaling (None otherwise). Its next
             value is its cotangent: ``jax.grad(loss, argnums=<state>)`` returns it.
-          key: a ``jax.random`` key; required with ``grad_rounding="stochastic"``.
+          key: a ``jax.random`` key for the backward's random numbers (stochastic
+            gradient rounding, the NVFP4 Hadamard signs), or None. The forward draws
+            nothing, so evaluation needs no key; differentiating a recipe that draws
+            without one is a ValueError. A recipe that draws nothing ignores a key.
+
+        The block-scaled recipes (``nvfp4``, ``mxfp8``, ``mxfp4``) take any M, K and N:
+        x and w are padded with zeros to multiples of :attr:`pad_to` (the k of the
+        recipe's instructions) and the output sliced: the bits of the recipe on the
+        zero-padded tensors (padded K contributes +0 products), as ``jaxmma.matmul``
+        pads a ragged K, stochastic rounding's random bits included.
 
         Raises:
-          ValueError: a missing key, a key without stochastic rounding, a state of the
-            wrong structure or amax history length, sizes the recipe's blocks do not
-            divide.
+          ValueError: a state of the wrong structure or amax history length, sizes the
+            fp8 ``blockwise`` recipe's 128-blocks do not divide; when differentiated, a
+            missing key where the backward draws.
         """
-        _check_key(self, key)
         _check_state(self, state)
         x, w = jnp.asarray(x), jnp.asarray(w)
         if w.ndim != 2 or x.ndim < 1 or x.shape[-1] != w.shape[0]:
             raise ValueError(f"x, w: expected x [..., K] and w [K, N], got {x.shape} and {w.shape}")
         lead, K, N = x.shape[:-1], w.shape[0], w.shape[1]
-        x2 = x.reshape(math.prod(lead), K).astype(F32)
-        _check_sizes(self, x2.shape[0], K, N)
+        M = math.prod(lead)
+        x2 = x.reshape(M, K).astype(F32)
+        _check_sizes(self, M, K, N)
         w32 = w.astype(F32)
+        key = _keys.used(self, key)
         if self.scaling == "none":
             y = _matmul(
                 x2, w32, instruction=self.forward, arch=self.arch,
                 dgrad_instruction=self.dgrad, wgrad_instruction=self.wgrad,
             )  # fmt: skip
-        elif self.scaling == "nvfp4":
-            y = _nvfp4.linear(self, x2, w32, key)
+        elif self.scaling in PADDED:
+            up = lambda n: -(-n // self.pad_to) * self.pad_to  # noqa: E731
+            xp = jnp.pad(x2, ((0, up(M) - M), (0, up(K) - K)))
+            wp = jnp.pad(w32, ((0, up(K) - K), (0, up(N) - N)))
+            y = _nvfp4.linear(self, xp, wp, key)[:M, :N]
         else:
             y = _fp8.linear(self, x2, w32, state, key)
         return y.reshape(lead + (N,))
+
+    @property
+    def pad_to(self) -> int:
+        """The multiple the block-scaled recipes pad M, K and N to: the least common
+        multiple of their instructions' k (64 for the NVFP4 and MXFP4 forms, 32 for
+        MXFP8), which the blocks (16, 32) divide; 1 for the others."""
+        if self.scaling not in PADDED:
+            return 1
+        texts = dict.fromkeys((self.forward, self.dgrad, self.wgrad))
+        return math.lcm(*(resolve(t, self.arch).k for t in texts))
 
     def dot_general(self, state=None, *, key=None):
         """A ``jax.lax.dot_general`` stand-in running this recipe (the ``dot_general=``
@@ -124,20 +149,6 @@ def _recipe_dot_general(
     return out if preferred_element_type is None else out.astype(preferred_element_type)
 
 
-def _check_key(r: Recipe, key) -> None:
-    if r.grad_rounding == "stochastic" and key is None:
-        raise ValueError(
-            f"key: recipe {r.name!r} rounds gradients stochastically "
-            "(grad_rounding='stochastic') and needs a jax.random key: "
-            "recipe.matmul(x, w, state, key=jax.random.key(step))"
-        )
-    if r.grad_rounding != "stochastic" and key is not None:
-        raise ValueError(
-            f"key: recipe {r.name!r} rounds to nearest (grad_rounding='rn'); a key is used "
-            "only with grad_rounding='stochastic'"
-        )
-
-
 def _check_state(r: Recipe, state) -> None:
     if r.scaling != "delayed":
         if state is not None:
@@ -159,9 +170,9 @@ def _check_state(r: Recipe, state) -> None:
 
 
 def _check_sizes(r: Recipe, M: int, K: int, N: int) -> None:
-    need = {"block": _fp8.GROUP, "nvfp4": 64}.get(r.scaling)
-    if need is None:
+    if r.scaling != "block":
         return
+    need = _fp8.GROUP
     for name, n in (("M (tokens)", M), ("K", K), ("N", N)):
         if n % need:
             raise ValueError(
@@ -286,8 +297,10 @@ def nvfp4(*, arch="sm_100a", instruction=NVFP4, grad_rounding="stochastic",
     """NVIDIA's NVFP4 pretraining recipe (arXiv:2509.25149): e2m1 with a ue4m3 scale per
     16 and a float32 scale per tensor in fprop, dgrad and wgrad; weights in 16 x 16
     blocks, activations and gradients 1 x 16 along K; a 16 x 16 random Hadamard transform
-    on both wgrad inputs (``hadamard``); gradients rounded stochastically (a key per
-    step). Which layers stay in higher precision is the model's choice."""
+    on both wgrad inputs (``hadamard``, its signs from the step's key in either rounding
+    mode); gradients rounded stochastically (a key per step). Evaluation needs no key;
+    any M, K, N (zero-padded to multiples of 64). Which layers stay in higher precision
+    is the model's choice (docs/recipes.md)."""
     _choice("grad_rounding", grad_rounding, _scales.ROUNDINGS)
     if not isinstance(hadamard, bool):
         raise ValueError(f"hadamard: expected True or False, got {hadamard!r}")
