@@ -17,7 +17,8 @@ import jax.numpy as jnp
 from ..gemm._gemm import dot_general as _dot_general
 from ..gemm._gemm import matmul as _matmul
 from ..gemm._gemm import resolve
-from . import _fp8, _keys, _nvfp4, _scales
+from ..operands import _quant, _scaling
+from . import _fp8, _keys, _mx, _nvfp4, _scales
 
 F32 = jnp.float32
 FP8 = "mma.sync.aligned.m16n8k32.row.col.f32.{a}.{b}.f32"
@@ -25,17 +26,21 @@ BF16 = "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32"
 NVFP4 = (
     "tcgen05.mma.cta_group::1.kind::mxf4nvf4.block_scale.block16.m128n256k64.f32.e2m1.e2m1.ue4m3"
 )
-SCALINGS = ("none", "tensor", "delayed", "row", "block", "nvfp4")
+#: MXFP8 (``kind::mxf8f6f4``) and MXFP4 (``kind::mxf4``) on tcgen05, sm_100a (B200)
+MXFP8 = "tcgen05.mma.cta_group::1.kind::mxf8f6f4.block_scale.block32.m128n256k32.f32.{a}.{b}.ue8m0"
+MXFP4 = "tcgen05.mma.cta_group::1.kind::mxf4.block_scale.block32.m128n256k64.f32.e2m1.e2m1.ue8m0"
+SCALINGS = ("none", "tensor", "delayed", "row", "block", "nvfp4", "mx")
 AMAX_COMPUTE = ("max", "most_recent")
 #: the block-scaled recipes: they pad M, K and N with zeros (:meth:`Recipe.pad_to`)
-PADDED = ("nvfp4",)
+PADDED = ("nvfp4", "mx")
 FP8_FORMATS = ("e4m3", "e5m2")
 
 
 @dataclasses.dataclass(frozen=True)
 class Recipe:
     """One training recipe (see the constructors: :func:`bf16`, :func:`current_scaling`,
-    :func:`delayed_scaling`, :func:`rowwise`, :func:`blockwise`, :func:`nvfp4`)."""
+    :func:`delayed_scaling`, :func:`rowwise`, :func:`blockwise`, :func:`nvfp4`,
+    :func:`mxfp8`, :func:`mxfp4`)."""
 
     name: str
     scaling: str
@@ -53,6 +58,7 @@ class Recipe:
     grad_rounding: str = "rn"
     hadamard: bool = False
     source: str = ""
+    scale_rounding: str = "floor"  # MX recipes: how the ue8m0 block scales are rounded
 
     def init(self):
         """The recipe's state: delayed scaling's amax histories ``{"x", "w", "g"}``
@@ -104,7 +110,8 @@ class Recipe:
             up = lambda n: -(-n // self.pad_to) * self.pad_to  # noqa: E731
             xp = jnp.pad(x2, ((0, up(M) - M), (0, up(K) - K)))
             wp = jnp.pad(w32, ((0, up(K) - K), (0, up(N) - N)))
-            y = _nvfp4.linear(self, xp, wp, key)[:M, :N]
+            linear = _nvfp4.linear if self.scaling == "nvfp4" else _mx.linear
+            y = linear(self, xp, wp, key)[:M, :N]
         else:
             y = _fp8.linear(self, x2, w32, state, key)
         return y.reshape(lead + (N,))
@@ -311,4 +318,79 @@ def nvfp4(*, arch="sm_100a", instruction=NVFP4, grad_rounding="stochastic",
         "nvfp4", "nvfp4", instruction, instruction, instruction, arch,
         x_fmt="e2m1", w_fmt="e2m1", g_fmt="e2m1", grad_rounding=grad_rounding,
         hadamard=hadamard, source="NVIDIA NVFP4 pretraining (arXiv:2509.25149)",
+    )  # fmt: skip
+
+
+def _mx_recipe(name, source, *, arch, instructions, x_fmt, w_fmt, g_fmt, formats,
+               scale_rounding, grad_rounding, arg="instructions") -> Recipe:  # fmt: skip
+    for n, v in (("x_fmt", x_fmt), ("w_fmt", w_fmt), ("g_fmt", g_fmt)):
+        _choice(n, v, formats)
+    _choice("scale_rounding", scale_rounding, _quant.SCALE_ROUNDINGS)
+    _choice("grad_rounding", grad_rounding, _scales.ROUNDINGS)
+    want = {"forward": (x_fmt, w_fmt), "dgrad": (g_fmt, w_fmt), "wgrad": (x_fmt, g_fmt)}
+    for (gemm, (a, b)), text in zip(want.items(), instructions, strict=True):
+        ins = resolve(text, arch, name=arg)  # errors now, not at the first step
+        if ins.stype != "ue8m0" or ins.sparse or _scaling.block_size(ins) != _mx.BLOCK:
+            raise ValueError(
+                f"{arg}: the {gemm} GEMM needs a dense block-scaled form with ue8m0 "
+                f"scales per {_mx.BLOCK} (OCP MX), got {text}"
+            )
+        if (ins.atype, ins.btype) != (a, b):
+            raise ValueError(
+                f"{arg}: the {gemm} GEMM multiplies {a} by {b}; expected a .{a}.{b} "
+                f"form, got {text}"
+            )
+    return Recipe(
+        name, "mx", *instructions, arch, x_fmt=x_fmt, w_fmt=w_fmt, g_fmt=g_fmt,
+        grad_rounding=grad_rounding, source=source, scale_rounding=scale_rounding,
+    )  # fmt: skip
+
+
+def _three(instructions, default):
+    if instructions is None:
+        return default
+    if not (isinstance(instructions, tuple | list) and len(instructions) == 3):
+        raise TypeError(
+            "instructions: expected None or (forward, dgrad, wgrad) instruction texts, got "
+            f"{instructions!r}"[:300]
+        )
+    return tuple(instructions)
+
+
+def mxfp8(*, arch="sm_100a", x_fmt="e4m3", w_fmt="e4m3", g_fmt="e4m3", scale_rounding="floor",
+          grad_rounding="rn", instructions=None) -> Recipe:  # fmt: skip
+    """MXFP8 training (OCP MX v1.0; torchao's MX linear layer): every GEMM of the layer
+    on MXFP8 operands, each quantized along that GEMM's K in blocks of 32 with a ue8m0
+    scale (``scale_rounding``: ``"floor"``, the OCP rule and torchao's
+    ``ScaleCalculationMode.FLOOR``; ``"ceil"``, amax / max rounded up to a power of two,
+    as torchao's ``RCEIL``). fprop x along K and w along K; dgrad G along N and w
+    quantized again along N; wgrad x and G along M. Elements rounded to nearest,
+    saturating; G to nearest or stochastically (``grad_rounding``, a key per step).
+
+    ``instructions``: ``(forward, dgrad, wgrad)`` texts instead of the ``tcgen05.mma
+    kind::mxf8f6f4`` forms of sm_100a (e.g. sm_120a's block-scaled ``mma.sync`` with
+    ``arch="sm_120a"``, docs/recipes.md); formats ``"e4m3"`` or ``"e5m2"`` per tensor
+    (torchao's default: e4m3 for all three). Any M, K, N (zero-padded to multiples of
+    32)."""
+    default = (MXFP8.format(a=x_fmt, b=w_fmt), MXFP8.format(a=g_fmt, b=w_fmt),
+               MXFP8.format(a=x_fmt, b=g_fmt))  # fmt: skip
+    return _mx_recipe(
+        "mxfp8", "OCP MX v1.0 MXFP8 (torchao MX training)", arch=arch,
+        instructions=_three(instructions, default), x_fmt=x_fmt, w_fmt=w_fmt, g_fmt=g_fmt,
+        formats=FP8_FORMATS, scale_rounding=scale_rounding, grad_rounding=grad_rounding,
+    )  # fmt: skip
+
+
+def mxfp4(*, arch="sm_100a", instruction=MXFP4, scale_rounding="floor",
+          grad_rounding="rn") -> Recipe:  # fmt: skip
+    """MXFP4 training (OCP MX v1.0; torchao's MX linear layer with ``float4_e2m1fn_x2``):
+    :func:`mxfp8`'s GEMMs and blocks with e2m1 elements, on ``instruction`` for all three
+    (default the ``tcgen05.mma kind::mxf4`` form of sm_100a; sm_120a's block-scaled
+    ``mma.sync`` ``kind::mxf4`` with ``arch="sm_120a"``). Any M, K, N (zero-padded to
+    multiples of 64)."""
+    return _mx_recipe(
+        "mxfp4", "OCP MX v1.0 MXFP4 (torchao MX training)", arch=arch,
+        instructions=(instruction,) * 3, x_fmt="e2m1", w_fmt="e2m1", g_fmt="e2m1",
+        formats=("e2m1",), scale_rounding=scale_rounding, grad_rounding=grad_rounding,
+        arg="instruction",
     )  # fmt: skip
