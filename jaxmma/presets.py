@@ -1,8 +1,9 @@
 """Named policy targets for the GPUs researchers name: H100 bf16 / tf32 / fp8 as cuBLAS
-runs them, B200 NVFP4 / MXFP8 on ``tcgen05.mma``, RTX 50 on sm_120a's block-scaled
+runs them, B200 NVFP4 / MXFP8 / MXFP4 on ``tcgen05.mma``, RTX 50 on sm_120a's block-scaled
 ``mma.sync``. Each is a target for :class:`jaxmma.policy.Rule`; ``TABLE`` holds each
 entry's GPU, the library call it models and its instruction texts (docs/policy.md)."""
 
+from .intercept._presets import B200_MXFP4 as B200_MXFP4
 from .intercept._presets import B200_MXFP8 as B200_MXFP8
 from .intercept._presets import B200_NVFP4 as B200_NVFP4
 from .intercept._presets import H100_BF16 as H100_BF16
@@ -14,6 +15,7 @@ from .intercept._presets import TABLE as TABLE
 from .intercept._presets import Preset as Preset
 
 __all__ = [
+    "B200_MXFP4",
     "B200_MXFP8",
     "B200_NVFP4",
     "H100_BF16",

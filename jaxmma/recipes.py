@@ -1,5 +1,6 @@
 """Low-precision training recipes over jaxmma.matmul: fp8 (per-tensor current and
-delayed scaling, row-wise, DeepSeek-V3 block-wise), NVFP4, loss scaling (docs/recipes.md)."""
+delayed scaling, row-wise, DeepSeek-V3 block-wise), NVFP4, MXFP8 and MXFP4 (OCP MX),
+loss scaling (docs/recipes.md)."""
 
 from .training._loss_scale import all_finite as all_finite
 from .training._loss_scale import dynamic_init as dynamic_init
@@ -13,6 +14,8 @@ from .training._recipes import bf16 as bf16
 from .training._recipes import blockwise as blockwise
 from .training._recipes import current_scaling as current_scaling
 from .training._recipes import delayed_scaling as delayed_scaling
+from .training._recipes import mxfp4 as mxfp4
+from .training._recipes import mxfp8 as mxfp8
 from .training._recipes import nvfp4 as nvfp4
 from .training._recipes import rowwise as rowwise
 from .training._scales import amax as amax
@@ -29,6 +32,8 @@ __all__ = [
     "dynamic_init",
     "dynamic_update",
     "hadamard_rows",
+    "mxfp4",
+    "mxfp8",
     "nvfp4",
     "quantize_nvfp4_2d",
     "rowwise",

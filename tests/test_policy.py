@@ -365,6 +365,8 @@ def test_presets_are_the_hand_written_gemms():
         arch="sm_90a", input_rounding="rn",
     )  # fmt: skip
     _same(got, want)
+    # the MX presets are the MX training recipes (their GEMMs: tests/test_recipes.py)
+    assert presets.B200_MXFP8 == recipes.mxfp8() and presets.B200_MXFP4 == recipes.mxfp4()
 
 
 @pytest.mark.full  # one compile of each block-scaled preset

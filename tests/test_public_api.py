@@ -127,6 +127,8 @@ def _calls():
         "recipes.dynamic_init": ((), {}),
         "recipes.dynamic_update": ((jaxmma.recipes.dynamic_init(), {"a": _x(2)}), {}),
         "recipes.hadamard_rows": ((_x(16, 2), _x(16)), {}),
+        "recipes.mxfp4": ((), {}),
+        "recipes.mxfp8": ((), {}),
         "recipes.nvfp4": ((), {}),
         "recipes.quantize_nvfp4_2d": ((_x(16, 16),), {}),
         "recipes.rowwise": ((), {}),

@@ -15,6 +15,8 @@ from jaxmma import recipes
 E4 = "mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32"
 E5E4 = "mma.sync.aligned.m16n8k32.row.col.f32.e5m2.e4m3.f32"
 E4E5 = "mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e5m2.f32"
+MX8 = "tcgen05.mma.cta_group::1.kind::mxf8f6f4.block_scale.block32.m128n256k32.f32.{a}.{b}.ue8m0"
+MX4 = "tcgen05.mma.cta_group::1.kind::mxf4.block_scale.block32.m128n256k64.f32.e2m1.e2m1.ue8m0"
 RNG = np.random.default_rng(2024)
 mm = functools.partial(jaxmma.matmul, arch="sm_90")
 
@@ -126,14 +128,22 @@ def test_bad_options_and_state_are_clear_errors_at_trace_time(small):
     with pytest.raises(ValueError, match="state: expected recipe.init"):
         rec.matmul(x, w, None)
     sr = recipes.current_scaling(grad_rounding="stochastic")
+    y = sr.matmul(x, w)  # the forward draws nothing: no key needed
     with pytest.raises(ValueError, match="key: recipe 'current_scaling' rounds gradients"):
-        jax.jit(lambda a: sr.matmul(a, w))(x)
-    with pytest.raises(ValueError, match="key: recipe 'current_scaling' rounds to nearest"):
-        recipes.current_scaling().matmul(x, w, key=jax.random.key(0))
+        jax.grad(lambda a: jnp.sum(sr.matmul(a, w)))(x)
+    # a recipe that draws nothing ignores a key (one key for every layer of a model)
+    y_key = recipes.current_scaling().matmul(x, w, key=jax.random.key(0))
+    np.testing.assert_array_equal(_bits(y_key), _bits(y))
     with pytest.raises(ValueError, match="needs K a multiple of 128"):
         recipes.blockwise().matmul(np.ones((128, 64), np.float32), np.ones((64, 128), np.float32))
     with pytest.raises(ValueError, match="arch"):
         recipes.current_scaling(arch="sm_80")  # no fp8 mma on Ampere
+    with pytest.raises(ValueError, match="g_fmt: expected one of \\['e4m3', 'e5m2'\\]"):
+        recipes.mxfp8(g_fmt="e2m1")
+    with pytest.raises(ValueError, match="instruction: the forward GEMM multiplies e2m1 by e2m1"):
+        recipes.mxfp4(instruction=MX8.format(a="e4m3", b="e4m3"))
+    with pytest.raises(ValueError, match="instructions: the forward GEMM needs .*ue8m0 scales"):
+        recipes.mxfp8(instructions=(recipes.nvfp4().forward,) * 3)
 
 
 def test_nvfp4_2d_weight_quantizer_against_numpy():
@@ -184,6 +194,73 @@ def test_nvfp4_2d_weight_quantizer_propagates_nan_and_inf(jit):
     bad[0:16] = bad[32:48] = True
     assert np.isnan(np.asarray(y)[:, bad]).all()
     assert np.isfinite(np.asarray(y)[:, ~bad]).all()
+
+
+def test_nvfp4_pads_ragged_sizes_and_draws_the_hadamard_signs_from_the_key():
+    """M, K, N = 20, 40, 10 (no multiple of 16): the recipe on x, w and G zero-padded by
+    hand to 64, sliced, bit for bit, forward and gradients. With round to nearest, the
+    Hadamard signs are jax.random.rademacher(split(key, 3)[2]): wgrad is the hand-written
+    GEMM on inputs transformed with them; another key, other signs and another dw; the
+    same key, the same bits. Evaluation needs no key; a gradient without one is an error
+    naming it."""
+    rec = recipes.nvfp4(grad_rounding="rn")  # hadamard=True
+    x, w, g = _f32(20, 40), _f32(40, 10), _f32(20, 10)
+    pad = lambda a: np.pad(a, [(0, 64 - n) for n in a.shape])  # noqa: E731
+    k1, k2 = jax.random.key(1), jax.random.key(2)
+    y, dx, dw, _ = _vjp(rec, x, w, g, key=k1)
+    yp, dxp, dwp, _ = _vjp(rec, pad(x), pad(w), pad(g), key=k1)
+    np.testing.assert_array_equal(_bits(y), _bits(yp[:20, :10]))
+    np.testing.assert_array_equal(_bits(dx), _bits(dxp[:20, :40]))
+    np.testing.assert_array_equal(_bits(dw), _bits(dwp[:40, :10]))
+    signs = [
+        np.asarray(jax.random.rademacher(jax.random.split(k, 3)[2], (16,)), np.float32)
+        for k in (k1, k2)
+    ]
+    assert (signs[0] != signs[1]).any()
+    hx, hg = (recipes.hadamard_rows(jnp.asarray(pad(a)), signs[0]) for a in (x, g))
+    want_dw = jaxmma.matmul(
+        jaxmma.quant.quantize_nvfp4(hx.T), jaxmma.quant.quantize_nvfp4(hg, axis=-2),
+        instruction=rec.forward, arch="sm_100a",
+    )  # fmt: skip
+    np.testing.assert_array_equal(_bits(dwp), _bits(want_dw))
+    y2, dx2, dw2, _ = _vjp(rec, x, w, g, key=k2)
+    np.testing.assert_array_equal(_bits(y2), _bits(y))  # nothing random before wgrad
+    np.testing.assert_array_equal(_bits(dx2), _bits(dx))
+    assert (_bits(dw2) != _bits(dw)).mean() > 0.5
+    np.testing.assert_array_equal(_bits(_vjp(rec, x, w, g, key=k1)[2]), _bits(dw))
+    np.testing.assert_array_equal(_bits(rec.matmul(x, w)), _bits(y))  # no key: evaluation
+    with pytest.raises(ValueError, match=r"key: recipe 'nvfp4' draws its random Hadamard"):
+        jax.grad(lambda a: jnp.sum(rec.matmul(a, w)))(x)
+
+
+def _mx_gemms(x, w, g, fmts, instructions, arch="sm_100a", pad_to=64, **kw):
+    """The three GEMMs of an MX recipe by hand: x, w, G zero-padded to ``pad_to``, each
+    operand quantized along its GEMM's K (quant.quantize_mx, ``kw``), sliced back."""
+    M, K, N = x.shape[0], x.shape[1], w.shape[1]
+    pad = lambda a: np.pad(a, [(0, -n % pad_to) for n in a.shape])  # noqa: E731
+    x, w, g = pad(x), pad(w), pad(g)
+    xf, wf, gf = fmts
+    gkw = kw.pop("g_kw", {})
+    q = functools.partial(jaxmma.quant.quantize_mx, **kw)
+    mm = functools.partial(jaxmma.matmul, arch=arch)
+    fwd, dgrad, wgrad = instructions
+    y = mm(q(x, xf), q(w, wf, axis=-2), instruction=fwd)
+    dx = mm(q(g, gf, **gkw.get("dgrad", {})), q(w.T.copy(), wf, axis=-2), instruction=dgrad)
+    dw = mm(q(x.T.copy(), xf), q(g, gf, axis=-2, **gkw.get("wgrad", {})), instruction=wgrad)
+    return y[:M, :N], dx[:M, :K], dw[:K, :N]
+
+
+def test_mxfp4_forward_is_the_hand_written_gemm_at_ragged_sizes():
+    """MXFP4 (OCP MX, torchao's MX linear) fprop: x and w along K, e2m1 with floor ue8m0
+    scales per 32 on tcgen05 kind::mxf4; M, K, N = 40, 72, 24 padded with zeros to
+    multiples of 64. (Its backward GEMMs: the full sweep.)"""
+    x, w = _f32(40, 72, scale=30.0), _f32(72, 24)
+    rec = recipes.mxfp4()
+    assert rec.pad_to == 64
+    xp, wp = np.pad(x, ((0, 24), (0, 56))), np.pad(w, ((0, 56), (0, 40)))
+    q = jaxmma.quant.quantize_mx
+    want = jaxmma.matmul(q(xp, "e2m1"), q(wp, "e2m1", axis=-2), instruction=MX4, arch="sm_100a")
+    np.testing.assert_array_equal(_bits(rec.matmul(x, w)), _bits(want[:40, :24]))
 
 
 def test_hadamard_rows_keeps_the_product():
@@ -255,6 +332,60 @@ def test_nvfp4_forward_and_dgrad_are_the_hand_written_gemms():
     np.testing.assert_array_equal(_bits(dx), _bits(want_dx))
     want_dw = nv(jaxmma.quant.quantize_nvfp4(x.T.copy()), jaxmma.quant.quantize_nvfp4(g, axis=-2))
     np.testing.assert_array_equal(_bits(dw), _bits(want_dw))
+
+
+@pytest.mark.full
+def test_mxfp4_gemms_are_the_hand_written_ones_at_ragged_sizes():
+    """MXFP4's three GEMMs: fprop x and w along K, dgrad G and w^T along N (w quantized
+    again), wgrad x^T and G along M; M, K, N = 40, 72, 24 padded to multiples of 64."""
+    x, w, g = _f32(40, 72, scale=30.0), _f32(72, 24), _f32(40, 24, scale=1e-3)
+    got = _vjp(recipes.mxfp4(), x, w, g)[:3]
+    want = _mx_gemms(x, w, g, ("e2m1",) * 3, (MX4,) * 3)
+    for a, b in zip(got, want, strict=True):
+        np.testing.assert_array_equal(_bits(a), _bits(b))
+
+
+@pytest.mark.full
+def test_mxfp8_e5m2_gradients_ceil_scales_and_stochastic_rounding_by_hand():
+    """MXFP8 with e5m2 gradients (.e5m2.e4m3 dgrad, .e4m3.e5m2 wgrad), ceil scales and
+    stochastic gradients: G's random bits from split(key) (dgrad, wgrad) as
+    quant.quantize_mx draws them; M = 48 padded to 64 (the forms' k is 32: lcm 32)."""
+    x, w, g = _f32(48, 64, scale=1e3), _f32(64, 32), _f32(48, 32, scale=1e-6)
+    rec = recipes.mxfp8(g_fmt="e5m2", scale_rounding="ceil", grad_rounding="stochastic")
+    assert rec.pad_to == 32
+    key = jax.random.key(7)
+    got = _vjp(rec, x, w, g, key=key)[:3]
+    k1, k2 = jax.random.split(key)
+    sr = lambda k: {"rounding": "stochastic", "key": k}  # noqa: E731
+    texts = (MX8.format(a="e4m3", b="e4m3"), MX8.format(a="e5m2", b="e4m3"),
+             MX8.format(a="e4m3", b="e5m2"))  # fmt: skip
+    want = _mx_gemms(x, w, g, ("e4m3", "e4m3", "e5m2"), texts, pad_to=32,
+                     scale_rounding="ceil", g_kw={"dgrad": sr(k1), "wgrad": sr(k2)})  # fmt: skip
+    for a, b in zip(got, want, strict=True):
+        np.testing.assert_array_equal(_bits(a), _bits(b))
+    with pytest.raises(ValueError, match="key: recipe 'mxfp8' rounds gradients"):
+        jax.grad(lambda a: jnp.sum(rec.matmul(a, w)))(x)
+
+
+@pytest.mark.full
+def test_the_sm_120a_forms_are_one_argument_away():
+    """recipes.mxfp8 / nvfp4 on sm_120a's block-scaled mma.sync (the forms of the matmul
+    examples): the GEMMs are the hand-written ones on those forms."""
+    x, w, g = _f32(32, 64), _f32(64, 32), _f32(32, 32)
+    mx = ("mma.sync.aligned.m16n8k32.row.col.kind::mxf8f6f4.block_scale.scale_vec::1X.f32"
+          ".e4m3.e4m3.f32.ue8m0")  # fmt: skip
+    rec = recipes.mxfp8(arch="sm_120a", instructions=(mx,) * 3)
+    got = _vjp(rec, x, w, g)[:3]
+    want = _mx_gemms(x, w, g, ("e4m3",) * 3, (mx,) * 3, arch="sm_120a", pad_to=32)
+    for a, b in zip(got, want, strict=True):
+        np.testing.assert_array_equal(_bits(a), _bits(b))
+    nv = ("mma.sync.aligned.m16n8k64.row.col.kind::mxf4nvf4.block_scale.scale_vec::4X.f32"
+          ".e2m1.e2m1.f32.ue4m3")  # fmt: skip
+    rec = recipes.nvfp4(arch="sm_120a", instruction=nv, grad_rounding="rn", hadamard=False)
+    x = _f32(64, 64)
+    qw, _ = recipes.quantize_nvfp4_2d(jnp.asarray(w))
+    want = jaxmma.matmul(jaxmma.quant.quantize_nvfp4(x), qw, instruction=nv, arch="sm_120a")
+    np.testing.assert_array_equal(_bits(rec.matmul(x, w)), _bits(want))
 
 
 @pytest.mark.full

@@ -15,9 +15,6 @@ from ..training import _recipes
 from ._targets import Gemm, gemm
 
 WGMMA = "wgmma.mma_async.sync.aligned.m64n128k{k}.f32.{a}.{b}"
-TCGEN05_MXFP8 = (
-    "tcgen05.mma.cta_group::1.kind::mxf8f6f4.block_scale.block32.m128n256k32.f32.e4m3.e4m3.ue8m0"
-)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -79,9 +76,16 @@ TABLE = {
             "straight-through backward",
         ),
         Preset(
-            "B200_MXFP8", gemm(TCGEN05_MXFP8, arch="sm_100a"), "B200",
-            "MXFP8 GEMMs on tcgen05.mma kind::mxf8f6f4: e4m3 with a ue8m0 scale per 32 "
-            "(OCP MX), quantized inside (docs/tcgen05.md); straight-through backward",
+            "B200_MXFP8", _recipes.mxfp8(), "B200",
+            "the recipe mxfp8 (torchao MX training, OCP MX): e4m3 with a ue8m0 scale per "
+            "32 along each GEMM's K, fprop, dgrad and wgrad on tcgen05.mma kind::mxf8f6f4 "
+            "(docs/recipes.md, docs/tcgen05.md)",
+        ),
+        Preset(
+            "B200_MXFP4", _recipes.mxfp4(), "B200",
+            "the recipe mxfp4 (torchao MX training, OCP MX): e2m1 with a ue8m0 scale per "
+            "32 along each GEMM's K, fprop, dgrad and wgrad on tcgen05.mma kind::mxf4 "
+            "(docs/recipes.md, docs/tcgen05.md)",
         ),
         Preset(
             "RTX50_NVFP4",
@@ -92,10 +96,13 @@ TABLE = {
         ),
         Preset(
             "RTX50_MXFP8",
-            gemm(_BLOCK_SCALED["ue8m0"].format(a="e4m3", b="e4m3"), arch="sm_120a"),
+            _recipes.mxfp8(
+                arch="sm_120a",
+                instructions=(_BLOCK_SCALED["ue8m0"].format(a="e4m3", b="e4m3"),) * 3,
+            ),
             "RTX 50 (sm_120a)",
-            "MXFP8 on the block-scaled mma.sync of sm_120a (docs/block_scaling.md); "
-            "straight-through backward",
+            "the recipe mxfp8 on the block-scaled mma.sync of sm_120a "
+            "(docs/block_scaling.md, docs/recipes.md)",
         ),
     )
 }  # fmt: skip
@@ -105,5 +112,6 @@ H100_TF32 = TABLE["H100_TF32"].target
 H100_FP8 = TABLE["H100_FP8"].target
 B200_NVFP4 = TABLE["B200_NVFP4"].target
 B200_MXFP8 = TABLE["B200_MXFP8"].target
+B200_MXFP4 = TABLE["B200_MXFP4"].target
 RTX50_NVFP4 = TABLE["RTX50_NVFP4"].target
 RTX50_MXFP8 = TABLE["RTX50_MXFP8"].target

@@ -20,7 +20,7 @@ import jax
 import jax.numpy as jnp
 
 from ..gemm._gemm import matmul
-from . import _scales
+from . import _keys, _scales
 
 F32 = jnp.float32
 GROUP = 128  # DeepSeek-V3's 1 x 128 and 128 x 128 blocks
@@ -145,6 +145,7 @@ def linear(r, x, w, state, key):
 
     def bwd(saved, g):
         res, state, key = saved
+        _keys.check_backward(r, key)
         dx, dw, new_state = _backward(r, res, g, state, key)
         return dx, dw, new_state, None
 

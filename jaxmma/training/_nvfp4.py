@@ -9,6 +9,11 @@ backward (arXiv:2509.25149; docs/recipes.md):
   random Hadamard transform (``H diag(signs) / 4``, orthogonal, so the exact product is
   unchanged), then quantized in 1 x 16 blocks along M (G stochastic).
 
+The backward's key is split in three, ``k1, k2, k3 = jax.random.split(key, 3)``: k1
+rounds dgrad's G, k2 wgrad's G (stochastic rounding), and the Hadamard signs are
+``jax.random.rademacher(k3, (16,))`` in every rounding mode. Sizes are multiples of 16
+here (the recipe pads ragged ones, docs/recipes.md).
+
 Each tensor has NVIDIA's per-tensor global scale (``amax / (6 * 448)``); every GEMM is
 an emulated block-scaled GEMM on ``recipe.forward`` (a ``.ue4m3`` scale_vec 16 form).
 """
@@ -22,6 +27,7 @@ import numpy as np
 from ..bits import _formats
 from ..gemm._gemm import matmul
 from ..operands import _quant
+from . import _keys
 
 F32 = jnp.float32
 BLOCK = 16
@@ -87,6 +93,12 @@ def hadamard_rows(x, signs):
     return jnp.einsum("ij,bjc->bic", t, xb, precision=jax.lax.Precision.HIGHEST).reshape(M, C)
 
 
+def signs_from_key(key):
+    """The 16 random signs (float32 +-1) of the wgrad Hadamard transform drawn from
+    ``key`` (the third of ``jax.random.split(step_key, 3)`` in the recipe)."""
+    return jax.random.rademacher(key, (BLOCK,)).astype(F32)
+
+
 def _q(x, axis, rounding, key):
     return _quant.quantize_nvfp4(
         jax.lax.stop_gradient(x), axis=axis, rounding=rounding,
@@ -116,13 +128,13 @@ def linear(r, x, w, key):
 
     def bwd(saved, g):
         (x, qwt), key = saved
+        _keys.check_backward(r, key)
         g = g.astype(F32)
-        stochastic = r.grad_rounding == "stochastic"
         k1, k2, k3 = jax.random.split(key, 3) if key is not None else (None, None, None)
         dx = _gemm(r, _q(g, -1, r.grad_rounding, k1), qwt)
         if r.hadamard:
-            signs = jax.random.rademacher(k3 if stochastic else jax.random.key(0), (BLOCK,))
-            xh, gh = hadamard_rows(x, signs.astype(F32)), hadamard_rows(g, signs.astype(F32))
+            signs = signs_from_key(k3)
+            xh, gh = hadamard_rows(x, signs), hadamard_rows(g, signs)
         else:
             xh, gh = x, g
         dw = _gemm(r, _q(xh.T, -1, "rn", None), _q(gh, -2, r.grad_rounding, k2))

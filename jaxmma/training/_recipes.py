@@ -17,7 +17,8 @@ import jax.numpy as jnp
 from ..gemm._gemm import dot_general as _dot_general
 from ..gemm._gemm import matmul as _matmul
 from ..gemm._gemm import resolve
-from . import _fp8, _nvfp4, _scales
+from ..operands import _quant, _scaling
+from . import _fp8, _keys, _mx, _nvfp4, _scales
 
 F32 = jnp.float32
 FP8 = "mma.sync.aligned.m16n8k32.row.col.f32.{a}.{b}.f32"
@@ -25,15 +26,21 @@ BF16 = "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32"
 NVFP4 = (
     "tcgen05.mma.cta_group::1.kind::mxf4nvf4.block_scale.block16.m128n256k64.f32.e2m1.e2m1.ue4m3"
 )
-SCALINGS = ("none", "tensor", "delayed", "row", "block", "nvfp4")
+#: MXFP8 (``kind::mxf8f6f4``) and MXFP4 (``kind::mxf4``) on tcgen05, sm_100a (B200)
+MXFP8 = "tcgen05.mma.cta_group::1.kind::mxf8f6f4.block_scale.block32.m128n256k32.f32.{a}.{b}.ue8m0"
+MXFP4 = "tcgen05.mma.cta_group::1.kind::mxf4.block_scale.block32.m128n256k64.f32.e2m1.e2m1.ue8m0"
+SCALINGS = ("none", "tensor", "delayed", "row", "block", "nvfp4", "mx")
 AMAX_COMPUTE = ("max", "most_recent")
+#: the block-scaled recipes: they pad M, K and N with zeros (:meth:`Recipe.pad_to`)
+PADDED = ("nvfp4", "mx")
 FP8_FORMATS = ("e4m3", "e5m2")
 
 
 @dataclasses.dataclass(frozen=True)
 class Recipe:
     """One training recipe (see the constructors: :func:`bf16`, :func:`current_scaling`,
-    :func:`delayed_scaling`, :func:`rowwise`, :func:`blockwise`, :func:`nvfp4`)."""
+    :func:`delayed_scaling`, :func:`rowwise`, :func:`blockwise`, :func:`nvfp4`,
+    :func:`mxfp8`, :func:`mxfp4`)."""
 
     name: str
     scaling: str
@@ -51,6 +58,7 @@ class Recipe:
     grad_rounding: str = "rn"
     hadamard: bool = False
     source: str = ""
+    scale_rounding: str = "floor"  # MX recipes: how the ue8m0 block scales are rounded
 
     def init(self):
         """The recipe's state: delayed scaling's amax histories ``{"x", "w", "g"}``
@@ -67,32 +75,56 @@ class Recipe:
           w: float weights ``[K, N]``.
           state: :meth:`init`'s pytree for delayed scaling (None otherwise). Its next
             value is its cotangent: ``jax.grad(loss, argnums=<state>)`` returns it.
-          key: a ``jax.random`` key; required with ``grad_rounding="stochastic"``.
+          key: a ``jax.random`` key for the backward's random numbers (stochastic
+            gradient rounding, the NVFP4 Hadamard signs), or None. The forward draws
+            nothing, so evaluation needs no key; differentiating a recipe that draws
+            without one is a ValueError. A recipe that draws nothing ignores a key.
+
+        The block-scaled recipes (``nvfp4``, ``mxfp8``, ``mxfp4``) take any M, K and N:
+        x and w are padded with zeros to multiples of :attr:`pad_to` (the k of the
+        recipe's instructions) and the output sliced: the bits of the recipe on the
+        zero-padded tensors (padded K contributes +0 products), as ``jaxmma.matmul``
+        pads a ragged K, stochastic rounding's random bits included.
 
         Raises:
-          ValueError: a missing key, a key without stochastic rounding, a state of the
-            wrong structure or amax history length, sizes the recipe's blocks do not
-            divide.
+          ValueError: a state of the wrong structure or amax history length, sizes the
+            fp8 ``blockwise`` recipe's 128-blocks do not divide; when differentiated, a
+            missing key where the backward draws.
         """
-        _check_key(self, key)
         _check_state(self, state)
         x, w = jnp.asarray(x), jnp.asarray(w)
         if w.ndim != 2 or x.ndim < 1 or x.shape[-1] != w.shape[0]:
             raise ValueError(f"x, w: expected x [..., K] and w [K, N], got {x.shape} and {w.shape}")
         lead, K, N = x.shape[:-1], w.shape[0], w.shape[1]
-        x2 = x.reshape(math.prod(lead), K).astype(F32)
-        _check_sizes(self, x2.shape[0], K, N)
+        M = math.prod(lead)
+        x2 = x.reshape(M, K).astype(F32)
+        _check_sizes(self, M, K, N)
         w32 = w.astype(F32)
+        key = _keys.used(self, key)
         if self.scaling == "none":
             y = _matmul(
                 x2, w32, instruction=self.forward, arch=self.arch,
                 dgrad_instruction=self.dgrad, wgrad_instruction=self.wgrad,
             )  # fmt: skip
-        elif self.scaling == "nvfp4":
-            y = _nvfp4.linear(self, x2, w32, key)
+        elif self.scaling in PADDED:
+            up = lambda n: -(-n // self.pad_to) * self.pad_to  # noqa: E731
+            xp = jnp.pad(x2, ((0, up(M) - M), (0, up(K) - K)))
+            wp = jnp.pad(w32, ((0, up(K) - K), (0, up(N) - N)))
+            linear = _nvfp4.linear if self.scaling == "nvfp4" else _mx.linear
+            y = linear(self, xp, wp, key)[:M, :N]
         else:
             y = _fp8.linear(self, x2, w32, state, key)
         return y.reshape(lead + (N,))
+
+    @property
+    def pad_to(self) -> int:
+        """The multiple the block-scaled recipes pad M, K and N to: the least common
+        multiple of their instructions' k (64 for the NVFP4 and MXFP4 forms, 32 for
+        MXFP8), which the blocks (16, 32) divide; 1 for the others."""
+        if self.scaling not in PADDED:
+            return 1
+        texts = dict.fromkeys((self.forward, self.dgrad, self.wgrad))
+        return math.lcm(*(resolve(t, self.arch).k for t in texts))
 
     def dot_general(self, state=None, *, key=None):
         """A ``jax.lax.dot_general`` stand-in running this recipe (the ``dot_general=``
@@ -124,20 +156,6 @@ def _recipe_dot_general(
     return out if preferred_element_type is None else out.astype(preferred_element_type)
 
 
-def _check_key(r: Recipe, key) -> None:
-    if r.grad_rounding == "stochastic" and key is None:
-        raise ValueError(
-            f"key: recipe {r.name!r} rounds gradients stochastically "
-            "(grad_rounding='stochastic') and needs a jax.random key: "
-            "recipe.matmul(x, w, state, key=jax.random.key(step))"
-        )
-    if r.grad_rounding != "stochastic" and key is not None:
-        raise ValueError(
-            f"key: recipe {r.name!r} rounds to nearest (grad_rounding='rn'); a key is used "
-            "only with grad_rounding='stochastic'"
-        )
-
-
 def _check_state(r: Recipe, state) -> None:
     if r.scaling != "delayed":
         if state is not None:
@@ -159,9 +177,9 @@ def _check_state(r: Recipe, state) -> None:
 
 
 def _check_sizes(r: Recipe, M: int, K: int, N: int) -> None:
-    need = {"block": _fp8.GROUP, "nvfp4": 64}.get(r.scaling)
-    if need is None:
+    if r.scaling != "block":
         return
+    need = _fp8.GROUP
     for name, n in (("M (tokens)", M), ("K", K), ("N", N)):
         if n % need:
             raise ValueError(
@@ -286,8 +304,10 @@ def nvfp4(*, arch="sm_100a", instruction=NVFP4, grad_rounding="stochastic",
     """NVIDIA's NVFP4 pretraining recipe (arXiv:2509.25149): e2m1 with a ue4m3 scale per
     16 and a float32 scale per tensor in fprop, dgrad and wgrad; weights in 16 x 16
     blocks, activations and gradients 1 x 16 along K; a 16 x 16 random Hadamard transform
-    on both wgrad inputs (``hadamard``); gradients rounded stochastically (a key per
-    step). Which layers stay in higher precision is the model's choice."""
+    on both wgrad inputs (``hadamard``, its signs from the step's key in either rounding
+    mode); gradients rounded stochastically (a key per step). Evaluation needs no key;
+    any M, K, N (zero-padded to multiples of 64). Which layers stay in higher precision
+    is the model's choice (docs/recipes.md)."""
     _choice("grad_rounding", grad_rounding, _scales.ROUNDINGS)
     if not isinstance(hadamard, bool):
         raise ValueError(f"hadamard: expected True or False, got {hadamard!r}")
@@ -298,4 +318,79 @@ def nvfp4(*, arch="sm_100a", instruction=NVFP4, grad_rounding="stochastic",
         "nvfp4", "nvfp4", instruction, instruction, instruction, arch,
         x_fmt="e2m1", w_fmt="e2m1", g_fmt="e2m1", grad_rounding=grad_rounding,
         hadamard=hadamard, source="NVIDIA NVFP4 pretraining (arXiv:2509.25149)",
+    )  # fmt: skip
+
+
+def _mx_recipe(name, source, *, arch, instructions, x_fmt, w_fmt, g_fmt, formats,
+               scale_rounding, grad_rounding, arg="instructions") -> Recipe:  # fmt: skip
+    for n, v in (("x_fmt", x_fmt), ("w_fmt", w_fmt), ("g_fmt", g_fmt)):
+        _choice(n, v, formats)
+    _choice("scale_rounding", scale_rounding, _quant.SCALE_ROUNDINGS)
+    _choice("grad_rounding", grad_rounding, _scales.ROUNDINGS)
+    want = {"forward": (x_fmt, w_fmt), "dgrad": (g_fmt, w_fmt), "wgrad": (x_fmt, g_fmt)}
+    for (gemm, (a, b)), text in zip(want.items(), instructions, strict=True):
+        ins = resolve(text, arch, name=arg)  # errors now, not at the first step
+        if ins.stype != "ue8m0" or ins.sparse or _scaling.block_size(ins) != _mx.BLOCK:
+            raise ValueError(
+                f"{arg}: the {gemm} GEMM needs a dense block-scaled form with ue8m0 "
+                f"scales per {_mx.BLOCK} (OCP MX), got {text}"
+            )
+        if (ins.atype, ins.btype) != (a, b):
+            raise ValueError(
+                f"{arg}: the {gemm} GEMM multiplies {a} by {b}; expected a .{a}.{b} "
+                f"form, got {text}"
+            )
+    return Recipe(
+        name, "mx", *instructions, arch, x_fmt=x_fmt, w_fmt=w_fmt, g_fmt=g_fmt,
+        grad_rounding=grad_rounding, source=source, scale_rounding=scale_rounding,
+    )  # fmt: skip
+
+
+def _three(instructions, default):
+    if instructions is None:
+        return default
+    if not (isinstance(instructions, tuple | list) and len(instructions) == 3):
+        raise TypeError(
+            "instructions: expected None or (forward, dgrad, wgrad) instruction texts, got "
+            f"{instructions!r}"[:300]
+        )
+    return tuple(instructions)
+
+
+def mxfp8(*, arch="sm_100a", x_fmt="e4m3", w_fmt="e4m3", g_fmt="e4m3", scale_rounding="floor",
+          grad_rounding="rn", instructions=None) -> Recipe:  # fmt: skip
+    """MXFP8 training (OCP MX v1.0; torchao's MX linear layer): every GEMM of the layer
+    on MXFP8 operands, each quantized along that GEMM's K in blocks of 32 with a ue8m0
+    scale (``scale_rounding``: ``"floor"``, the OCP rule and torchao's
+    ``ScaleCalculationMode.FLOOR``; ``"ceil"``, amax / max rounded up to a power of two,
+    as torchao's ``RCEIL``). fprop x along K and w along K; dgrad G along N and w
+    quantized again along N; wgrad x and G along M. Elements rounded to nearest,
+    saturating; G to nearest or stochastically (``grad_rounding``, a key per step).
+
+    ``instructions``: ``(forward, dgrad, wgrad)`` texts instead of the ``tcgen05.mma
+    kind::mxf8f6f4`` forms of sm_100a (e.g. sm_120a's block-scaled ``mma.sync`` with
+    ``arch="sm_120a"``, docs/recipes.md); formats ``"e4m3"`` or ``"e5m2"`` per tensor
+    (torchao's default: e4m3 for all three). Any M, K, N (zero-padded to multiples of
+    32)."""
+    default = (MXFP8.format(a=x_fmt, b=w_fmt), MXFP8.format(a=g_fmt, b=w_fmt),
+               MXFP8.format(a=x_fmt, b=g_fmt))  # fmt: skip
+    return _mx_recipe(
+        "mxfp8", "OCP MX v1.0 MXFP8 (torchao MX training)", arch=arch,
+        instructions=_three(instructions, default), x_fmt=x_fmt, w_fmt=w_fmt, g_fmt=g_fmt,
+        formats=FP8_FORMATS, scale_rounding=scale_rounding, grad_rounding=grad_rounding,
+    )  # fmt: skip
+
+
+def mxfp4(*, arch="sm_100a", instruction=MXFP4, scale_rounding="floor",
+          grad_rounding="rn") -> Recipe:  # fmt: skip
+    """MXFP4 training (OCP MX v1.0; torchao's MX linear layer with ``float4_e2m1fn_x2``):
+    :func:`mxfp8`'s GEMMs and blocks with e2m1 elements, on ``instruction`` for all three
+    (default the ``tcgen05.mma kind::mxf4`` form of sm_100a; sm_120a's block-scaled
+    ``mma.sync`` ``kind::mxf4`` with ``arch="sm_120a"``). Any M, K, N (zero-padded to
+    multiples of 64)."""
+    return _mx_recipe(
+        "mxfp4", "OCP MX v1.0 MXFP4 (torchao MX training)", arch=arch,
+        instructions=(instruction,) * 3, x_fmt="e2m1", w_fmt="e2m1", g_fmt="e2m1",
+        formats=("e2m1",), scale_rounding=scale_rounding, grad_rounding=grad_rounding,
+        arg="instruction",
     )  # fmt: skip
