@@ -4,7 +4,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from _suite import params
+from _suite import full_sweep, params
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -39,7 +39,7 @@ def _layouts(ins):
 
 
 @pytest.mark.parametrize("ins", params(FORMS, _layouts, ids=lambda i: i.text))
-@settings(max_examples=3, deadline=None)
+@settings(max_examples=3 if full_sweep() else 1, deadline=None)  # one per quick run
 @given(seed=st.integers(0, 2**32 - 1))
 def test_round_trips(ins, seed):
     rng = np.random.default_rng(seed)
