@@ -7,6 +7,7 @@ from . import presets as presets
 from . import quant as quant
 from . import recipes as recipes
 from . import sparse as sparse
+from .gemm._config import GemmOptions as GemmOptions
 from .gemm._gemm import DefaultArchWarning as DefaultArchWarning
 from .gemm._gemm import dot_general as dot_general
 from .gemm._gemm import matmul as matmul
@@ -24,6 +25,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "DefaultArchWarning",
+    "GemmOptions",
     "Instruction",
     "all_instructions",
     "dot_general",

@@ -24,27 +24,28 @@ values the instruction reads.
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import math
 import warnings
+from collections.abc import Callable
+from typing import Any
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.typing import ArrayLike, DTypeLike
 
 from ..arith import _numerics
 from ..bits import _doubles, _formats, _values
 from ..instructions._instruction import Instruction
-from ..instructions._instruction import instruction as _parse_text
 from ..models import _models
 from ..operands import _operands, _quant, _scaling, _sparse
+from ..operands._quant import Quantized
 from ..spec._ptx import shown as _shown
 from ..util import _errors, _shapes, _ste
-from . import _block_scaled, _kernel, _native, _options, _pallas
-
-#: opcodes whose instruction is a matrix product
-PRODUCTS = ("mma", "wmma.mma", "wgmma.mma_async", "tcgen05.mma")
+from . import _block_scaled, _kernel, _native, _pallas
+from ._config import FIELDS, Config, GemmOptions, merge, resolve, validate
+from ._config import config as config  # the tests' and benchmarks' name for it
 
 
 class DefaultArchWarning(UserWarning):
@@ -68,117 +69,6 @@ def warn_default_arch(instruction, arch, ins: Instruction) -> None:
         DefaultArchWarning,
         stacklevel=3,
     )
-
-
-@functools.lru_cache(maxsize=512)
-def _parse(text: str, arch: str | None) -> Instruction:
-    return _parse_text(text, arch)
-
-
-def _parse_named(text: str, arch: str | None, name: str) -> Instruction:
-    """:func:`_parse`, its errors naming the argument ``name`` (those of ``arch`` name it)."""
-    try:
-        return _parse(text, arch)
-    except ValueError as e:
-        if str(e).startswith(("arch", name)):
-            raise
-        raise ValueError(f"{name}: {e}") from None
-
-
-def resolve(instruction, arch=None, *, name: str = "instruction") -> Instruction:
-    """``instruction`` (text or :class:`Instruction`) for ``arch`` (None: its own); errors
-    name the argument ``name``."""
-    if arch is not None and not isinstance(arch, str):
-        raise TypeError(f"arch: expected None or a str such as 'sm_90', got {type(arch).__name__}")
-    if isinstance(instruction, str):
-        ins = _parse_named(instruction, arch, name)
-    elif isinstance(instruction, Instruction):
-        ins = instruction
-        if arch is not None and arch != ins.arch:
-            ins = _parse_named(ins.text, arch, name)
-    else:
-        raise TypeError(
-            f"{name}: expected PTX text or a jaxmma.Instruction, got {type(instruction).__name__}"
-        )
-    if ins.opcode not in PRODUCTS:
-        raise ValueError(
-            f"{name}: {ins.text!r} has no matrix product; expected one of "
-            f"{', '.join(PRODUCTS)} (with .sp and .block_scale forms)"
-        )
-    if ins.negate_a or ins.negate_b:
-        raise ValueError(
-            f"{name}: {ins.text!r} negates A or B (idesc bits 13-14); a GEMM takes "
-            "the instruction without negation (negate the operand instead): allowed: "
-            "negate_a=False, negate_b=False"
-        )
-    return ins
-
-
-@dataclasses.dataclass(frozen=True)
-class Config:
-    """The static configuration of one GEMM (hashable: a ``jit`` static argument)."""
-
-    ins: Instruction
-    promote_every: int | None = None
-    dgrad_ins: Instruction | None = None  # dA = G @ B^T (None: the exact product)
-    wgrad_ins: Instruction | None = None  # dB = A^T @ G (None: the exact product)
-    path: str = "auto"  # _pallas.MODE when configured: which implementation runs it
-    native: bool = False  # the device's own tensor cores run it (see _native)
-
-    @property
-    def text(self) -> str:
-        return self.ins.text
-
-    @property
-    def grad_ins(self) -> Instruction | None:
-        """An instruction of the gradient GEMMs, if any runs emulated."""
-        return self.dgrad_ins or self.wgrad_ins
-
-
-def _grad_form(name: str, instruction, ins: Instruction) -> Instruction | None:
-    """A gradient GEMM's instruction: text on the forward's arch, an Instruction on its own."""
-    if instruction is None:
-        return None
-    grad = resolve(instruction, ins.arch if isinstance(instruction, str) else None, name=name)
-    if grad.sparse or grad.stype:
-        raise ValueError(
-            f"{name}: expected a dense mma form for the gradient GEMMs, got {grad.text!r}"
-        )
-    return grad
-
-
-def config(
-    instruction,
-    arch=None,
-    promote_every=None,
-    grad_instruction=None,
-    executor="auto",
-    dgrad_instruction=None,
-    wgrad_instruction=None,
-) -> Config:
-    ins = resolve(instruction, arch)
-    if ins.atype == "f64" and not jax.config.jax_enable_x64:  # before any f64 array is made
-        raise ValueError(f"instruction: {ins.text} computes in .f64{_errors.X64_HINT}")
-    if promote_every is not None:
-        if isinstance(promote_every, bool) or not isinstance(promote_every, (int, np.integer)):
-            raise TypeError(
-                f"promote_every: expected None or a positive int, got {promote_every!r}"
-            )
-        if promote_every <= 0:
-            raise ValueError(
-                f"promote_every: expected None or a positive number of k-steps, got {promote_every}"
-            )
-        if ins.dtype != "f32":
-            raise ValueError(
-                f"promote_every: promotion adds into an f32 total; {ins.text} has "
-                f".{ins.dtype} accumulators (allowed only with .f32)"
-            )
-        promote_every = int(promote_every)
-    grad = _grad_form("grad_instruction", grad_instruction, ins)
-    dgrad = _grad_form("dgrad_instruction", dgrad_instruction, ins) or grad
-    wgrad = _grad_form("wgrad_instruction", wgrad_instruction, ins) or grad
-    native = _native.choose(executor, ins, promote_every)
-    return Config(ins, promote_every, dgrad, wgrad, _pallas.MODE, native)
 
 
 # ---------------------------------------------------------------------------------------
@@ -490,34 +380,35 @@ def _gemm_values(cfg: Config, A, B, C, q):
 
 
 def matmul(
-    A,
-    B,
-    C=None,
+    A: ArrayLike | Quantized,
+    B: ArrayLike | Quantized,
+    C: ArrayLike | None = None,
     *,
-    instruction,
-    arch=None,
-    promote_every=None,
-    quantize=None,
-    grad_instruction=None,
-    dgrad_instruction=None,
-    wgrad_instruction=None,
-    executor="auto",
-    check=None,
-    split_k=None,
-    k_tile=None,
-    split_rule=None,
-    split_reduce=None,
-    input_rounding=None,
-    rounding=None,
-    key=None,
-    epilogue=None,
-    alpha=None,
-    beta=None,
-    out_dtype=None,
-    convert_inputs=None,
-    scale_a=None,
-    scale_b=None,
-):
+    instruction: str | Instruction | None = None,
+    options: GemmOptions | None = None,
+    arch: str | None = None,
+    promote_every: int | None = None,
+    quantize: Callable[..., Quantized] | None = None,
+    grad_instruction: str | Instruction | None = None,
+    dgrad_instruction: str | Instruction | None = None,
+    wgrad_instruction: str | Instruction | None = None,
+    executor: str = "auto",
+    check: bool | None = None,
+    split_k: int | None = None,
+    k_tile: int | None = None,
+    split_rule: str | None = None,
+    split_reduce: str | tuple[Any, Any] | None = None,
+    input_rounding: str | None = None,
+    rounding: str | None = None,
+    key: ArrayLike | None = None,
+    epilogue: str | None = None,
+    alpha: float | None = None,
+    beta: float | None = None,
+    out_dtype: DTypeLike | None = None,
+    convert_inputs: str | None = None,
+    scale_a: ArrayLike | None = None,
+    scale_b: ArrayLike | None = None,
+) -> jax.Array:
     """``D = A @ B + C`` computed as a GEMM kernel built on one PTX instruction computes it.
 
     Every ``m x n`` tile of D starts from C and chains ``instruction`` over the k-steps in
@@ -544,7 +435,12 @@ def matmul(
         as a kernel's epilogue does.
       instruction: PTX text of an ``mma`` / ``mma.sp`` / block-scaled ``mma`` /
         ``wmma.mma`` / ``wgmma.mma_async`` / ``tcgen05.mma`` form, or a
-        :class:`jaxmma.Instruction`.
+        :class:`jaxmma.Instruction` (required unless ``options`` names it).
+      options: a :class:`jaxmma.GemmOptions` holding the configuration keywords below
+        (all but ``rounding``, the alias, and the arrays ``key``, ``scale_a``,
+        ``scale_b``); the same bits as those keywords. A keyword given beside it must
+        agree with its field (``ValueError`` naming both); one left at its default takes
+        the field's value.
       arch: the architecture whose arithmetic is emulated. Omitted with instruction text,
         the newest architecture that runs the form is emulated and a
         :class:`jaxmma.DefaultArchWarning` names it (once per form); an
@@ -611,8 +507,9 @@ def matmul(
     Raises:
       ValueError: bad shapes, an instruction without a matrix product, a bad
         ``promote_every``, an ``arch`` that cannot run the form, a non-structured sparse A,
-        ``check`` on a dense form.
-      TypeError: an operand dtype the instruction cannot take; ``check`` not a bool.
+        ``check`` on a dense form, a keyword that differs from ``options``.
+      TypeError: an operand dtype the instruction cannot take; ``check`` not a bool;
+        neither ``instruction`` nor ``options``; ``options`` not a GemmOptions.
 
     Example:
       >>> import jax.numpy as jnp, jaxmma
@@ -622,29 +519,23 @@ def matmul(
       >>> D.shape, D.dtype, float(D[0, 0])
       ((40, 24), dtype('float32'), 100.0)
     """
-    cfg = config(
-        instruction, arch, promote_every, grad_instruction, executor, dgrad_instruction,
-        wgrad_instruction,
+    given = dict(
+        instruction=instruction, arch=arch, promote_every=promote_every, executor=executor,
+        grad_instruction=grad_instruction, dgrad_instruction=dgrad_instruction,
+        wgrad_instruction=wgrad_instruction, split_k=split_k, k_tile=k_tile,
+        split_rule=split_rule, split_reduce=split_reduce, input_rounding=input_rounding,
+        epilogue=epilogue, alpha=alpha, beta=beta, out_dtype=out_dtype,
+        convert_inputs=convert_inputs, quantize=quantize, check=check,
     )  # fmt: skip
+    fields = merge(options, given, rounding)
+    cfg, opts = validate(**fields)
     ins = cfg.ins
-    warn_default_arch(instruction, arch, ins)
+    warn_default_arch(fields["instruction"], fields["arch"], ins)
+    quantize, check, convert_inputs = fields["quantize"], fields["check"], fields["convert_inputs"]
     for name, x in (("A", A), ("B", B)):
         _values.check_numeric(x, name)
     for name, x in (("C", C), ("scale_a", scale_a), ("scale_b", scale_b)):
         _values.check_array_like(x, name)
-    _check_flag(ins, check)
-    if rounding is not None:
-        if input_rounding is not None and input_rounding != rounding:
-            raise ValueError(
-                f"rounding: the same option as input_rounding; got rounding={rounding!r} "
-                f"and input_rounding={input_rounding!r} (give one)"
-            )
-        input_rounding = rounding
-    opts = _options.kernel_options(
-        ins, split_k=split_k, k_tile=k_tile, split_rule=split_rule, split_reduce=split_reduce,
-        input_rounding=input_rounding, epilogue=epilogue, alpha=alpha, beta=beta,
-        out_dtype=out_dtype, convert_inputs=convert_inputs,
-    )  # fmt: skip
     _kernel.check_key(opts, key)
     if not ins.stype and convert_inputs is None:  # doubles: rounded once, in the GEMM's mode
         mode = None if opts is None else opts.input_rounding
@@ -656,30 +547,18 @@ def matmul(
     if opts is not None or scale_a is not None or scale_b is not None:
         return _kernel.matmul(
             cfg, opts, A, B, C, scale_a, scale_b, chain=gemm_bits,
-            check_shapes=_check_shapes, quantize=quantize, key=key,
+            check_shapes=_check_shapes, key=key,
         )  # fmt: skip
     q = None
     if ins.stype:
         A, B, q = _quantize_operands(ins, A, B, quantize)
         _check_shapes(ins, q[0].elements, q[1].elements, None if C is None else jnp.asarray(C))
     else:
-        if quantize is not None:
-            raise ValueError(f"quantize: only block-scaled forms quantize; {ins.text} does not")
         A, B = jnp.asarray(A), jnp.asarray(B)
         _check_shapes(ins, A, B, None if C is None else jnp.asarray(C))
         if ins.sparse and (check or not _errors.is_traced(A)):
             _check_structure(ins, A)
     return _gemm_values(cfg, A, B, C, q)
-
-
-def _check_flag(ins, check) -> None:
-    if check is not None and not isinstance(check, (bool, np.bool_)):
-        raise TypeError(f"check: expected None, True or False, got {check!r}")
-    if check is not None and not ins.sparse:
-        raise ValueError(
-            f"check: only sparse (mma.sp) forms have values to check; {ins.text} has none "
-            "(allowed: None)"
-        )
 
 
 def _check_structure(ins, A):
@@ -694,7 +573,7 @@ def _check_structure(ins, A):
     _sparse.validate(ins, jnp.swapaxes(tiles, -2, -3))  # [..., M / m, K / k, m, k]
 
 
-def _host_double(ins, x, name: str, kwargs):
+def _host_double(ins, x, name: str, fields):
     """dot_general's operand: host doubles as a NumPy float64 array (float32 where the
     quantizers take them), checked by the rule matmul applies; others as jax arrays."""
     if ins.stype:
@@ -702,7 +581,7 @@ def _host_double(ins, x, name: str, kwargs):
     if not _doubles.is_host_double(x):
         return jnp.asarray(x)
     fmt = ins.atype if name == "lhs" else ins.btype
-    mode = kwargs.get("input_rounding") or kwargs.get("rounding") or "rn"
+    mode = fields["input_rounding"] or "rn"
     if fmt not in ("b1", "s32", "f64") and mode in _doubles.ROUNDINGS:
         sat = fmt in _operands.SATURATE
         _doubles.prepare(x, _formats.FORMATS[fmt], mode, sat, name)  # its errors
@@ -710,18 +589,19 @@ def _host_double(ins, x, name: str, kwargs):
 
 
 def dot_general(
-    lhs,
-    rhs,
-    dimension_numbers,
-    precision=None,
-    preferred_element_type=None,
+    lhs: ArrayLike,
+    rhs: ArrayLike,
+    dimension_numbers: tuple[tuple[Any, Any], tuple[Any, Any]],
+    precision: Any = None,
+    preferred_element_type: DTypeLike | None = None,
     *,
-    instruction,
-    arch=None,
-    promote_every=None,
-    out_sharding=None,
-    **kwargs,
-):
+    instruction: str | Instruction | None = None,
+    options: GemmOptions | None = None,
+    arch: str | None = None,
+    promote_every: int | None = None,
+    out_sharding: jax.sharding.Sharding | jax.sharding.PartitionSpec | None = None,
+    **kwargs: Any,
+) -> jax.Array:
     """``jax.lax.dot_general`` computed by :func:`matmul` on ``instruction``.
 
     Any contracting and batch dimensions; the output dims are (batch, lhs free, rhs
@@ -733,7 +613,8 @@ def dot_general(
     ``functools.partial(jaxmma.dot_general, instruction=..., arch=...)``. Further keyword
     arguments (``quantize``, ``grad_instruction``, ``dgrad_instruction``,
     ``wgrad_instruction``, ``rounding``, ``key``, ``executor``, ``check``, the kernel
-    options) go to :func:`matmul`.
+    options) go to :func:`matmul`; ``options=jaxmma.GemmOptions(...)`` holds them all
+    (with ``instruction``, ``arch`` and ``promote_every``), as for :func:`matmul`.
 
     Example:
       >>> import functools, jax, jax.numpy as jnp, jaxmma
@@ -761,10 +642,13 @@ def dot_general(
             ) from None
     _values.check_numeric(lhs, "lhs")
     _values.check_numeric(rhs, "rhs")
-    ins = resolve(instruction, arch)
+    given = {k: kwargs.pop(k) for k in FIELDS if k in kwargs}
+    given.update(instruction=instruction, arch=arch, promote_every=promote_every)
+    fields = merge(options, given, kwargs.pop("rounding", None))
+    ins = resolve(fields["instruction"], fields["arch"])
     # doubles stay doubles on the host (matmul rounds them once, in its mode); their
     # errors name lhs and rhs
-    lhs, rhs = (_host_double(ins, x, n, kwargs) for x, n in ((lhs, "lhs"), (rhs, "rhs")))
+    lhs, rhs = (_host_double(ins, x, n, fields) for x, n in ((lhs, "lhs"), (rhs, "rhs")))
     (lc, rc), (lb, rb) = _dimension_numbers(dimension_numbers, lhs, rhs)
     lf = [d for d in range(lhs.ndim) if d not in lc and d not in lb]
     rf = [d for d in range(rhs.ndim) if d not in rc and d not in rb]
@@ -773,7 +657,7 @@ def dot_general(
     xp = lambda x: np if isinstance(x, np.ndarray) else jnp  # noqa: E731
     L = xp(lhs).transpose(lhs, lb + lf + lc).reshape(batch + (size(lhs, lf), size(lhs, lc)))
     R = xp(rhs).transpose(rhs, rb + rc + rf).reshape(batch + (size(rhs, rc), size(rhs, rf)))
-    D = matmul(L, R, instruction=instruction, arch=arch, promote_every=promote_every, **kwargs)
+    D = matmul(L, R, **fields, **kwargs)
     D = D.reshape(batch + tuple(lhs.shape[d] for d in lf) + tuple(rhs.shape[d] for d in rf))
     if preferred_element_type is not None:
         D = D.astype(preferred_element_type)

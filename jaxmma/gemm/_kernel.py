@@ -197,7 +197,7 @@ def check_key(opts, key):
     return key
 
 
-def matmul(cfg, opts, A, B, C, scale_a, scale_b, *, chain, check_shapes, quantize, key=None):
+def matmul(cfg, opts, A, B, C, scale_a, scale_b, *, chain, check_shapes, key=None):
     """:func:`jaxmma.matmul` with kernel options (``opts``) or fp8 scales."""
     ins = cfg.ins
     opts = DEFAULT if opts is None else opts
@@ -210,8 +210,6 @@ def matmul(cfg, opts, A, B, C, scale_a, scale_b, *, chain, check_shapes, quantiz
         ]
         name = ", ".join(given) if given else "scale_a"
         raise ValueError(f"{name}: not modelled for {form} forms ({ins.text})")
-    if quantize is not None:
-        raise ValueError(f"quantize: only block-scaled forms quantize; {ins.text} does not")
     if cfg.grad_ins is not None:
         raise ValueError("grad_instruction: not combined with kernel options or fp8 scales")
     if opts.convert_inputs is not None:  # the dtypes given, before JAX converts doubles

@@ -34,7 +34,7 @@ import numpy as np
 
 from ..bits import _doubles, _formats
 from ..operands import _quant, _scaling
-from . import _gemm
+from . import _config, _gemm
 
 F32 = jnp.float32
 #: element dtypes (ml_dtypes names, as jax.nn takes them) -> formats of the instructions
@@ -113,9 +113,9 @@ def _pick(afmt, bfmt, stype, block, *, instruction, arch, names, block_name=None
                 f"{bad}: float8_e4m3fn (ue4m3) scales are NVFP4's and take float4_e2m1fn "
                 f"elements only (kind::mxf4nvf4), got {got}"
             )
-        ins = _gemm.resolve(FORMS[stype].format(a=afmt, b=bfmt), arch)
+        ins = _config.resolve(FORMS[stype].format(a=afmt, b=bfmt), arch)
     else:
-        ins = _gemm.resolve(instruction, arch)
+        ins = _config.resolve(instruction, arch)
         if not ins.stype or ins.sparse:
             raise ValueError(
                 f"instruction: expected a dense block-scaled mma form (kind::mxf8f6f4, "
@@ -338,7 +338,7 @@ def scaled_matmul(
     lhs_scales, rhs_scales = jnp.asarray(lhs_scales), jnp.asarray(rhs_scales)
     block = _check_matmul_shapes(lhs, rhs, lhs_scales, rhs_scales)
     out_dtype = _out_dtype(preferred_element_type, "scaled_matmul")
-    ins = None if instruction is None else _gemm.resolve(instruction, arch)
+    ins = None if instruction is None else _config.resolve(instruction, arch)
     fa, fb = _element_format("lhs", lhs, ins), _element_format("rhs", rhs, ins)
     st = (
         _scale_format("lhs_scales", lhs_scales, ins),
