@@ -81,8 +81,8 @@ def trainer(rec):
 
     def loss(p, x, y, key):
         k1, k2 = jax.random.split(key)
-        h = jax.nn.relu(dot(x, p[0], k1) + p[1])
-        z = dot(h, p[2], k2) + p[3]
+        h = jax.nn.relu(dot(x, p[0], k1) + p[1][None])
+        z = dot(h, p[2], k2) + p[3][None]
         nll = jax.nn.logsumexp(z, -1) - jnp.take_along_axis(z, y[:, None], -1)[:, 0]
         return jnp.mean(nll), jnp.mean(jnp.argmax(z, -1) == y)
 
