@@ -2,6 +2,9 @@ PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+# `make demo` installs only the demo extra (a few seconds); `make test` the test extra,
+# which holds everything the demo needs, so a tested venv also runs the demo
+DEMO_STAMP := $(VENV)/.installed-demo
 # faster XLA:CPU compilation of the many small programs; results are bit-identical
 FAST_XLA := --xla_backend_optimization_level=0 --xla_llvm_disable_expensive_passes=true
 
@@ -19,9 +22,14 @@ $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q -e ".[test]"
-	touch $(STAMP)
+	touch $(STAMP) $(DEMO_STAMP)
 
-demo: $(STAMP)
+$(DEMO_STAMP): pyproject.toml
+	$(PY) -m venv $(VENV)
+	$(BIN)/python -m pip install -q -e ".[demo]"
+	touch $(DEMO_STAMP)
+
+demo: $(DEMO_STAMP)
 	$(JAX_CACHE) XLA_FLAGS="$(FAST_XLA)" $(BIN)/python -m jaxmma
 
 lint: $(STAMP)

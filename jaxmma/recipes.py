@@ -1,6 +1,6 @@
 """Low-precision training recipes over jaxmma.matmul: fp8 (per-tensor current and
 delayed scaling, row-wise, DeepSeek-V3 block-wise), NVFP4, MXFP8 and MXFP4 (OCP MX),
-loss scaling (docs/recipes.md)."""
+loss scaling, numerics statistics (docs/recipes.md)."""
 
 from .training._loss_scale import all_finite as all_finite
 from .training._loss_scale import dynamic_init as dynamic_init
@@ -20,9 +20,12 @@ from .training._recipes import nvfp4 as nvfp4
 from .training._recipes import rowwise as rowwise
 from .training._scales import amax as amax
 from .training._scales import scale_from_amax as scale_from_amax
+from .training._stats import Stats as Stats
+from .training._stats import stats as stats
 
 __all__ = [
     "Recipe",
+    "Stats",
     "all_finite",
     "amax",
     "bf16",
@@ -39,5 +42,6 @@ __all__ = [
     "rowwise",
     "scale_from_amax",
     "scale_loss",
+    "stats",
     "unscale",
 ]

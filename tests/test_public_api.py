@@ -120,6 +120,7 @@ def _calls():
         "layouts.scale_shapes": ((_ins(MX),), {}),
         "recipes.all_finite": (({"a": _x(2)},), {}),
         "recipes.amax": ((_x(2),), {}),
+        "recipes.stats": ((_x(2), "e4m3"), {}),
         "recipes.bf16": ((), {}),
         "recipes.blockwise": ((), {}),
         "recipes.current_scaling": ((), {}),
