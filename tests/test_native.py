@@ -237,9 +237,7 @@ def test_kernel_options_chain_through_the_native_kernel(P, options):
         calls.append(cfg.native)
         return _gemm.gemm_bits(cfg, a, b, c)
 
-    got = _kernel.matmul(
-        cfg, opts, A, B, C, sa, sb, chain=chain, check_shapes=_gemm._check_shapes, quantize=None
-    )
+    got = _kernel.matmul(cfg, opts, A, B, C, sa, sb, chain=chain, check_shapes=_gemm._check_shapes)
     want = jaxmma.matmul(
         A, B, C, instruction=MMA_BF16, arch="sm_90", promote_every=P, executor="emulate",
         scale_a=sa, scale_b=sb, **kw,
@@ -301,9 +299,7 @@ def test_scale_recipes_multiply_in_the_kernel_as_the_emulation_after_it(
     ins = jaxmma.instruction(text, arch=arch)
     opts = _options.kernel_options(ins, **kw)
     cfg = dataclasses.replace(_gemm.config(text, arch, P), native=True)
-    got = _kernel.matmul(
-        cfg, opts, A, B, C, sa, sb, chain=None, check_shapes=_gemm._check_shapes, quantize=None
-    )
+    got = _kernel.matmul(cfg, opts, A, B, C, sa, sb, chain=None, check_shapes=_gemm._check_shapes)
     want = jaxmma.matmul(
         A, B, C, instruction=text, arch=arch, promote_every=P, executor="emulate",
         scale_a=sa, scale_b=sb, **kw,
