@@ -65,7 +65,19 @@ def pytest_report_header(config):
     return f"jaxmma: {mode}, JAXMMA_TEST_SEED={seed()}"
 
 
+#: test files whose tests take longest (a child process, notebook kernels, eager calls):
+#: run first, so the two workers' last tests are short ones and finish together
+LONG_FIRST = ("test_x64.py", "test_notebooks.py", "test_eager_sparse.py", "test_golden.py")
+
+
+def _long_first(items):
+    rank = {name: i for i, name in enumerate(LONG_FIRST)}
+    key = lambda it: rank.get(it.nodeid.split("::", 1)[0].rsplit("/", 1)[-1], len(rank))  # noqa: E731
+    items[:] = sorted(items, key=key)  # stable: the rest keep their order
+
+
 def pytest_collection_modifyitems(config, items):
+    _long_first(items)
     if full_sweep():
         return
     keep, drop = [], []

@@ -101,6 +101,7 @@ def test_scale_input_d_truncates_the_scaled_c_with_the_products():
         assert np.array_equal(_bits(got), _bits(want)), s
 
 
+@pytest.mark.full  # the sparse form takes scale_input_d as the dense ones above do
 def test_scale_input_d_sparse():
     ins = jaxmma.instruction("tcgen05.mma.sp.cta_group::1.kind::f16.m128n8k32.f32.bf16.bf16")
     rng = np.random.default_rng(5)
