@@ -5,7 +5,7 @@ between the quick run (``make test``) and the full sweep (``make test-all``).
   ``JAXMMA_FULL=1``.
 * The quick run deselects the tests marked ``full`` (the same model checked again at more
   shapes, forms or seeds) and checks a sample of each golden file: one record of every
-  opcode and shape per file, drawn with ``JAXMMA_TEST_SEED``. Of every other
+  opcode per file (the shape drawn with ``JAXMMA_TEST_SEED``). Of every other
   parametrized test it keeps one case in ``_suite.CASE_SHARE`` (at least one), drawn with
   the same seed, unless the test is marked ``every_case`` (the notebooks, the hardware
   golden files, the cheap table-driven checks) or its cases were drawn by hand

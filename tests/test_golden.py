@@ -2,8 +2,8 @@
 
 The inputs are regenerated from each record's seed (their CRC32 is checked); the
 hardware outputs are compared bit for bit, NaN payloads and signed zeros included. The quick
-run checks one record of every opcode and shape of each file, drawn with the run's seed; the
-full sweep (``--full``) checks every record.
+run checks one record of every opcode of each file (another shape from day to day), drawn
+with the run's seed; the full sweep (``--full``) checks every record.
 """
 
 import glob
@@ -37,7 +37,7 @@ def test_emulator_matches_hardware(path):
     failures = []
     records = sample(
         _golden.load_golden(path),
-        key=lambda r: (r.instruction().opcode, r.instruction().shape),
+        key=lambda r: r.instruction().opcode,
         salt=os.path.basename(path),
     )
     assert records
