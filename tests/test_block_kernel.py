@@ -7,6 +7,7 @@ import functools
 import jax
 import numpy as np
 import pytest
+from _block_inputs import raw_c
 
 import jaxmma
 from jaxmma.gemm import _block_kernel, _block_scaled, _gemm
@@ -24,10 +25,6 @@ MXFP4 = (
     "mma.sync.aligned.m16n8k64.row.col.kind::mxf4.block_scale.scale_vec::2X.f32.e2m1.e2m1.f32.ue8m0"
 )
 SPECIAL_SCALES = np.array([0x00, 0x01, 0x38, 0x7F, 0x80, 0xB8, 0xFE, 0xFF], np.uint32)
-SPECIAL_C = np.array(
-    [0, 0x80000000, 0x7F800000, 0xFF800000, 0x7FC00001, 0xFFFFFFFF, 1, 0x80000001, 0x7F7FFFFF],
-    np.uint32,
-)
 
 
 def _ins(text):
@@ -73,16 +70,8 @@ def _operands(text, rng, lead, M, N, K, wild=0.03):
     SA[wild_a] = rng.choice(SPECIAL_SCALES, wild_a.sum())
     SB[wild_b] = rng.choice(SPECIAL_SCALES, wild_b.sum())
     SA[..., 1, :] = rng.integers(0, 256, SA.shape[-1])  # full range: truncated groups
-    C = rng.standard_normal(lead + (M, N)).astype(np.float32)
-    C *= rng.choice(np.array([0, 1e-40, 1e-6, 1, 1e4, 1e37], np.float32), C.shape)
-    C = C.view(np.uint32)
-    special = rng.random(C.shape) < 0.1
-    C[special] = rng.choice(SPECIAL_C, special.sum())
-    C[..., 2, :] = rng.integers(0, 2**32, N, dtype=np.uint64).astype(np.uint32)
+    C = raw_c(rng, lead + (M, N))
     A[..., 3, :] = 0  # C alone: subnormal C passes through the chain
-    C[..., 3, :] = rng.integers(1, 1 << 23, N, dtype=np.uint32) | np.uint32(0x80000000) * (
-        np.arange(N) % 2 == 0
-    )
     return A, B, C, SA, SB
 
 

@@ -8,6 +8,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from _block_inputs import raw_c
 
 import jaxmma
 from jaxmma.gemm import _block_scaled, _gemm
@@ -26,10 +27,6 @@ MXFP4 = (
 GROUP_FORMS = (NVFP4, MXF4NVF4_2X, MXFP4)
 
 SPECIAL_SCALES = np.array([0x00, 0x01, 0x38, 0x7F, 0x80, 0xB8, 0xFE, 0xFF], np.uint32)
-SPECIAL_C = np.array(
-    [0, 0x80000000, 0x7F800000, 0xFF800000, 0x7FC00001, 0xFFFFFFFF, 1, 0x80000001, 0x7F7FFFFF],
-    np.uint32,
-)
 
 
 def _cfg(text):
@@ -76,16 +73,8 @@ def _operands(text, rng, lead, M, N, K):
     SA[wild_a] = rng.choice(SPECIAL_SCALES, wild_a.sum())
     SB[wild_b] = rng.choice(SPECIAL_SCALES, wild_b.sum())
     SA[..., 1, :] = rng.integers(0, 256, SA.shape[-1])  # full range: truncated groups
-    C = rng.standard_normal(lead + (M, N)).astype(np.float32)
-    C *= rng.choice(np.array([0, 1e-40, 1e-6, 1, 1e4, 1e37], np.float32), C.shape)
-    C = C.view(np.uint32)
-    special = rng.random(C.shape) < 0.1
-    C[special] = rng.choice(SPECIAL_C, special.sum())
-    C[..., 2, :] = rng.integers(0, 2**32, N, dtype=np.uint64).astype(np.uint32)
+    C = raw_c(rng, lead + (M, N))
     A[..., 3, :] = 0  # C alone: subnormal C passes through the chain
-    C[..., 3, :] = rng.integers(1, 1 << 23, N, dtype=np.uint32) | np.uint32(0x80000000) * (
-        np.arange(N) % 2 == 0
-    )
     return A, B, C, SA, SB
 
 
@@ -147,21 +136,6 @@ def test_saturated_products_and_extreme_scales():
         _same(text, A, B, C, SA, SB)
 
 
-def test_matmul_takes_the_fast_path_with_the_same_values():
-    """Through the public matmul (f32 inputs quantized inside): the executor is chosen
-    automatically, and forcing the per-step chain gives the same values."""
-    kx, ky = jax.random.split(jax.random.key(0))
-    x = jax.random.normal(kx, (32, 200), jnp.float32)
-    w = jax.random.normal(ky, (200, 24), jnp.float32)
-    run = lambda: np.asarray(  # noqa: E731
-        jax.jit(lambda x, w: jaxmma.matmul(x, w, instruction=NVFP4, arch="sm_120a"))(x, w)
-    )
-    fast = run()
-    with _block_scaled.path("emulate"):
-        slow = run()
-    np.testing.assert_array_equal(fast.view(np.uint32), slow.view(np.uint32))
-
-
 def test_path_rejects_unknown_modes():
     with pytest.raises(ValueError, match="mode: expected one of auto, emulate"):
         with _block_scaled.path("fast"):
@@ -220,17 +194,9 @@ def _mx_operands(text, rng, lead, M, N, K):
     SA[..., 11, :] = 0x00  # products far below e_zero
     SA[..., 12, :] = 0xFE  # overflow to Inf in some steps
     SB[..., :, 7] = 0xFE
-    C = rng.standard_normal(lead + (M, N)).astype(np.float32)
-    C *= rng.choice(np.array([0, 1e-40, 1e-6, 1, 1e4, 1e37], np.float32), C.shape)
-    C = C.view(np.uint32)
-    special = rng.random(C.shape) < 0.1
-    C[special] = rng.choice(SPECIAL_C, special.sum())
-    C[..., 2, :] = rng.integers(0, 2**32, N, dtype=np.uint64).astype(np.uint32)
+    C = raw_c(rng, lead + (M, N))
     C[..., 11, :] = 0
     A[..., 3, :] = 0  # C alone: subnormal C passes through the chain
-    C[..., 3, :] = rng.integers(1, 1 << 23, N, dtype=np.uint32) | np.uint32(0x80000000) * (
-        np.arange(N) % 2 == 0
-    )
     return A, B, C, SA, SB
 
 
@@ -311,13 +277,20 @@ def test_product_tiles_and_partial_tiles():
     np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
 
 
-@pytest.mark.full  # the quick run keeps make test within 5 minutes; CI runs it
-def test_mxfp8_matmul_takes_the_fast_path_with_the_same_values():
-    kx, ky = jax.random.split(jax.random.key(1))
+@pytest.mark.parametrize(
+    "text, seed",
+    # MXFP8 in the full sweep only: the quick run keeps make test within 5 minutes
+    [(NVFP4, 0), pytest.param(MXFP8, 1, marks=pytest.mark.full)],
+    ids=["nvfp4", "mxfp8"],
+)
+def test_matmul_takes_the_fast_path_with_the_same_values(text, seed):
+    """Through the public matmul (f32 inputs quantized inside): the executor is chosen
+    automatically, and forcing the per-step chain gives the same values."""
+    kx, ky = jax.random.split(jax.random.key(seed))
     x = jax.random.normal(kx, (32, 200), jnp.float32)
     w = jax.random.normal(ky, (200, 24), jnp.float32)
     run = lambda: np.asarray(  # noqa: E731
-        jax.jit(lambda x, w: jaxmma.matmul(x, w, instruction=MXFP8, arch="sm_120a"))(x, w)
+        jax.jit(lambda x, w: jaxmma.matmul(x, w, instruction=text, arch="sm_120a"))(x, w)
     )
     fast = run()
     with _block_scaled.path("emulate"):
