@@ -720,5 +720,7 @@ def test_a_bias_broadcasts_over_rows_as_f_linear_adds_it():
             jaxmma.matmul(A, B, b, instruction=BF16, arch=ARCH, **kw) * G
         )
         np.testing.assert_array_equal(np.asarray(jax.grad(f)(jnp.asarray(bias))), G.sum(0))
-    with pytest.raises(ValueError, match=r"C: .*bias \[8\]"):
-        jaxmma.matmul(A, B, bias[:3], instruction=BF16, arch=ARCH, epilogue="f32")
+    bad = lambda c: jaxmma.matmul(A, B, c, instruction=BF16, arch=ARCH, epilogue="f32")  # noqa: E731
+    for call in (bad, jax.jit(bad)):  # the same ValueError eagerly and at trace time
+        with pytest.raises(ValueError, match=r"C: .*bias \[8\]"):
+            call(bias[:3])
