@@ -14,9 +14,14 @@ K, in a ``fori_loop`` over the k-steps of 64, and per step
   more such dot of 0/1 indicators per scale block counts its nonzero products (a group
   whose products cancel to 0 still counts for ``e_max``, one whose products are all zero
   does not);
-* runs the fusion of :func:`jaxmma.models._group_gemm._step` on the tile in int32
-  operations the Triton lowering has (shifts clamped to [0, 31]); each group term is
-  split into the two 24-bit limbs by two shifts of ``|T ss| * 2**9`` (:func:`_fuse`).
+* runs the fusion of :func:`jaxmma.models._group_gemm._step` on the tile: compiled, as
+  one PTX routine per element (:func:`_ptx_fuse`: the exact sum in a 64-bit integer,
+  its truncation to float32 by the device's round-toward-zero conversion and
+  multiplies); interpreted, in int32 operations the Triton lowering has (shifts clamped
+  to [0, 31]; each group term split into two 24-bit limbs by two shifts of
+  ``|T ss| * 2**9``, :func:`_fuse`). The two compute the same bits by construction
+  (their docstrings give the argument); ``benchmarks/block_scaled_gpu.py`` compares the
+  compiled kernel with the XLA formulation on raw bits.
 
 Prepared outside the kernel (elementwise, ``O(MK + KN)``): A and B as above and their
 indicators, and per row of A (column of B) and scale block the scale's exponent (a
@@ -57,6 +62,9 @@ STEP_GROUPS = _group_gemm.STEP_GROUPS
 _LO = _formats.FORMATS["e2m1"].min_exp  # a half unit is 2**_LO
 #: the exponent of a scale whose significand is 0: its groups never reach e_max
 _ABSENT = -(1 << 20)
+#: the exponent word of a group whose products are all zero: below every order, and its
+#: (zero) term shifted out entirely
+_NONE = -(1 << 22)
 _MASK = 0xFFFFFF
 #: 1.5 * 2**23 and its bits: ``bits(t + _MAGIC) - _MAGIC_BITS`` is ``t`` for an integer
 #: float32 ``|t| < 2**22``
@@ -102,11 +110,11 @@ class Tiles:
     group_m: int = 8
 
 
-#: tiling on the GPU: the fastest of ``benchmarks/block_scaled_gpu.py --tune`` on an H200
-#: (2026-11-26, NVFP4 4096^3: 16 x 64 over 4 warps, 2 stages, 9.2 ms; 32 x 64: 10.2 ms;
-#: 64 x 64 over 8 warps 11.9 ms; larger tiles spill: the fusion keeps about ten int32
-#: planes of the tile live). Static counts for sm_90a in benchmarks/PALLAS_NOTES.md
-TILES = Tiles(bm=16, bn=64)
+#: tiling on the GPU: among the fastest of ``benchmarks/block_scaled_gpu.py --tune`` on an
+#: H100 (2026-11-27, NVFP4 4096^3 with the PTX fusion: 32 x 64 over 4 warps, 2 stages,
+#: 7.90 ms; 64 x 32 7.88; 16 x 64 7.95; 32 x 128 over 8 warps 9.97; 64 x 64 over 8 warps
+#: 10.74; one stage 12.8). Static counts for sm_90a in benchmarks/PALLAS_NOTES.md
+TILES = Tiles(bm=32, bn=64)
 #: tiling of interpreted runs (small: a CPU runs every program of the grid in turn)
 INTERPRET_TILES = Tiles(bm=16, bn=16, group_m=0)
 
@@ -211,7 +219,105 @@ def _fuse(c, scale_groups, man: int):
     return jnp.where(special, c, bits)
 
 
+# ---- the fusion of a step as one PTX routine per element (the compiled kernel) ---------
+def _ptx_fuse(terms: int, man: int) -> str:
+    """PTX computing :func:`_fuse`'s D bits of one element from C's bits (``$1``) and, per
+    group term ``i``, the signed integer ``m = T ss`` (``$(2 + 2 i)``) and the exponent
+    word ``E`` of its unit (``$(3 + 2 i)``; very low where the group is all zero). The
+    same arithmetic as :func:`_fuse`, with the exact sum in one 64-bit integer:
+
+    * ``e_max`` and ``unit`` as there;
+    * C's term ``trunc(c_sig * 2**k)`` (``k = c_exp - unit <= 12``) is ``c_sig * 2**39``
+      (a 64-bit word with ``c_sig << 7`` as its high half) shifted right by ``39 - k >=
+      27``; a group term ``trunc(|m| * 2**k)`` (``k = E - unit <= 33 - 2 man``) is
+      ``|m| * 2**40`` shifted right by ``40 - k >= 7`` (PTX clamps a shift beyond 64
+      bits to 64: the term of a group far below ``e_max`` is 0, as the model truncates
+      it); each added or subtracted by its sign. Every term is below ``2**46`` and C's
+      below ``2**36``: the sum is exact;
+    * ``cvt.rz.f32.s64`` truncates the sum to 24 bits (exactly, the integer is below
+      ``2**49``); two ``mul.rz`` by ``2**(unit // 2)`` and ``2**(unit - unit // 2)`` (both
+      normal, ``-174 <= unit <= 221``) scale it, truncating again only into the subnormal
+      range, which composes with the first truncation; an exponent of at least 128 is
+      Inf (``mul.rz`` would stop at the largest finite value), a zero is +0, and an
+      Inf or NaN C passes through.
+    """
+    off = 2 * man - 2 * _LO
+    lines = [
+        "{",
+        ".reg .pred %p<4>;",
+        ".reg .b32 %r<16>;",
+        ".reg .b64 %rd<3>;",
+        ".reg .f32 %f<4>;",
+        "mov.b32 %r0, 0;",
+        "bfe.u32 %r1, $1, 23, 8;",
+        "and.b32 %r2, $1, 8388607;",
+        "setp.ne.u32 %p1, %r1, 0;",
+        "@%p1 or.b32 %r2, %r2, 8388608;",
+        "max.u32 %r3, %r1, 1;",
+        "sub.s32 %r3, %r3, 150;",
+        f"add.s32 %r4, %r3, {23 - off};",
+        "setp.eq.u32 %p2, %r2, 0;",
+        f"selp.b32 %r4, {GROUP_E_ZERO - off}, %r4, %p2;",
+    ]
+    lines += [f"max.s32 %r4, %r4, ${3 + 2 * i};" for i in range(terms)]
+    lines += [
+        f"add.s32 %r5, %r4, {off - GROUP_F};",  # unit
+        "sub.s32 %r6, %r5, %r3;",
+        "add.s32 %r6, %r6, 39;",
+        "shl.b32 %r7, %r2, 7;",
+        "mov.b64 %rd1, {%r0, %r7};",
+        "shr.b64 %rd1, %rd1, %r6;",
+        "setp.lt.s32 %p3, $1, 0;",
+        "@%p3 neg.s64 %rd1, %rd1;",
+        "add.s32 %r8, %r5, 40;",
+    ]
+    for i in range(terms):
+        m, e = f"${2 + 2 * i}", f"${3 + 2 * i}"
+        lines += [
+            f"abs.s32 %r9, {m};",
+            "shl.b32 %r9, %r9, 8;",
+            "mov.b64 %rd2, {%r0, %r9};",
+            f"sub.s32 %r10, %r8, {e};",
+            "shr.b64 %rd2, %rd2, %r10;",
+            f"setp.lt.s32 %p3, {m}, 0;",
+            "@%p3 sub.s64 %rd1, %rd1, %rd2;",
+            "@!%p3 add.s64 %rd1, %rd1, %rd2;",
+        ]
+    lines += [
+        "cvt.rz.f32.s64 %f1, %rd1;",
+        "mov.b32 %r11, %f1;",
+        "bfe.u32 %r12, %r11, 23, 8;",
+        "add.s32 %r12, %r12, %r5;",
+        "setp.ge.s32 %p1, %r12, 255;",  # 2**128 or more: Inf
+        "shr.s32 %r13, %r5, 1;",
+        "sub.s32 %r14, %r5, %r13;",
+        "add.s32 %r13, %r13, 127;",
+        "shl.b32 %r13, %r13, 23;",
+        "mov.b32 %f2, %r13;",
+        "add.s32 %r14, %r14, 127;",
+        "shl.b32 %r14, %r14, 23;",
+        "mov.b32 %f3, %r14;",
+        "mul.rz.f32 %f1, %f1, %f2;",
+        "mul.rz.f32 %f1, %f1, %f3;",
+        "mov.b32 %r11, %f1;",
+        "and.b32 %r15, %r11, 2147483647;",
+        "setp.eq.u32 %p2, %r15, 0;",
+        "selp.b32 %r11, 0, %r11, %p2;",
+        "and.b32 %r15, %r11, -2147483648;",
+        "or.b32 %r15, %r15, 2139095040;",
+        "selp.b32 %r11, %r15, %r11, %p1;",
+        "setp.eq.u32 %p2, %r1, 255;",
+        "selp.b32 $0, $1, %r11, %p2;",
+        "}",
+    ]
+    return "\n".join(lines)
+
+
 def _kernel(a_ref, b_ref, ia_ref, ib_ref, wa_ref, wb_ref, c_ref, d_ref, *, steps, man, rep, fuse):
+    """Operands as float16 half units times their scale significands (at most 12 * 15,
+    exact; a group's float16 dot from zero into float32 is ``T ss``, below ``2**19``,
+    exact), and their 0/1 indicators, all prepared outside: one dot per group of 16 and
+    one of the indicators per scale group."""
     k = GROUP * STEP_GROUPS
     per = STEP_GROUPS // rep  # scale groups per step
 
@@ -219,64 +325,75 @@ def _kernel(a_ref, b_ref, ia_ref, ib_ref, wa_ref, wb_ref, c_ref, d_ref, *, steps
         def cols(g, width):
             return pl.ds(pl.multiple_of(s * k + g * GROUP, GROUP), width)
 
-        def order(j, count=True):  # scale group j of the step
-            E = wa_ref[:, pl.ds(s * per + j, 1)] + wb_ref[pl.ds(s * per + j, 1), :]
-            if not count:
-                return None, E
+        terms, orders = [], []
+        for j in range(per):
+            E = (wa_ref[:, pl.ds(s * per + j, 1)] >> 4) + (wb_ref[pl.ds(s * per + j, 1), :] >> 4)
             ks = cols(j * rep, GROUP * rep)
             n = jnp.dot(ia_ref[:, ks], ib_ref[ks, :], preferred_element_type=F32)
-            return n > 0, E
-
-        def term(g):
-            ks = cols(g, GROUP)
-            t = jnp.dot(a_ref[:, ks], b_ref[ks, :], preferred_element_type=F32)
-            # the integer t (|t| < 2**19) in the low bits of t + 1.5 * 2**23, exactly
-            return lax.bitcast_convert_type(t + F32(_MAGIC), I32) - I32(_MAGIC_BITS)
-
-        scale_groups = [
-            (
-                functools.partial(order, j),
-                tuple(functools.partial(term, j * rep + i) for i in range(rep)),
-            )
-            for j in range(per)
-        ]
-        return fuse(c, scale_groups, man)
+            order = jnp.where(n > 0, E, I32(_NONE))
+            for i in range(rep):
+                ks = cols(j * rep + i, GROUP)
+                t = jnp.dot(a_ref[:, ks], b_ref[ks, :], preferred_element_type=F32)
+                # the integer t (|t| < 2**19) in the low bits of t + 1.5 * 2**23, exactly
+                terms.append(lax.bitcast_convert_type(t + F32(_MAGIC), I32) - I32(_MAGIC_BITS))
+                orders.append(order)
+        return fuse(c, terms, orders, man)
 
     d_ref[...] = lax.fori_loop(0, steps, body, c_ref[...])
 
 
+def _fuse_planes(c, terms, orders, man: int):
+    """:func:`_fuse` on planes: ``terms`` the signed ``T ss`` of each group of 16 of the
+    step, ``orders`` the exponent word of each (:data:`_NONE` where it is all zero)."""
+    groups = [
+        (lambda count=True, e=e: (None, e) if not count else (jnp.bool_(True), e), (lambda t=t: t,))
+        for t, e in zip(terms, orders, strict=True)
+    ]
+    return _fuse(c, groups, man)
+
+
+def _fuse_ptx(c, terms, orders, man: int):
+    """:func:`_fuse_planes` as one PTX routine per element (:func:`_ptx_fuse`)."""
+    args = [c]
+    for t, e in zip(terms, orders, strict=True):
+        args += [t, e]
+    (d,) = plgpu.elementwise_inline_asm(
+        _ptx_fuse(len(terms), man),
+        args=args,
+        constraints="=r," + ",".join(["r"] * len(args)),
+        pack=1,
+        result_shape_dtypes=[jax.ShapeDtypeStruct(c.shape, I32)],
+    )
+    return d
+
+
 # ---- operands and the call --------------------------------------------------------------
 def _operands(ins, A, B, C, SA, SB):
-    """The kernel's operands, leading dimensions kept: A and B in float16 half units
-    times their scale significands (at most 12 * 15, exact; a group's dot is then
-    ``T * ss``, below ``2**19``), their 0/1 indicators of nonzero elements, the
-    exponent words of A ``[..., M, K / block]`` (``+ 2 * e2m1's lowest exponent``) and B
-    ``[..., K / block, N]``, and C (int32 bits) with the canonical NaN where D is NaN."""
-    K = A.shape[-1]
+    """The kernel's operands, leading dimensions kept: A and B as float16 half units
+    times their scale significands (at most 12 * 15, exact) and their float16 0/1
+    indicators of nonzero elements, the scale words of A ``[..., M, K / block]`` and B
+    ``[..., K / block, N]`` (16 times the scale's exponent, plus ``2 * e2m1's lowest
+    exponent`` for A, plus the scale's significand, at most 15: ``E = (wa >> 4) + (wb
+    >> 4)`` is the exponent of a group sum's unit and ``ss = (wa & 15) (wb & 15)``), and
+    C (int32 bits) with the canonical NaN where D is NaN."""
     va = _group_gemm._half_units(A)
     vb = _group_gemm._half_units(B)
-    block = K // SA.shape[-1]
     ea, sa, na = _group_gemm._scale_fields(ins.stype, SA)
     eb, sb, nb = _group_gemm._scale_fields(ins.stype, SB)
 
     def word(e, s, extra):  # a scale of significand 0: its groups never reach e_max
-        return jnp.where(s == 0, I32(_ABSENT), e + extra)
+        return (jnp.where(s == 0, I32(_ABSENT), e + extra) << 4) | s
 
-    a = va * jnp.repeat(sa, block, axis=-1).astype(F32)
-    b = vb * jnp.repeat(sb, block, axis=-2).astype(F32)
     nan = jnp.any(na, axis=-1)[..., :, None] | jnp.any(nb, axis=-2)[..., None, :]
     ci = lax.bitcast_convert_type(C, I32)
     nan = nan | ((ci & 0x7FFFFFFF) > 0x7F800000)
     ci = jnp.where(nan, I32(CANONICAL_NAN), ci)
-    return (
-        a.astype(F16),
-        b.astype(F16),
-        (va != 0).astype(F16),
-        (vb != 0).astype(F16),
-        word(ea, sa, 2 * _LO),
-        word(eb, sb, 0),
-        ci,
-    )
+    words = (word(ea, sa, 2 * _LO), word(eb, sb, 0))
+    block = A.shape[-1] // SA.shape[-1]
+    a = va * jnp.repeat(sa, block, axis=-1).astype(F32)
+    b = vb * jnp.repeat(sb, block, axis=-2).astype(F32)
+    ind = ((va != 0).astype(F16), (vb != 0).astype(F16))
+    return (a.astype(F16), b.astype(F16)) + ind + words + (ci,)
 
 
 def gemm_bits(ins, A, B, C, SA, SB, *, interpret=None, tiles: Tiles | None = None, fuse=None):
@@ -284,7 +401,8 @@ def gemm_bits(ins, A, B, C, SA, SB, *, interpret=None, tiles: Tiles | None = Non
     ``ins.k``, all operands with the same leading dimensions) through the kernel, the
     same bits. ``interpret``: Pallas interpret mode (default: off a GPU). ``tiles``: the
     tiling (default :data:`TILES`, :data:`INTERPRET_TILES` interpreted). ``fuse``: the
-    step's fusion in place of :func:`_fuse` (benchmarks time the kernel without it)."""
+    step's fusion in place of :func:`_fuse_ptx` / :func:`_fuse_planes` (benchmarks time
+    the kernel without it)."""
     if interpret is None:
         interpret = jax.default_backend() != "gpu"
     t = tiles or (INTERPRET_TILES if interpret else TILES)
@@ -300,9 +418,8 @@ def gemm_bits(ins, A, B, C, SA, SB, *, interpret=None, tiles: Tiles | None = Non
         x = x.reshape((nb,) + x.shape[-2:])
         return jnp.pad(x, ((0, 0), (0, rows - x.shape[1]), (0, cols - x.shape[2])))
 
-    a, ia, wa = (prep(x, Mp, x.shape[-1]) for x in (a, ia, wa))
-    b, ib, wb = (prep(x, x.shape[-2], Np) for x in (b, ib, wb))
-    c = prep(c, Mp, Np)
+    ab = (prep(a, Mp, K), prep(b, K, Np), prep(ia, Mp, K), prep(ib, K, Np))
+    wa, wb, c = prep(wa, Mp, G), prep(wb, G, Np), prep(c, Mp, Np)
     gi, gj = Mp // t.bm, Np // t.bn
 
     def tile(p):  # program p of a batch element -> (row, column) of its tile of D
@@ -328,11 +445,7 @@ def gemm_bits(ins, A, B, C, SA, SB, *, interpret=None, tiles: Tiles | None = Non
     a_spec = pl.BlockSpec((None, t.bm, K), at("a"))
     b_spec = pl.BlockSpec((None, K, t.bn), at("b"))
     d_spec = pl.BlockSpec((None, t.bm, t.bn), at("d"))
-    specs = [
-        a_spec,
-        b_spec,
-        a_spec,
-        b_spec,
+    specs = [a_spec, b_spec, a_spec, b_spec] + [
         pl.BlockSpec((None, t.bm, G), at("a")),
         pl.BlockSpec((None, G, t.bn), at("b")),
         d_spec,
@@ -344,7 +457,8 @@ def gemm_bits(ins, A, B, C, SA, SB, *, interpret=None, tiles: Tiles | None = Non
         )
     man = _formats.FORMATS[ins.stype].mant_bits
     rep = K // GROUP // G  # groups of 16 per scale: 1 (4X) or 2 (2X)
-    kernel = functools.partial(_kernel, steps=K // ins.k, man=man, rep=rep, fuse=fuse or _fuse)
+    fuse = fuse or (_fuse_planes if interpret else _fuse_ptx)
+    kernel = functools.partial(_kernel, steps=K // ins.k, man=man, rep=rep, fuse=fuse)
     d = pl.pallas_call(
         kernel,
         out_shape=jax.ShapeDtypeStruct((nb, Mp, Np), I32),
@@ -353,6 +467,6 @@ def gemm_bits(ins, A, B, C, SA, SB, *, interpret=None, tiles: Tiles | None = Non
         out_specs=d_spec,
         interpret=interpret,
         **kwargs,
-    )(a, b, ia, ib, wa, wb, c)
+    )(*ab, wa, wb, c)
     bits = lax.bitcast_convert_type(d[:, :M, :N], U32)
     return bits.reshape(lead + (M, N))

@@ -1,0 +1,172 @@
+"""The compiled block-scaled kernel's fusion is a PTX routine (``gemm._block_kernel._ptx_fuse``)
+that only a GPU runs. Here a small interpreter of the PTX instructions it uses (written
+from the PTX ISA's definitions: two's-complement wrap-around, shifts clamped to the
+register width, round-toward-zero conversion and multiply with exact arithmetic on
+rationals) runs the routine's text on raw-bit inputs, and its D bits must equal the
+interpreted kernel's int32 fusion (``_fuse_planes``), which the other block-kernel tests
+tie to the XLA formulation."""
+
+import re
+from fractions import Fraction
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from _block_inputs import raw_c
+
+from jaxmma.gemm import _block_kernel
+
+M32, M64 = (1 << 32) - 1, (1 << 64) - 1
+
+
+def _signed(x, bits):
+    return x - (1 << bits) if x >> (bits - 1) else x
+
+
+def _f32_value(bits):
+    e, f = (bits >> 23) & 0xFF, bits & 0x7FFFFF
+    assert e != 0xFF
+    v = Fraction(f, 1 << 149) if e == 0 else Fraction((1 << 23) | f) * Fraction(2) ** (e - 150)
+    return -v if bits >> 31 else v
+
+
+def _rz_f32(v: Fraction) -> int:
+    """float32 bits of ``v`` rounded toward zero (beyond the largest finite value: that
+    value, as IEEE round-toward-zero has it)."""
+    if v == 0:
+        return 0
+    sign = (1 << 31) if v < 0 else 0
+    a = abs(v)
+    e = a.numerator.bit_length() - a.denominator.bit_length()
+    if Fraction(2) ** e > a:
+        e -= 1
+    if e < -126:
+        return sign | int(a * (1 << 149))  # subnormal grid, truncated
+    if e > 127:
+        return sign | 0x7F7FFFFF
+    mant = int(a / Fraction(2) ** (e - 23))
+    return sign | ((e + 127) << 23) | (mant - (1 << 23))
+
+
+def _parse(asm):
+    prog = []
+    for line in asm.splitlines():
+        line = line.strip().rstrip(";")
+        if not line or line in "{}" or line.startswith(".reg"):
+            continue
+        pred = None
+        if line.startswith("@"):
+            p, line = line.split(None, 1)
+            pred = (p[1:].lstrip("!"), p.startswith("@!"))
+        op, rest = line.split(None, 1)
+        vec = re.search(r"\{(.*)\}", rest)
+        if vec:
+            args = [rest[: vec.start()].strip().rstrip(","), tuple(vec.group(1).split(", "))]
+        else:
+            args = [a.strip() for a in rest.split(",")]
+        prog.append((pred, op, args))
+    return prog
+
+
+def _run(prog, inputs):
+    """One element: ``inputs`` the values of ``$1 ...`` (uint32); returns ``$0``."""
+    reg = {f"${i + 1}": v for i, v in enumerate(inputs)}
+
+    def val(a):
+        if isinstance(a, tuple):  # {lo, hi}
+            return val(a[0]) | (val(a[1]) << 32)
+        if a in reg:
+            return reg[a]
+        return int(a) & M32  # an immediate
+
+    for pred, op, args in prog:
+        if pred is not None and reg[pred[0]] == pred[1]:
+            continue
+        d, src = args[0], [val(a) for a in args[1:]]
+        base = op.split(".")[0]
+        kind = op.split(".")[-1]
+        if op in ("mov.b32", "mov.b64"):
+            out = src[0]
+        elif op == "bfe.u32":
+            out = (src[0] >> src[1]) & ((1 << src[2]) - 1)
+        elif base in ("and", "or"):
+            out = (src[0] & src[1]) if base == "and" else (src[0] | src[1])
+        elif base == "setp":
+            cmp, t = op.split(".")[1:]
+            x, y = src if t == "u32" else [_signed(s, 32) for s in src]
+            out = {"ne": x != y, "eq": x == y, "lt": x < y, "ge": x >= y}[cmp]
+        elif base == "selp":
+            out = src[0] if src[2] else src[1]
+        elif op in ("max.u32", "max.s32"):
+            x, y = src if kind == "u32" else [_signed(s, 32) for s in src]
+            out = max(x, y) & M32
+        elif op in ("add.s32", "sub.s32"):
+            out = (src[0] + (src[1] if base == "add" else -src[1])) & M32
+        elif op in ("add.s64", "sub.s64"):
+            out = (src[0] + (src[1] if base == "add" else -src[1])) & M64
+        elif op == "neg.s64":
+            out = -src[0] & M64
+        elif op == "abs.s32":
+            out = abs(_signed(src[0], 32)) & M32
+        elif op == "shl.b32":
+            out = (src[0] << min(src[1], 32)) & M32
+        elif op == "shr.s32":
+            out = (_signed(src[0], 32) >> min(src[1], 32)) & M32
+        elif op == "shr.b64":
+            out = src[0] >> min(src[1], 64)
+        elif op == "cvt.rz.f32.s64":
+            out = _rz_f32(Fraction(_signed(src[0], 64)))
+        elif op == "mul.rz.f32":
+            out = _rz_f32(_f32_value(src[0]) * _f32_value(src[1]))
+        else:
+            raise AssertionError(f"an instruction the interpreter does not know: {op}")
+        reg[d] = out
+    return reg["$0"]
+
+
+def _inputs(rng, n, man):
+    """C bits and four groups' (signed ``T ss``, exponent word) as the kernel makes them:
+    all-zero groups (exponent word ``_NONE``, term 0), cancelling ones (term 0), scales
+    of significand 0 (exponent word from ``_ABSENT``), the largest terms, and exponents
+    over the scale format's range, far apart so that terms truncate."""
+    c = raw_c(rng, (4, n)).reshape(-1)[:n]
+    lo, hi = (-9, 8) if man else (-127, 127)  # the scale format's exponents
+    big = 16 * 144 * (225 if man else 1)  # the largest |T ss|
+    terms, orders = [], []
+    for _ in range(4):
+        e = rng.integers(lo, hi + 1, (2, n)).sum(0) - 2
+        e = np.where(rng.random(n) < 0.05, 2 * _block_kernel._ABSENT, e)
+        m = rng.integers(-big, big + 1, n)
+        m = np.where(rng.random(n) < 0.1, rng.choice([-big, big, -1, 1], n), m)
+        m = np.where(rng.random(n) < 0.1, 0, m)  # cancelling groups
+        none = rng.random(n) < 0.15
+        terms.append(np.where(none, 0, m).astype(np.int32))
+        orders.append(np.where(none, _block_kernel._NONE, e).astype(np.int32))
+    return c.view(np.int32), terms, orders
+
+
+@pytest.mark.parametrize("man", [3, 0], ids=["ue4m3", "ue8m0"])
+def test_ptx_fusion_gives_the_int32_fusion_bits(man):
+    rng = np.random.default_rng(11 + man)
+    n = 600
+    c, terms, orders = _inputs(rng, n, man)
+    want = np.asarray(
+        _block_kernel._fuse_planes(
+            jnp.asarray(c), [jnp.asarray(t) for t in terms], [jnp.asarray(o) for o in orders], man
+        )
+    ).view(np.uint32)
+    prog = _parse(_block_kernel._ptx_fuse(4, man))
+    u = lambda x: int(np.uint32(np.int32(x)))  # noqa: E731
+    got = np.array(
+        [
+            _run(
+                prog,
+                [u(c[i])] + [u(x[i]) for t, o in zip(terms, orders, strict=True) for x in (t, o)],
+            )
+            for i in range(n)
+        ],
+        np.uint32,
+    )
+    kinds = want & 0x7F800000
+    assert (kinds == 0).any() and (kinds == 0x7F800000).any() and (want == 0).any()
+    np.testing.assert_array_equal(got, want)
