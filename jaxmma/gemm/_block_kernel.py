@@ -9,11 +9,11 @@ K, in a ``fori_loop`` over the k-steps of 64, and per step
 * computes the four exact group sums on the tensor cores: in half units an e2m1 value is
   an integer in [-12, 12]; times its scale's significand (at most 15, ue4m3) it is an
   integer of at most 180, exact in float16, and a group of 16 products sums to
-  ``T * ss`` (group sum times the scale significands), an integer below ``2**19``, so a
-  float16 ``jnp.dot`` of the group's 16 columns from zero into float32 is exact; one
-  more such dot of 0/1 indicators per scale block counts its nonzero products (a group
-  whose products cancel to 0 still counts for ``e_max``, one whose products are all zero
-  does not);
+  ``T * ss`` (group sum times the scale significands), an integer below ``2**19``; the
+  group's 16 indicators of a nonzero element ride along in the same float16 dot (1 in
+  A, 1/32 in B), which gives ``T * ss + count / 32`` exactly (:func:`_operands`): the
+  count decides whether the group counts for ``e_max`` (a group whose products cancel
+  to 0 still does, one whose products are all zero does not);
 * runs the fusion of :func:`jaxmma.models._group_gemm._step` on the tile: compiled, as
   one PTX routine per element (:func:`_ptx_fuse`: the exact sum in a 64-bit integer,
   its truncation to float32 by the device's round-toward-zero conversion and
@@ -23,7 +23,7 @@ K, in a ``fori_loop`` over the k-steps of 64, and per step
   (their docstrings give the argument); ``benchmarks/block_scaled_gpu.py`` compares the
   compiled kernel with the XLA formulation on raw bits.
 
-Prepared outside the kernel (elementwise, ``O(MK + KN)``): A and B as above and their
+Prepared outside the kernel (elementwise, ``O(MK + KN)``): A and B as above with their
 indicators, and per row of A (column of B) and scale block the scale's exponent (a
 scale of significand 0 gets one so low that its groups never reach ``e_max``, as the
 model's ``ss != 0`` test has it: its terms are 0 either way). A NaN scale makes D NaN
@@ -110,11 +110,12 @@ class Tiles:
     group_m: int = 8
 
 
-#: tiling on the GPU: among the fastest of ``benchmarks/block_scaled_gpu.py --tune`` on an
-#: H100 (2026-11-27, NVFP4 4096^3 with the PTX fusion: 32 x 64 over 4 warps, 2 stages,
-#: 7.90 ms; 64 x 32 7.88; 16 x 64 7.95; 32 x 128 over 8 warps 9.97; 64 x 64 over 8 warps
-#: 10.74; one stage 12.8). Static counts for sm_90a in benchmarks/PALLAS_NOTES.md
-TILES = Tiles(bm=32, bn=64)
+#: tiling on the GPU: the fastest of ``benchmarks/block_scaled_gpu.py --tune`` on an H100
+#: (2026-11-26, NVFP4 4096^3 with the PTX fusion and the indicators in the values' dot:
+#: 32 x 64 over 4 warps, 3 stages, 7.09 ms; 2 stages 7.25; 64 x 32 7.28; 16 x 64 7.43;
+#: 32 x 128 or 64 x 64 over 8 warps 9.7). Static counts for sm_90a in
+#: benchmarks/PALLAS_NOTES.md
+TILES = Tiles(bm=32, bn=64, num_stages=3)
 #: tiling of interpreted runs (small: a CPU runs every program of the grid in turn)
 INTERPRET_TILES = Tiles(bm=16, bn=16, group_m=0)
 
@@ -313,30 +314,27 @@ def _ptx_fuse(terms: int, man: int) -> str:
     return "\n".join(lines)
 
 
-def _kernel(a_ref, b_ref, ia_ref, ib_ref, wa_ref, wb_ref, c_ref, d_ref, *, steps, man, rep, fuse):
-    """Operands as float16 half units times their scale significands (at most 12 * 15,
-    exact; a group's float16 dot from zero into float32 is ``T ss``, below ``2**19``,
-    exact), and their 0/1 indicators, all prepared outside: one dot per group of 16 and
-    one of the indicators per scale group."""
+def _kernel(a_ref, b_ref, wa_ref, wb_ref, c_ref, d_ref, *, steps, man, rep, fuse):
+    """Per group of 16, one float16 dot of 32 (:func:`_operands`: its 16 values and its
+    16 indicators side by side) gives ``v = T ss + count / 32`` in float32, exactly:
+    ``T ss = floor(v)``, and the group has a nonzero product where ``v`` has a fraction."""
     k = GROUP * STEP_GROUPS
     per = STEP_GROUPS // rep  # scale groups per step
 
     def body(s, c):
-        def cols(g, width):
-            return pl.ds(pl.multiple_of(s * k + g * GROUP, GROUP), width)
-
         terms, orders = [], []
         for j in range(per):
             E = (wa_ref[:, pl.ds(s * per + j, 1)] >> 4) + (wb_ref[pl.ds(s * per + j, 1), :] >> 4)
-            ks = cols(j * rep, GROUP * rep)
-            n = jnp.dot(ia_ref[:, ks], ib_ref[ks, :], preferred_element_type=F32)
-            order = jnp.where(n > 0, E, I32(_NONE))
+            nz = None
             for i in range(rep):
-                ks = cols(j * rep + i, GROUP)
-                t = jnp.dot(a_ref[:, ks], b_ref[ks, :], preferred_element_type=F32)
+                g = j * rep + i  # group g of the step: columns [2 (64 s + 16 g), + 32)
+                ks = pl.ds(pl.multiple_of(2 * (s * k + g * GROUP), 2 * GROUP), 2 * GROUP)
+                v = jnp.dot(a_ref[:, ks], b_ref[ks, :], preferred_element_type=F32)
+                t = jnp.floor(v)
+                nz = (v != t) if nz is None else (nz | (v != t))
                 # the integer t (|t| < 2**19) in the low bits of t + 1.5 * 2**23, exactly
                 terms.append(lax.bitcast_convert_type(t + F32(_MAGIC), I32) - I32(_MAGIC_BITS))
-                orders.append(order)
+            orders += [jnp.where(nz, E, I32(_NONE))] * rep
         return fuse(c, terms, orders, man)
 
     d_ref[...] = lax.fori_loop(0, steps, body, c_ref[...])
@@ -369,13 +367,21 @@ def _fuse_ptx(c, terms, orders, man: int):
 
 # ---- operands and the call --------------------------------------------------------------
 def _operands(ins, A, B, C, SA, SB):
-    """The kernel's operands, leading dimensions kept: A and B as float16 half units
-    times their scale significands (at most 12 * 15, exact) and their float16 0/1
-    indicators of nonzero elements, the scale words of A ``[..., M, K / block]`` and B
-    ``[..., K / block, N]`` (16 times the scale's exponent, plus ``2 * e2m1's lowest
-    exponent`` for A, plus the scale's significand, at most 15: ``E = (wa >> 4) + (wb
-    >> 4)`` is the exponent of a group sum's unit and ``ss = (wa & 15) (wb & 15)``), and
-    C (int32 bits) with the canonical NaN where D is NaN."""
+    """The kernel's operands, leading dimensions kept: A ``[..., M, 2K]`` and B ``[...,
+    2K, N]`` in float16, per group of 16 its 16 elements (half units times their scale
+    significands: integers of at most 12 * 15, exact) followed by their 16 indicators of
+    a nonzero element (1 in A, 1/32 in B); the scale words of A ``[..., M, K / block]``
+    and B ``[..., K / block, N]`` (16 times the scale's exponent, plus ``2 * e2m1's
+    lowest exponent`` for A, plus the scale's significand, at most 15: ``E = (wa >> 4) +
+    (wb >> 4)`` is the exponent of a group sum's unit); and C (int32 bits) with the
+    canonical NaN where D is NaN.
+
+    A group's dot of 32 is then ``T ss + count / 32`` (``count`` its nonzero products,
+    at most 16): every partial sum of it, in any order, is a multiple of 1/32 below
+    ``2**19`` in magnitude, 24 significant bits, and every product is at most ``2**15``
+    and at least 1/32 apart from 0, 20 bits: the tensor core's fused sums (25 bits
+    below the largest term, docs/wgmma.md) and its float32 accumulator hold them
+    exactly."""
     va = _group_gemm._half_units(A)
     vb = _group_gemm._half_units(B)
     ea, sa, na = _group_gemm._scale_fields(ins.stype, SA)
@@ -388,12 +394,17 @@ def _operands(ins, A, B, C, SA, SB):
     ci = lax.bitcast_convert_type(C, I32)
     nan = nan | ((ci & 0x7FFFFFFF) > 0x7F800000)
     ci = jnp.where(nan, I32(CANONICAL_NAN), ci)
-    words = (word(ea, sa, 2 * _LO), word(eb, sb, 0))
-    block = A.shape[-1] // SA.shape[-1]
+    K = A.shape[-1]
+    g, block = K // GROUP, K // SA.shape[-1]
     a = va * jnp.repeat(sa, block, axis=-1).astype(F32)
     b = vb * jnp.repeat(sb, block, axis=-2).astype(F32)
-    ind = ((va != 0).astype(F16), (vb != 0).astype(F16))
-    return (a.astype(F16), b.astype(F16)) + ind + words + (ci,)
+    ia, ib = (va != 0).astype(F32), (vb != 0).astype(F32) / 32
+    lead_a, lead_b = a.shape[:-1], b.shape[:-2]
+    a = jnp.stack([a.reshape(lead_a + (g, GROUP)), ia.reshape(lead_a + (g, GROUP))], -2)
+    b = jnp.stack([b.reshape(lead_b + (g, GROUP, -1)), ib.reshape(lead_b + (g, GROUP, -1))], -3)
+    a = a.reshape(lead_a + (2 * K,)).astype(F16)
+    b = b.reshape(lead_b + (2 * K, b.shape[-1])).astype(F16)
+    return a, b, word(ea, sa, 2 * _LO), word(eb, sb, 0), ci
 
 
 def gemm_bits(ins, A, B, C, SA, SB, *, interpret=None, tiles: Tiles | None = None, fuse=None):
@@ -412,13 +423,13 @@ def gemm_bits(ins, A, B, C, SA, SB, *, interpret=None, tiles: Tiles | None = Non
     nb = int(np.prod(lead, dtype=np.int64))
     G = SA.shape[-1]  # scale blocks along K
     Mp, Np = -(-M // t.bm) * t.bm, -(-N // t.bn) * t.bn
-    a, b, ia, ib, wa, wb, c = _operands(ins, A, B, C, SA, SB)
+    a, b, wa, wb, c = _operands(ins, A, B, C, SA, SB)
 
     def prep(x, rows, cols):
         x = x.reshape((nb,) + x.shape[-2:])
         return jnp.pad(x, ((0, 0), (0, rows - x.shape[1]), (0, cols - x.shape[2])))
 
-    ab = (prep(a, Mp, K), prep(b, K, Np), prep(ia, Mp, K), prep(ib, K, Np))
+    a, b = prep(a, Mp, 2 * K), prep(b, 2 * K, Np)
     wa, wb, c = prep(wa, Mp, G), prep(wb, G, Np), prep(c, Mp, Np)
     gi, gj = Mp // t.bm, Np // t.bn
 
@@ -442,10 +453,10 @@ def gemm_bits(ins, A, B, C, SA, SB, *, interpret=None, tiles: Tiles | None = Non
 
         return index
 
-    a_spec = pl.BlockSpec((None, t.bm, K), at("a"))
-    b_spec = pl.BlockSpec((None, K, t.bn), at("b"))
+    a_spec = pl.BlockSpec((None, t.bm, 2 * K), at("a"))
+    b_spec = pl.BlockSpec((None, 2 * K, t.bn), at("b"))
     d_spec = pl.BlockSpec((None, t.bm, t.bn), at("d"))
-    specs = [a_spec, b_spec, a_spec, b_spec] + [
+    specs = [a_spec, b_spec] + [
         pl.BlockSpec((None, t.bm, G), at("a")),
         pl.BlockSpec((None, G, t.bn), at("b")),
         d_spec,
@@ -467,6 +478,6 @@ def gemm_bits(ins, A, B, C, SA, SB, *, interpret=None, tiles: Tiles | None = Non
         out_specs=d_spec,
         interpret=interpret,
         **kwargs,
-    )(*ab, wa, wb, c)
+    )(a, b, wa, wb, c)
     bits = lax.bitcast_convert_type(d[:, :M, :N], U32)
     return bits.reshape(lead + (M, N))
