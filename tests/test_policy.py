@@ -386,12 +386,21 @@ def test_docs_list_every_preset_with_its_instructions(name):
     assert getattr(presets, name) is p.target
 
 
-def test_the_example_of_docs_policy_runs():
+def _docs_example(i):
     blocks = re.findall(r"```python\n(.*?)```", DOCS.read_text(), flags=re.S)
-    assert len(blocks) == 1
+    assert len(blocks) == 2
     with contextlib.redirect_stdout(io.StringIO()) as out:
-        exec(compile(blocks[0], "docs/policy.md", "exec"), {})
-    assert "rules[1] MLP/hidden params/hidden/kernel" in out.getvalue()
+        exec(compile(blocks[i], "docs/policy.md", "exec"), {})
+    return out.getvalue()
+
+
+def test_the_example_of_docs_policy_runs():
+    assert "rules[1] MLP/hidden params/hidden/kernel" in _docs_example(0)
+
+
+@pytest.mark.full  # trains a model on three recipes: about 25 s of compiles
+def test_the_state_and_keys_example_of_docs_policy_runs():
+    assert _docs_example(1).splitlines()[:2] == ["['dot0']", "[ True  True  True]"]
 
 
 @pytest.mark.full  # the examples compile a model: about 1.5 s
