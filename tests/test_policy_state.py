@@ -235,11 +235,14 @@ def test_init_state_has_one_entry_per_dot_keeping_state():
 
 
 def test_each_dot_draws_from_the_step_key_folded_with_its_index():
-    """Two dots on a GEMM with stochastic input rounding: dot ``i`` rounds with
-    ``jax.random.fold_in(key, i)``, as the hand-written ``jaxmma.dot_general(...,
-    key=fold_in(key, i))``; another step key gives other bits."""
+    """Dot 1 on a GEMM with stochastic input rounding (dot 0 kept): it rounds with
+    ``jax.random.fold_in(key, 1)``, its index among all the dots, as the hand-written
+    ``jaxmma.dot_general(..., key=fold_in(key, 1))``; another step key, other bits."""
     w1, w2, x = _f32(16, 16), _f32(16, 8), _f32(4, 16)
-    target = gemm(BF16, arch="sm_90", rounding="stochastic")
+    policy = [
+        Rule(None, "keep", where=lambda d: d.index == 0),
+        gemm(BF16, arch="sm_90", rounding="stochastic"),
+    ]
     hand_dot = functools.partial(
         jaxmma.dot_general, instruction=BF16, arch="sm_90", rounding="stochastic"
     )
@@ -248,16 +251,15 @@ def test_each_dot_draws_from_the_step_key_folded_with_its_index():
         return jnp.tanh(x @ w1) @ w2
 
     def hand(key, w1, w2, x):
-        h = jnp.tanh(hand_dot(x, w1, LINEAR, key=jax.random.fold_in(key, 0)))
-        return hand_dot(h, w2, LINEAR, key=jax.random.fold_in(key, 1))
+        return hand_dot(jnp.tanh(x @ w1), w2, LINEAR, key=jax.random.fold_in(key, 1))
 
-    ours = with_policy(f, target, stateful=True)
+    ours = with_policy(f, policy, stateful=True)
 
     @jax.jit  # one compile for the three
-    def both(key, other):
+    def three(key, other):
         return ours(None, key, w1, w2, x), hand(key, w1, w2, x), ours(None, other, w1, w2, x)
 
-    got, want, other = both(jax.random.key(11), jax.random.key(12))
+    got, want, other = three(jax.random.key(11), jax.random.key(12))
     _same(got, want)
     _differ(got, other)
 
@@ -355,8 +357,39 @@ def _delayed_state():
             r"stateful: expected True or False",
         ),
     ],
+    ids=[
+        "state-not-stateful",
+        "entry-missing",
+        "entry-extra",
+        "entry-malformed",
+        "state-not-dict",
+        "key-not-key",
+        "forward-draws-no-key",
+        "backward-draws-no-key",
+        "state-in-scan",
+        "state-in-cond",
+        "key-in-scan",
+        "stateful-not-bool",
+    ],  # fmt: skip
 )
 @pytest.mark.every_case  # traced (jax.eval_shape), never run: each case is cheap
 def test_what_a_dot_needs_and_lacks_is_refused_naming_it(call, error, match):
     with pytest.raises(error, match=match):
         jax.eval_shape(call)
+
+
+@pytest.mark.full  # the NVFP4 forward compiled three times: about 2 s
+def test_without_a_key_a_recipe_runs_its_forward():
+    """Inference: with no key the NVFP4 recipe's forward is ``rec.matmul(x, w)``'s, under
+    ``with_policy(fn, policy)`` and ``stateful=True`` with ``key=None`` alike."""
+    rec, w, x = recipes.nvfp4(), _f32(16, 8), _f32(4, 16) * 5.0
+
+    @jax.jit  # one compile for the three
+    def three(w, x):
+        plain = with_policy(_mm, rec)(w, x)
+        return plain, with_policy(_mm, rec, stateful=True)(None, None, w, x), rec.matmul(x, w)
+
+    plain, stateful, want = three(w, x)
+    _same(plain, want)
+    _same(stateful, want)
+    _differ(want, x @ w)
