@@ -295,13 +295,9 @@ def test_unmatched_dots_are_kept_or_refused():
     [
         (lambda: Rule("(", "keep"), ValueError, r"path: '\(' is not a regular expression"),
         (lambda: Rule(None, "bf16"), TypeError, r"expected a target: .* got 'bf16'"),
-        (lambda: Rule(None, recipes.delayed_scaling()), ValueError, r"keeps state"),
-        (lambda: Rule(None, recipes.nvfp4()), ValueError, r"needs a key per step"),
-        (lambda: Rule(None, recipes.nvfp4(grad_rounding="rn")), ValueError, r"Hadamard signs"),
         (lambda: Rule(None, "keep", lhs_shape=(4, -1)), ValueError, r"lhs_shape: expected"),
         (lambda: Rule(None, "keep", rhs_dtype="float99"), TypeError, r"rhs_dtype: expected"),
         (lambda: gemm(BF16, arch="sm_90", key=1), ValueError, r"\['key'\] not jaxmma.matmul"),
-        (lambda: gemm(BF16, arch="sm_90", rounding="stochastic"), ValueError, "stochastic"),
         (lambda: gemm(BF16, arch="sm_70"), ValueError, "sm_70"),
         (lambda: jaxmma.with_policy(jnp.dot, []), ValueError, r"at least one rule"),
         (lambda: jaxmma.with_policy(jnp.dot, {"a": 1}), TypeError, r"policy: expected"),
@@ -390,12 +386,21 @@ def test_docs_list_every_preset_with_its_instructions(name):
     assert getattr(presets, name) is p.target
 
 
-def test_the_example_of_docs_policy_runs():
+def _docs_example(i):
     blocks = re.findall(r"```python\n(.*?)```", DOCS.read_text(), flags=re.S)
-    assert len(blocks) == 1
+    assert len(blocks) == 2
     with contextlib.redirect_stdout(io.StringIO()) as out:
-        exec(compile(blocks[0], "docs/policy.md", "exec"), {})
-    assert "rules[1] MLP/hidden params/hidden/kernel" in out.getvalue()
+        exec(compile(blocks[i], "docs/policy.md", "exec"), {})
+    return out.getvalue()
+
+
+def test_the_example_of_docs_policy_runs():
+    assert "rules[1] MLP/hidden params/hidden/kernel" in _docs_example(0)
+
+
+@pytest.mark.full  # trains a model on three recipes: about 25 s of compiles
+def test_the_state_and_keys_example_of_docs_policy_runs():
+    assert _docs_example(1).splitlines()[:2] == ["['dot0']", "[ True  True  True]"]
 
 
 @pytest.mark.full  # the examples compile a model: about 1.5 s

@@ -21,7 +21,7 @@ import numpy as np
 from jax.extend import core as jcore
 
 from ..util import _jaxpr
-from . import _rules, _targets
+from . import _rules, _state, _targets
 
 UNMATCHED = ("keep", "error")
 UNUSED = ("error", "ignore")
@@ -67,11 +67,14 @@ def _scope(name_stack) -> tuple:
 class _Run:
     """One evaluation: the rules, what they matched, the dots seen."""
 
-    def __init__(self, rules, unmatched, unsupported, explain=False):
+    def __init__(self, rules, unmatched, unsupported, explain=False, threaded=None):
         self.rules, self.unmatched, self.unsupported = rules, unmatched, unsupported
         self.explain = explain
+        self.threaded = threaded if threaded is not None else _state.Threaded(False)
         self.hits = [0] * len(rules)
         self.dots = []
+        self.targets = []  # the target of each dot, beside ``dots``
+        self.inside = ()  # the loops and branches around the equation evaluated
 
     def choose(self, dot):
         for i, (label, rule) in enumerate(self.rules):
@@ -98,12 +101,22 @@ def _dot(e, ins, paths, scope, run):
     )  # fmt: skip
     label, target = run.choose(dot)
     run.dots.append(dataclasses.replace(dot, rule=label))
+    run.targets.append(target)
     if target == _targets.KEEP or run.explain:
         return _jaxpr.bind(e, ins)
+    where = f"policy: rule {label!r} on {dot}"
+    state, key, no_key = run.threaded.inputs(where, dot, target, run.inside)
+    weight = _targets.weight_side(dot)
+
+    def f(lhs, rhs, state):
+        return _targets.run(target, lhs, rhs, dot.dimension_numbers, state, key, weight)
+
+    if no_key is not None:  # inference: the forward's bits; the gradient refused
+        f = _state.forward_only(f, no_key)
     try:
-        D = _targets.run(target, ins[0], ins[1], dot.dimension_numbers)
+        D = f(ins[0], ins[1], state)
     except (TypeError, ValueError) as err:
-        raise type(err)(f"policy: rule {label!r} on {dot}: {err}") from err
+        raise type(err)(f"{where}: {err}") from err
     return [D.astype(out.dtype)]
 
 
@@ -150,12 +163,24 @@ def _eval(jaxpr, consts, args, paths, scope, run):
 
 def _nested(e, ins, paths, scope, run):
     """An equation holding jaxprs with dots inside, evaluated with the policy."""
-    name, p = e.primitive.name, e.params
+    name = e.primitive.name
 
     def call(closed_jaxpr, args, arg_paths=None):
         j, c = _jaxpr.closed(closed_jaxpr)
         return _eval(j, c, list(args), arg_paths or [""] * len(args), scope, run)
 
+    outer = run.inside
+    if name in _state.LOOPS + _state.BRANCHES:
+        run.inside = outer + (name,)  # its bodies are traced below, inside this call
+    try:
+        return _rebuild(e, ins, paths, scope, call)
+    finally:
+        run.inside = outer
+
+
+def _rebuild(e, ins, paths, scope, call):
+    """``e`` rebuilt around its jaxprs, each evaluated by ``call``."""
+    name, p = e.primitive.name, e.params
     if name in _INLINE:
         j = p[_jaxpr.CALLS[name]]
         return call(j, ins, paths)
@@ -230,7 +255,9 @@ def _evaluate(fn, run, args, kwargs, abstract=False):
     return jax.tree.unflatten(jax.tree.structure(shape), outs), unused
 
 
-def with_policy(fn, policy, *, unmatched="keep", unused="error", unsupported="error"):
+def with_policy(
+    fn, policy, *, unmatched="keep", unused="error", unsupported="error", stateful=False
+):
     """``fn`` with each of its dots run on the jaxmma GEMM that ``policy`` chooses.
 
     At each call ``fn`` is traced to a jaxpr and evaluated with every ``dot_general``
@@ -255,16 +282,31 @@ def with_policy(fn, policy, *, unmatched="keep", unused="error", unsupported="er
         naming it; a mistyped path shows so) or ``"ignore"``.
       unsupported: contractions jaxmma does not emulate (``conv_general_dilated``,
         ``ragged_dot``): ``"error"`` (default, ValueError naming it) or ``"keep"``.
+      stateful: False (default): the result takes ``fn``'s arguments; a dot whose
+        target keeps state (``recipes.delayed_scaling()``) is refused, and one whose
+        target draws random numbers in its backward (stochastic gradient rounding, the
+        NVFP4 Hadamard signs) runs its forward only (its gradient is a ValueError).
+        True: the result is ``run(state, key, *args, **kwargs)``, with ``state`` the
+        dict of :func:`jaxmma.policy.init_state` (one entry ``"dot<i>"`` per dot keeping
+        state, whose next value is its cotangent: ``jax.grad`` with respect to
+        ``state`` gives it, as for a recipe called by hand) and ``key`` the step's
+        ``jax.random`` key or None (inference): dot ``i`` draws from
+        ``jax.random.fold_in(key, i)``, ``i`` its index in :func:`jaxmma.policy.dots`.
 
     Returns:
-      A function with ``fn``'s arguments and outputs.
+      A function with ``fn``'s arguments and outputs (``stateful=True``: ``state`` and
+      ``key`` first).
 
     Raises:
       TypeError, ValueError: a malformed policy (now); at trace time, a dot a rule's
         target cannot run (the message names rule and dot), an unmatched dot with
         ``unmatched="error"``, a rule that matched nothing with ``unused="error"``, a dot
         inside a custom derivative or a primitive not covered, an unsupported
-        contraction with ``unsupported="error"``.
+        contraction with ``unsupported="error"``; a dot keeping state without
+        ``stateful=True`` or inside ``scan``, ``while_loop`` or ``cond``, a state entry
+        missing or one no dot reads, a dot drawing in a loop; a dot whose forward draws
+        (``gemm(..., rounding="stochastic")``) without a key; when differentiated, a dot
+        whose backward draws without a key.
 
     Example:
       >>> import jax, jax.numpy as jnp, jaxmma
@@ -279,16 +321,32 @@ def with_policy(fn, policy, *, unmatched="keep", unused="error", unsupported="er
     _choice("unmatched", unmatched, UNMATCHED)
     _choice("unused", unused, UNUSED)
     _choice("unsupported", unsupported, UNSUPPORTED)
+    if not isinstance(stateful, bool):
+        raise TypeError(f"stateful: expected True or False, got {stateful!r}")
 
-    @functools.wraps(fn)
-    def run(*args, **kwargs):
-        out, left = _evaluate(fn, _Run(rules, unmatched, unsupported), args, kwargs)
+    def call(threaded, args, kwargs):
+        run = _Run(rules, unmatched, unsupported, threaded=threaded)
+        out, left = _evaluate(fn, run, args, kwargs)
         if left and unused == "error":
             raise ValueError(
                 f"policy: rules {left} matched no dot of fn (unused='error'); check their "
                 "paths with jaxmma.policy.dots(fn, policy)(*args)"
             )
+        threaded.check_used()
         return out
+
+    if stateful:
+
+        def run_stateful(state, key, *args, **kwargs):
+            return call(_state.Threaded(True, state, key), args, kwargs)
+
+        # fn's name, not its signature: this one takes (state, key) first
+        run_stateful.__name__ = getattr(fn, "__name__", run_stateful.__name__)
+        return run_stateful
+
+    @functools.wraps(fn)
+    def run(*args, **kwargs):
+        return call(_state.Threaded(False), args, kwargs)
 
     return run
 
@@ -317,5 +375,40 @@ def dots(fn, policy=None, *, unsupported="error"):
         r = _Run(rules, "keep", unsupported, explain=True)
         _evaluate(fn, r, args, kwargs, abstract=True)
         return list(r.dots)
+
+    return run
+
+
+def init_state(fn, policy, *, unsupported="error"):
+    """The initial state of ``fn`` under ``policy``, for ``with_policy(fn, policy,
+    stateful=True)``.
+
+    ``init_state(fn, policy)(*args, **kwargs)`` traces ``fn`` at the arguments (no GEMM
+    runs) and returns a dict with one entry per dot whose target keeps state: the name
+    ``"dot<i>"`` (``i`` the dot's index, as :func:`jaxmma.policy.dots` lists it) and the
+    target's :meth:`~jaxmma.recipes.Recipe.init` (delayed scaling: ``{"x", "w", "g"}``
+    amax histories, float32 zeros). Empty where no dot keeps state.
+
+    Example:
+      >>> import jax.numpy as jnp, jaxmma
+      >>> from jaxmma import recipes
+      >>> def f(w, x):
+      ...     return x @ w
+      >>> s = jaxmma.policy.init_state(f, recipes.delayed_scaling(history=4))(
+      ...     jnp.ones((32, 16)), jnp.ones((8, 32)))
+      >>> sorted(s), s["dot0"]["g"].shape
+      (['dot0'], (4,))
+    """
+    rules = _rules.as_rules(policy)
+    _choice("unsupported", unsupported, UNSUPPORTED)
+
+    def run(*args, **kwargs):
+        r = _Run(rules, "keep", unsupported, explain=True)
+        _evaluate(fn, r, args, kwargs, abstract=True)
+        return {
+            _state.state_name(d.index): _state.init(t)
+            for d, t in zip(r.dots, r.targets, strict=True)
+            if _state.keeps_state(t)
+        }
 
     return run

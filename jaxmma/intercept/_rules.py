@@ -104,9 +104,10 @@ class Rule:
         flax linen records, and ``"head/kernel/value"``, an nnx module's kernel, and
         ``"head/weight"``, an equinox module's). None matches every dot.
       target: :func:`jaxmma.policy.gemm` (an instruction, its arch and ``matmul``
-        options), a recipe of :mod:`jaxmma.recipes` without state or key (the lhs is
-        its x, the rhs its w), a :mod:`jaxmma.presets` entry, or ``"keep"`` (the dot
-        as written).
+        options), a recipe of :mod:`jaxmma.recipes` (the rhs is its w and the lhs its
+        x, unless only the lhs is an argument of the function; a recipe with state or
+        keys needs ``with_policy(..., stateful=True)``), a :mod:`jaxmma.presets` entry,
+        or ``"keep"`` (the dot as written).
       lhs_dtype, rhs_dtype: a dtype or a tuple of dtypes the operand must have (None: any).
       lhs_shape, rhs_shape: the operand's shape, None for any size of a dimension
         (``(None, 10)``); None: any shape.
@@ -115,8 +116,7 @@ class Rule:
 
     Raises:
       TypeError: a target, dtype or predicate of the wrong kind.
-      ValueError: a malformed ``path`` regular expression or shape; a recipe with state
-        or a key.
+      ValueError: a malformed ``path`` regular expression or shape.
 
     Example:
       >>> import jaxmma

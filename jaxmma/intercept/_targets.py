@@ -21,7 +21,8 @@ from ..training._recipes import Recipe
 #: the target that leaves a dot as the function wrote it
 KEEP = "keep"
 #: ``matmul`` keywords a :class:`Gemm` does not take: the operands and the form are its
-#: own, and a fixed key would round every step alike (keys per step: docs/policy.md)
+#: own, and a fixed key would round every step alike (the policy's key per step instead:
+#: docs/policy.md, "State and keys")
 _NOT_OPTIONS = ("A", "B", "C", "instruction", "arch", "key")
 OPTIONS = tuple(p for p in inspect.signature(_matmul).parameters if p not in _NOT_OPTIONS)
 
@@ -40,9 +41,11 @@ class Gemm:
         """The keywords ``jaxmma.dot_general`` gets: instruction, arch and the options."""
         return {"instruction": self.instruction, "arch": self.arch, **dict(self.options)}
 
-    def __call__(self, lhs, rhs, dimension_numbers):
-        """``jaxmma.dot_general`` on this GEMM (the accumulator's dtype)."""
-        return _dot_general(lhs, rhs, dimension_numbers, **self.kwargs)
+    def __call__(self, lhs, rhs, dimension_numbers, *, key=None):
+        """``jaxmma.dot_general`` on this GEMM (the accumulator's dtype); ``key`` for
+        stochastic input rounding."""
+        kw = self.kwargs if key is None else {**self.kwargs, "key": key}
+        return _dot_general(lhs, rhs, dimension_numbers, **kw)
 
 
 def gemm(instruction: str, *, arch: str, **options) -> Gemm:
@@ -55,7 +58,8 @@ def gemm(instruction: str, *, arch: str, **options) -> Gemm:
       arch: the architecture whose numerics are emulated (``"sm_90"``, ``"sm_100a"``, ...).
       **options: further :func:`jaxmma.matmul` keywords (``promote_every``,
         ``input_rounding``, ``quantize``, ``dgrad_instruction``, split-K, ...); ``key``
-        is not one (stochastic rounding needs a key per step).
+        is not one: ``rounding="stochastic"`` draws from the policy's key per step
+        (``with_policy(fn, policy, stateful=True)``, docs/policy.md).
 
     Raises:
       TypeError: ``instruction`` or ``arch`` not a str.
@@ -75,15 +79,15 @@ def gemm(instruction: str, *, arch: str, **options) -> Gemm:
     resolve(instruction, arch)  # the parser's ValueError names the qualifier and the arch
     bad = sorted(set(options) - set(OPTIONS))
     if bad:
-        why = " (a key per step is not a policy's: docs/policy.md)" if "key" in bad else ""
+        why = (
+            " (the key per step is the policy's: with_policy(fn, policy, stateful=True), "
+            "docs/policy.md)"
+            if "key" in bad
+            else ""
+        )
         raise ValueError(
             f"options: {bad} not jaxmma.matmul keywords a policy takes{why}; allowed: "
             f"{list(OPTIONS)}"
-        )
-    if "stochastic" in (options.get("rounding"), options.get("input_rounding")):
-        raise ValueError(
-            "options: stochastic rounding needs a key per step, which policies do not draw "
-            "yet (docs/policy.md); allowed rounding: 'rn', 'rna', 'rz' or None"
         )
     return Gemm(instruction, arch, tuple(sorted(options.items())))
 
@@ -92,26 +96,7 @@ def check(target, where: str):
     """``target`` if a policy can run it; TypeError / ValueError naming ``where``."""
     if isinstance(target, str) and target == KEEP:
         return KEEP
-    if isinstance(target, Gemm):
-        return target
-    if isinstance(target, Recipe):
-        if target.scaling == "delayed":
-            raise ValueError(
-                f"{where}: recipe {target.name!r} keeps state (amax histories), which "
-                "policies do not thread yet; use current_scaling() (docs/policy.md)"
-            )
-        if target.grad_rounding == "stochastic":
-            raise ValueError(
-                f"{where}: recipe {target.name!r} rounds gradients stochastically and needs "
-                "a key per step, which policies do not draw yet; build it with "
-                "grad_rounding='rn' (docs/policy.md)"
-            )
-        if target.hadamard:
-            raise ValueError(
-                f"{where}: recipe {target.name!r} draws its Hadamard signs from a key per "
-                "step, which policies do not draw yet; build it with hadamard=False "
-                "(docs/policy.md)"
-            )
+    if isinstance(target, (Gemm, Recipe)):
         return target
     raise TypeError(
         f"{where}: expected a target: jaxmma.policy.gemm(...), a jaxmma.recipes recipe, "
@@ -127,23 +112,37 @@ def _linear(dn, lhs, rhs) -> bool:
     )
 
 
-def run(target, lhs, rhs, dn):
+def run(target, lhs, rhs, dn, state=None, key=None, weight="rhs"):
     """The dot ``lax.dot_general(lhs, rhs, dn)`` on ``target`` (not KEEP), in the
-    target's output dtype.
+    target's output dtype; ``state`` and ``key`` are the recipe's (a GEMM takes a key).
 
-    A recipe takes the lhs as its x and the rhs as its w. A linear layer's dot is the
-    recipe's own ``dot_general()``; any other dot without batch dimensions is brought to
-    ``x [M, K] @ w [K, N]`` (transposes and reshapes, which change no bits) and back.
+    A recipe takes the ``weight`` operand (``"rhs"`` or ``"lhs"``) as its w and the
+    other as its x. A linear layer's dot (``x [..., K] @ w [K, N]``, the rhs the weight)
+    is the recipe's own ``dot_general(state, key=key)``; any other dot without batch
+    dimensions is brought to ``x [M, K] @ w [K, N]`` (transposes and reshapes, which
+    change no bits) and back.
     """
     if isinstance(target, Gemm):
-        return target(lhs, rhs, dn)
-    if _linear(dn, lhs, rhs) or dn[1][0]:  # a layer's dot, or batched (the recipe says)
-        return target.dot_general()(lhs, rhs, dn)
+        return target(lhs, rhs, dn, key=key)
+    if (weight == "rhs" and _linear(dn, lhs, rhs)) or dn[1][0]:  # a layer's dot, or batched
+        return target.dot_general(state, key=key)(lhs, rhs, dn)
     (lc, rc), _ = dn
-    lf = [d for d in range(lhs.ndim) if d not in lc]
-    rf = [d for d in range(rhs.ndim) if d not in rc]
-    K = math.prod(lhs.shape[d] for d in lc)
-    x = jnp.transpose(lhs, (*lf, *lc)).reshape(math.prod(lhs.shape[d] for d in lf), K)
-    w = jnp.transpose(rhs, (*rc, *rf)).reshape(K, math.prod(rhs.shape[d] for d in rf))
-    y = target.matmul(x, w)
-    return y.reshape(tuple(lhs.shape[d] for d in lf) + tuple(rhs.shape[d] for d in rf))
+    (x, xc), (w, wc) = ((lhs, lc), (rhs, rc)) if weight == "rhs" else ((rhs, rc), (lhs, lc))
+    xf = [d for d in range(x.ndim) if d not in xc]
+    wf = [d for d in range(w.ndim) if d not in wc]
+    K = math.prod(x.shape[d] for d in xc)
+    x2 = jnp.transpose(x, (*xf, *xc)).reshape(math.prod(x.shape[d] for d in xf), K)
+    w2 = jnp.transpose(w, (*wc, *wf)).reshape(K, math.prod(w.shape[d] for d in wf))
+    y = target.matmul(x2, w2, state, key=key)
+    y = y.reshape(tuple(x.shape[d] for d in xf) + tuple(w.shape[d] for d in wf))
+    if weight == "rhs":
+        return y
+    # (x free, w free) -> the dot's (lhs free, rhs free) = (w free, x free)
+    return jnp.transpose(y, (*range(len(xf), y.ndim), *range(len(xf))))
+
+
+def weight_side(dot) -> str:
+    """Which operand of ``dot`` a recipe quantizes as its weight w: the rhs, unless only
+    the lhs is one of the function's arguments (equinox's ``Linear`` computes
+    ``weight @ x``, under ``vmap`` ``weight [out, in]`` contracted with ``x [B, in]``)."""
+    return "lhs" if dot.lhs_path and not dot.rhs_path else "rhs"
