@@ -15,9 +15,11 @@ the same bits in fewer operations per product:
   least one grid unit; below, both truncate to 0).
 * ``e_max`` takes the largest ``order_a + order_b`` of the nonzero products plus
   ``es``, read off one float32 matrix product per step of ``2**(6 * order)`` weights
-  (:func:`_largest_orders`; e5m2, whose weights leave float32's range, takes the
-  maximum of the exact products ``2**order_a * 2**order_b``). Zero products would count
-  with ``e_zero``, but so does a zero C, and a nonzero C is above it: they never matter.
+  (:func:`_largest_orders`; e5m2, whose weights leave float32's range, takes weights
+  relative to each row's and column's largest order, and the maximum of the exact
+  products ``2**order_a * 2**order_b`` only on a step whose plane they cannot decide).
+  Zero products would count with ``e_zero``, but so does a zero C, and a nonzero C is
+  above it: they never matter.
 * The fusion of a step runs on ``[M, tile]`` planes of output columns that stay in the
   cache while a ``lax.scan`` walks the k-steps: a tile's accumulator never leaves it.
 * A NaN scale makes its step NaN and NaN stays NaN, so rows of A and columns of B with
