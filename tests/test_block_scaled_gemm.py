@@ -296,3 +296,64 @@ def test_matmul_takes_the_fast_path_with_the_same_values(text, seed):
     with _block_scaled.path("emulate"):
         slow = run()
     np.testing.assert_array_equal(fast.view(np.uint32), slow.view(np.uint32))
+
+
+@jax.jit
+def _relative_check(pa, pb):
+    from jaxmma.models import _product_gemm
+
+    wa, ra = _product_gemm._relative_weights(pa, 1, 10)
+    wb, rb = _product_gemm._relative_weights(pb, 0, 11)
+    m, found = _product_gemm._weighted_max(jnp.matmul(wa, wb, precision="highest"))
+    decides = jnp.all(found & (m >= -10) | (ra < -(1 << 19)) | (rb < -(1 << 19)))
+    return (decides, *_product_gemm._largest_orders(pa, pb, None, None))
+
+
+def test_e5m2_largest_orders_relative_weights():
+    """e5m2's largest product order per output element, read off float32 weights relative
+    to the row's and column's largest order: equal to the maximum of the exact products
+    on a plane the weights decide (orders spread over 8), and on one they cannot (an
+    element 2**-30 below its row's largest meets only small ones), where it falls back."""
+
+    rng = np.random.default_rng(12)
+    M, N = 16, 24
+    for spread, decided in ((8, True), (31, False)):
+        oa = rng.integers(-16, -16 + spread, (M, 32))
+        ob = rng.integers(-16, -16 + spread, (32, N))
+        pa = np.where(rng.random(oa.shape) < 0.2, 0.0, 2.0**oa).astype(np.float32)
+        pb = np.where(rng.random(ob.shape) < 0.2, 0.0, 2.0**ob).astype(np.float32)
+        pa[3] = 0  # a row without a nonzero element
+        if not decided:
+            pa[5] = 0
+            pa[5, 0], pa[5, 1] = 2.0**15, 2.0**-15  # the large one meets zeros only
+            pb[0] = 0
+            pb[1] = 2.0**-16
+        decides, got, nonzero = _relative_check(pa, pb)
+        assert bool(decides) == decided
+        pmax = (pa[:, :, None] * pb[None, :, :]).max(axis=1)  # exact powers of two
+        nz = pmax > 0
+        np.testing.assert_array_equal(np.asarray(nonzero), nz)
+        np.testing.assert_array_equal(np.asarray(got)[nz], np.log2(pmax[nz]).astype(np.int32))
+
+
+@pytest.mark.full  # the quick run keeps make test within 5 minutes; CI runs it
+def test_e5m2_quantized_gaussian_gives_the_per_step_bits():
+    """MXFP8 e5m2 quantized from Gaussian data (the relative weights decide every step)
+    with NaN / Inf elements, a zero block, NaN / largest / smallest scales: the chain's
+    bits."""
+    from jaxmma import quant
+
+    text = PRODUCT_FORMS[1]
+    kx, ky = jax.random.split(jax.random.key(7))
+    x = jax.random.normal(kx, (24, 96), jnp.float32)
+    w = jax.random.normal(ky, (96, 16), jnp.float32)
+    ins = jaxmma.instruction(text, arch="sm_120a")
+    qa = quant.quantize_mx(x, "e5m2", axis=-1, block=32)
+    qb = quant.quantize_mx(w, "e5m2", axis=-2, block=32)
+    A, B, SA, SB = (np.array(v, np.uint32) for v in quant.as_operands(ins, qa, qb))
+    A[2, 5], A[4, 40], B[70, 3] = 0x7C, 0xFE, 0xFC  # +Inf, NaN, -Inf
+    A[6, 32:64] = 0
+    SA[7, 1], SA[8, 0], SB[2, 9], SB[0, 10] = 0xFF, 0xFE, 0x00, 0xFE
+    C = raw_c(np.random.default_rng(7), (24, 16))
+    got = _same(text, A, B, C, SA, SB)
+    assert np.isnan(got.view(np.float32)).any() and np.isfinite(got.view(np.float32)).any()

@@ -15,9 +15,11 @@ the same bits in fewer operations per product:
   least one grid unit; below, both truncate to 0).
 * ``e_max`` takes the largest ``order_a + order_b`` of the nonzero products plus
   ``es``, read off one float32 matrix product per step of ``2**(6 * order)`` weights
-  (:func:`_largest_orders`; e5m2, whose weights leave float32's range, takes the
-  maximum of the exact products ``2**order_a * 2**order_b``). Zero products would count
-  with ``e_zero``, but so does a zero C, and a nonzero C is above it: they never matter.
+  (:func:`_largest_orders`; e5m2, whose weights leave float32's range, takes weights
+  relative to each row's and column's largest order, and the maximum of the exact
+  products ``2**order_a * 2**order_b`` only on a step whose plane they cannot decide).
+  Zero products would count with ``e_zero``, but so does a zero C, and a nonzero C is
+  above it: they never matter.
 * The fusion of a step runs on ``[M, tile]`` planes of output columns that stay in the
   cache while a ``lax.scan`` walks the k-steps: a tile's accumulator never leaves it.
 * A NaN scale makes its step NaN and NaN stays NaN, so rows of A and columns of B with
@@ -83,17 +85,51 @@ def _largest_orders(ap, bp, apw, bpw):
     float32 matrix product: ``sum_k 2**(6 * (oa_k + ob_k))`` lies in
     ``[2**(6 m), 32 * 2**(6 m) * (1 + 2**-18)]`` for the largest ``m`` whatever the order
     of addition (all terms and sums are normal numbers), so its exponent ``E`` has
-    ``floor(E / 6) = m``. Otherwise the maximum of the exact products ``2**oa * 2**ob``,
-    unrolled along the step.
+    ``floor(E / 6) = m``. Otherwise (e5m2, whose weights leave float32's range) the same
+    product of weights relative to the step's largest order in the row and the column
+    (:func:`_relative_orders`), and where that cannot decide, the maximum of the exact
+    products ``2**oa * 2**ob``, unrolled along the step.
     """
     if apw is not None:
-        w = jnp.matmul(apw, bpw, precision=HIGHEST)
-        E = (jax.lax.bitcast_convert_type(w, I32) >> 23) - 127
-        return (E + 6 * 64) // 6 - 64, w > 0
-    pmax = ap[:, 0, None] * bp[None, 0, :]
-    for i in range(1, ap.shape[-1]):
-        pmax = jnp.maximum(pmax, ap[:, i, None] * bp[None, i, :])
-    return (jax.lax.bitcast_convert_type(pmax, I32) >> 23) - 127, pmax > 0
+        return _weighted_max(jnp.matmul(apw, bpw, precision=HIGHEST))
+
+    def products():
+        pmax = ap[:, 0, None] * bp[None, 0, :]
+        for i in range(1, ap.shape[-1]):
+            pmax = jnp.maximum(pmax, ap[:, i, None] * bp[None, i, :])
+        return (jax.lax.bitcast_convert_type(pmax, I32) >> 23) - 127, pmax > 0
+
+    wa, ra = _relative_weights(ap, 1, RELATIVE[0])
+    wb, rb = _relative_weights(bp, 0, RELATIVE[1])
+    m, found = _weighted_max(jnp.matmul(wa, wb, precision=HIGHEST))
+    # decided where the largest relative order is at least -RELATIVE[0]: every product
+    # left out of the weights is below it. A row or column without a nonzero element has
+    # no nonzero product.
+    open_ = ~(found & (m >= -RELATIVE[0])) & (ra > _fixed.ABSENT) & (rb > _fixed.ABSENT)
+    return jax.lax.cond(jnp.any(open_), products, lambda: (m + ra + rb, found))
+
+
+def _weighted_max(w):
+    """``(floor(E / 6), w > 0)`` for the exponent ``E`` of a float32 sum of weights."""
+    E = (jax.lax.bitcast_convert_type(w, I32) >> 23) - 127
+    return (E + 6 * 64) // 6 - 64, w > 0
+
+
+#: relative orders below which A's and B's weights are 0: the smallest weight product,
+#: ``2**(6 * (-10 - 11))``, is a normal float32 number
+RELATIVE = (10, 11)
+
+
+def _relative_weights(p, axis: int, low: int):
+    """``2**(6 * (order - R))`` for ``p = 2**order`` (0 for zero elements) along ``axis``,
+    ``R`` the largest order there (:data:`jaxmma.arith._fixed.ABSENT` if none); 0 where
+    ``order - R < -low``. Returns the weights and ``R`` (1 along ``axis``)."""
+    order = (jax.lax.bitcast_convert_type(p, I32) >> 23) - 127
+    order = jnp.where(p > 0, order, I32(_fixed.ABSENT))
+    top = jnp.max(order, axis=axis, keepdims=True)
+    rel = order - top
+    keep = (p > 0) & (rel >= -low)
+    return jnp.where(keep, _pow2(6 * jnp.maximum(rel, -low)), F32(0)), top
 
 
 def _step(c, a, ap, b, bp, es, code, apw=None, bpw=None):
