@@ -277,10 +277,10 @@ TUNE = [
 ]
 
 
-def _dots_only(c, terms, orders, man):
+def _dots_only(c, values, exps, man, rep):
     """The kernel's loads and dots without the fusion (wrong bits): a floor for its time."""
-    for t, e in zip(terms, orders, strict=True):
-        c = (c + e) ^ t
+    for i, v in enumerate(values):
+        c = (c + exps[i // rep]) ^ jax.lax.bitcast_convert_type(v, jnp.int32)
     return c
 
 

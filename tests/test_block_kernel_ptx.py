@@ -30,9 +30,10 @@ def _f32_value(bits):
     return -v if bits >> 31 else v
 
 
-def _rz_f32(v: Fraction) -> int:
-    """float32 bits of ``v`` rounded toward zero (beyond the largest finite value: that
-    value, as IEEE round-toward-zero has it)."""
+def _round_f32(v: Fraction, mode: str) -> int:
+    """float32 bits of ``v`` rounded toward zero (``"rz"``), toward minus infinity
+    (``"rm"``) or to nearest even (``"rn"``); beyond the largest finite value as IEEE 754
+    has it for each direction."""
     if v == 0:
         return 0
     sign = (1 << 31) if v < 0 else 0
@@ -40,12 +41,22 @@ def _rz_f32(v: Fraction) -> int:
     e = a.numerator.bit_length() - a.denominator.bit_length()
     if Fraction(2) ** e > a:
         e -= 1
+    quantum = Fraction(2) ** (max(e, -126) - 23)  # subnormals: the grid of 2**-149
+    q, rest = divmod(a, quantum)
+    up = {"rz": False, "rm": bool(sign) and rest > 0}.get(mode)
+    if mode == "rn":
+        up = rest * 2 > quantum or (rest * 2 == quantum and q % 2 == 1)
+    mag = (q + up) * quantum
+    if mag == 0:
+        return sign  # a signed zero
+    if mag >= Fraction(2) ** 128:
+        return sign | (0x7F7FFFFF if mode == "rz" or (mode == "rm" and not sign) else 0x7F800000)
+    e = mag.numerator.bit_length() - mag.denominator.bit_length()
+    if Fraction(2) ** e > mag:
+        e -= 1
     if e < -126:
-        return sign | int(a * (1 << 149))  # subnormal grid, truncated
-    if e > 127:
-        return sign | 0x7F7FFFFF
-    mant = int(a / Fraction(2) ** (e - 23))
-    return sign | ((e + 127) << 23) | (mant - (1 << 23))
+        return sign | int(mag * (1 << 149))
+    return sign | ((e + 127) << 23) | (int(mag / Fraction(2) ** (e - 23)) - (1 << 23))
 
 
 def _parse(asm):
@@ -77,6 +88,8 @@ def _run(prog, inputs):
             return val(a[0]) | (val(a[1]) << 32)
         if a in reg:
             return reg[a]
+        if a.startswith("0f"):  # a float32 immediate, as its bits
+            return int(a[2:], 16)
         return int(a) & M32  # an immediate
 
     for pred, op, args in prog:
@@ -89,8 +102,12 @@ def _run(prog, inputs):
             out = src[0]
         elif op == "bfe.u32":
             out = (src[0] >> src[1]) & ((1 << src[2]) - 1)
+        elif op == "or.pred":
+            out = src[0] or src[1]
         elif base in ("and", "or"):
             out = (src[0] & src[1]) if base == "and" else (src[0] | src[1])
+        elif op == "setp.ne.f32":
+            out = _f32_value(src[0]) != _f32_value(src[1])
         elif base == "setp":
             cmp, t = op.split(".")[1:]
             x, y = src if t == "u32" else [_signed(s, 32) for s in src]
@@ -115,58 +132,63 @@ def _run(prog, inputs):
         elif op == "shr.b64":
             out = src[0] >> min(src[1], 64)
         elif op == "cvt.rz.f32.s64":
-            out = _rz_f32(Fraction(_signed(src[0], 64)))
+            out = _round_f32(Fraction(_signed(src[0], 64)), "rz")
         elif op == "mul.rz.f32":
-            out = _rz_f32(_f32_value(src[0]) * _f32_value(src[1]))
+            out = _round_f32(_f32_value(src[0]) * _f32_value(src[1]), "rz")
+        elif op in ("add.rm.f32", "sub.f32"):
+            x, y = _f32_value(src[0]), _f32_value(src[1])
+            out = _round_f32(x + y if base == "add" else x - y, "rm" if base == "add" else "rn")
         else:
             raise AssertionError(f"an instruction the interpreter does not know: {op}")
         reg[d] = out
     return reg["$0"]
 
 
-def _inputs(rng, n, man):
-    """C bits and four groups' (signed ``T ss``, exponent word) as the kernel makes them:
-    all-zero groups (exponent word ``_NONE``, term 0), cancelling ones (term 0), scales
-    of significand 0 (exponent word from ``_ABSENT``), the largest terms, and exponents
-    over the scale format's range, far apart so that terms truncate."""
+def _inputs(rng, n, man, rep):
+    """C bits, the four groups' dots ``T ss + count / 32`` (float32) and the scale groups'
+    exponent words, as the kernel makes them: all-zero groups (count 0, term 0),
+    cancelling ones (term 0, count > 0), scales of significand 0 (exponent word from
+    ``_ABSENT``), the largest terms, and exponents over the scale format's range, far
+    apart so that terms truncate."""
     c = raw_c(rng, (4, n)).reshape(-1)[:n]
     lo, hi = (-9, 8) if man else (-127, 127)  # the scale format's exponents
     big = 16 * 144 * (225 if man else 1)  # the largest |T ss|
-    terms, orders = [], []
+    values, exps = [], []
     for _ in range(4):
-        e = rng.integers(lo, hi + 1, (2, n)).sum(0) - 2
-        e = np.where(rng.random(n) < 0.05, 2 * _block_kernel._ABSENT, e)
         m = rng.integers(-big, big + 1, n)
         m = np.where(rng.random(n) < 0.1, rng.choice([-big, big, -1, 1], n), m)
         m = np.where(rng.random(n) < 0.1, 0, m)  # cancelling groups
-        none = rng.random(n) < 0.15
-        terms.append(np.where(none, 0, m).astype(np.int32))
-        orders.append(np.where(none, _block_kernel._NONE, e).astype(np.int32))
-    return c.view(np.int32), terms, orders
+        count = rng.integers(1, 17, n)
+        count = np.where(rng.random(n) < 0.15, 0, count)  # all-zero groups
+        m = np.where(count == 0, 0, m)
+        values.append((m + count / 32).astype(np.float32))
+    for _ in range(4 // rep):
+        e = rng.integers(lo, hi + 1, (2, n)).sum(0) - 2
+        exps.append(np.where(rng.random(n) < 0.05, 2 * _block_kernel._ABSENT, e).astype(np.int32))
+    return c.view(np.int32), values, exps
 
 
-@pytest.mark.parametrize("man", [3, 0], ids=["ue4m3", "ue8m0"])
-def test_ptx_fusion_gives_the_int32_fusion_bits(man):
-    rng = np.random.default_rng(11 + man)
-    n = 600
-    c, terms, orders = _inputs(rng, n, man)
+@pytest.mark.parametrize("man, rep", [(3, 1), (0, 2), (0, 1)], ids=["nvfp4", "mxfp4", "4x-ue8m0"])
+def test_ptx_fusion_gives_the_int32_fusion_bits(man, rep):
+    rng = np.random.default_rng(11 + man + rep)
+    n = 500
+    c, values, exps = _inputs(rng, n, man, rep)
     want = np.asarray(
         _block_kernel._fuse_planes(
-            jnp.asarray(c), [jnp.asarray(t) for t in terms], [jnp.asarray(o) for o in orders], man
+            jnp.asarray(c),
+            [jnp.asarray(v) for v in values],
+            [jnp.asarray(e) for e in exps],
+            man,
+            rep,
         )
     ).view(np.uint32)
-    prog = _parse(_block_kernel._ptx_fuse(4, man))
-    u = lambda x: int(np.uint32(np.int32(x)))  # noqa: E731
-    got = np.array(
-        [
-            _run(
-                prog,
-                [u(c[i])] + [u(x[i]) for t, o in zip(terms, orders, strict=True) for x in (t, o)],
-            )
-            for i in range(n)
-        ],
-        np.uint32,
+    prog = _parse(_block_kernel._ptx_fuse(4, rep, man))
+    words = (
+        [c.view(np.uint32)]
+        + [v.view(np.uint32) for v in values]
+        + [e.view(np.uint32) for e in exps]
     )
+    got = np.array([_run(prog, [int(w[i]) for w in words]) for i in range(n)], np.uint32)
     kinds = want & 0x7F800000
     assert (kinds == 0).any() and (kinds == 0x7F800000).any() and (want == 0).any()
     np.testing.assert_array_equal(got, want)

@@ -221,13 +221,16 @@ def _fuse(c, scale_groups, man: int):
 
 
 # ---- the fusion of a step as one PTX routine per element (the compiled kernel) ---------
-def _ptx_fuse(terms: int, man: int) -> str:
-    """PTX computing :func:`_fuse`'s D bits of one element from C's bits (``$1``) and, per
-    group term ``i``, the signed integer ``m = T ss`` (``$(2 + 2 i)``) and the exponent
-    word ``E`` of its unit (``$(3 + 2 i)``; very low where the group is all zero). The
-    same arithmetic as :func:`_fuse`, with the exact sum in one 64-bit integer:
+def _ptx_fuse(terms: int, rep: int, man: int) -> str:
+    """PTX computing :func:`_fuse`'s D bits of one element from C's bits (``$1``), per
+    group of 16 ``i`` its dot ``v = T ss + count / 32`` (float32 bits, ``$(2 + i)``) and
+    per scale group ``j`` (``rep`` groups of 16 each) the exponent word ``E`` of its
+    groups' unit (``$(2 + terms + j)``). The same arithmetic as :func:`_fuse_planes`,
+    with the exact sum in one 64-bit integer:
 
-    * ``e_max`` and ``unit`` as there;
+    * ``m = T ss = floor(v)`` from ``v + 1.5 * 2**23`` rounded toward minus infinity
+      (``|v| < 2**22``: the sum's unit is 1), and the group counts for ``e_max`` where
+      ``v`` differs from it; ``e_max`` and ``unit`` as in :func:`_fuse`;
     * C's term ``trunc(c_sig * 2**k)`` (``k = c_exp - unit <= 12``) is ``c_sig * 2**39``
       (a 64-bit word with ``c_sig << 7`` as its high half) shifted right by ``39 - k >=
       27``; a group term ``trunc(|m| * 2**k)`` (``k = E - unit <= 33 - 2 man``) is
@@ -243,12 +246,15 @@ def _ptx_fuse(terms: int, man: int) -> str:
       Inf or NaN C passes through.
     """
     off = 2 * man - 2 * _LO
+    magic = "0f4B400000"  # 1.5 * 2**23
     lines = [
         "{",
         ".reg .pred %p<4>;",
+        f".reg .pred %q<{terms + 1}>;",
         ".reg .b32 %r<16>;",
+        f".reg .b32 %m<{terms + 1}>;",
         ".reg .b64 %rd<3>;",
-        ".reg .f32 %f<4>;",
+        ".reg .f32 %f<6>;",
         "mov.b32 %r0, 0;",
         "bfe.u32 %r1, $1, 23, 8;",
         "and.b32 %r2, $1, 8388607;",
@@ -260,7 +266,22 @@ def _ptx_fuse(terms: int, man: int) -> str:
         "setp.eq.u32 %p2, %r2, 0;",
         f"selp.b32 %r4, {GROUP_E_ZERO - off}, %r4, %p2;",
     ]
-    lines += [f"max.s32 %r4, %r4, ${3 + 2 * i};" for i in range(terms)]
+    for i in range(terms):
+        lines += [
+            f"mov.b32 %f4, ${2 + i};",
+            f"add.rm.f32 %f5, %f4, {magic};",
+            f"mov.b32 %m{i}, %f5;",
+            f"sub.s32 %m{i}, %m{i}, {_MAGIC_BITS};",
+            f"sub.f32 %f5, %f5, {magic};",
+            f"setp.ne.f32 %q{i}, %f4, %f5;",
+        ]
+    for j in range(terms // rep):
+        for i in range(j * rep + 1, (j + 1) * rep):
+            lines.append(f"or.pred %q{j * rep}, %q{j * rep}, %q{i};")
+        lines += [
+            f"selp.b32 %r9, ${2 + terms + j}, {_NONE}, %q{j * rep};",
+            "max.s32 %r4, %r4, %r9;",
+        ]
     lines += [
         f"add.s32 %r5, %r4, {off - GROUP_F};",  # unit
         "sub.s32 %r6, %r5, %r3;",
@@ -273,7 +294,7 @@ def _ptx_fuse(terms: int, man: int) -> str:
         "add.s32 %r8, %r5, 40;",
     ]
     for i in range(terms):
-        m, e = f"${2 + 2 * i}", f"${3 + 2 * i}"
+        m, e = f"%m{i}", f"${2 + terms + i // rep}"
         lines += [
             f"abs.s32 %r9, {m};",
             "shl.b32 %r9, %r9, 8;",
@@ -316,47 +337,50 @@ def _ptx_fuse(terms: int, man: int) -> str:
 
 def _kernel(a_ref, b_ref, wa_ref, wb_ref, c_ref, d_ref, *, steps, man, rep, fuse):
     """Per group of 16, one float16 dot of 32 (:func:`_operands`: its 16 values and its
-    16 indicators side by side) gives ``v = T ss + count / 32`` in float32, exactly:
-    ``T ss = floor(v)``, and the group has a nonzero product where ``v`` has a fraction."""
+    16 indicators side by side) gives ``v = T ss + count / 32`` in float32, exactly; per
+    scale group the exponent word ``E`` of its groups' unit; ``fuse`` takes it from
+    there (:func:`_fuse_ptx`, :func:`_fuse_planes`)."""
     k = GROUP * STEP_GROUPS
     per = STEP_GROUPS // rep  # scale groups per step
 
     def body(s, c):
-        terms, orders = [], []
+        values, exps = [], []
         for j in range(per):
-            E = (wa_ref[:, pl.ds(s * per + j, 1)] >> 4) + (wb_ref[pl.ds(s * per + j, 1), :] >> 4)
-            nz = None
+            exps.append(
+                (wa_ref[:, pl.ds(s * per + j, 1)] >> 4) + (wb_ref[pl.ds(s * per + j, 1), :] >> 4)
+            )
             for i in range(rep):
                 g = j * rep + i  # group g of the step: columns [2 (64 s + 16 g), + 32)
                 ks = pl.ds(pl.multiple_of(2 * (s * k + g * GROUP), 2 * GROUP), 2 * GROUP)
-                v = jnp.dot(a_ref[:, ks], b_ref[ks, :], preferred_element_type=F32)
-                t = jnp.floor(v)
-                nz = (v != t) if nz is None else (nz | (v != t))
-                # the integer t (|t| < 2**19) in the low bits of t + 1.5 * 2**23, exactly
-                terms.append(lax.bitcast_convert_type(t + F32(_MAGIC), I32) - I32(_MAGIC_BITS))
-            orders += [jnp.where(nz, E, I32(_NONE))] * rep
-        return fuse(c, terms, orders, man)
+                values.append(jnp.dot(a_ref[:, ks], b_ref[ks, :], preferred_element_type=F32))
+        return fuse(c, values, exps, man, rep)
 
     d_ref[...] = lax.fori_loop(0, steps, body, c_ref[...])
 
 
-def _fuse_planes(c, terms, orders, man: int):
-    """:func:`_fuse` on planes: ``terms`` the signed ``T ss`` of each group of 16 of the
-    step, ``orders`` the exponent word of each (:data:`_NONE` where it is all zero)."""
-    groups = [
-        (lambda count=True, e=e: (None, e) if not count else (jnp.bool_(True), e), (lambda t=t: t,))
-        for t, e in zip(terms, orders, strict=True)
-    ]
+def _fuse_planes(c, values, exps, man: int, rep: int):
+    """The step's fusion on planes in int32 operations (:func:`_fuse`): ``values`` the
+    dots ``T ss + count / 32`` of the step's groups of 16, ``exps`` the exponent word of
+    each scale group's unit."""
+    groups = []
+    for j, e in enumerate(exps):
+        vs = values[j * rep : (j + 1) * rep]
+        ts = [jnp.floor(v) for v in vs]
+        nz = functools.reduce(jnp.logical_or, [v != t for v, t in zip(vs, ts, strict=True)])
+        # the integer t (|t| < 2**19) in the low bits of t + 1.5 * 2**23, exactly
+        ms = [lax.bitcast_convert_type(t + F32(_MAGIC), I32) - I32(_MAGIC_BITS) for t in ts]
+        order = jnp.where(nz, e, I32(_NONE))
+        groups.append(
+            (lambda count=True, o=order: (jnp.bool_(True), o), tuple(lambda m=m: m for m in ms))
+        )
     return _fuse(c, groups, man)
 
 
-def _fuse_ptx(c, terms, orders, man: int):
+def _fuse_ptx(c, values, exps, man: int, rep: int):
     """:func:`_fuse_planes` as one PTX routine per element (:func:`_ptx_fuse`)."""
-    args = [c]
-    for t, e in zip(terms, orders, strict=True):
-        args += [t, e]
+    args = [c] + [lax.bitcast_convert_type(v, I32) for v in values] + list(exps)
     (d,) = plgpu.elementwise_inline_asm(
-        _ptx_fuse(len(terms), man),
+        _ptx_fuse(len(values), rep, man),
         args=args,
         constraints="=r," + ",".join(["r"] * len(args)),
         pack=1,
