@@ -22,6 +22,8 @@ divides (dgrad of the head contracts over 10), and jaxmma's rows keep it alike.
 Each step is compiled after ``jax.clear_caches()`` (``lower(...).compile()``, tracing
 included) and timed as the median over ``--steps`` rounds of one step per configuration
 (a shared machine slows all alike); times are printed as multiples of the jnp bf16 step.
+Beside them, the first step's loss and the share of each hidden layer's weights that
+the step left unchanged (a zero gradient, or an update below half an ulp).
 Without Qwix installed its rows are skipped with a note.
 
 Then one forward GEMM, x [256, 512] @ w [512, 256], on normal inputs and on wide-range
@@ -186,13 +188,19 @@ def steps(n_steps):
     base_c, base_s = compile_s["jnp bf16"], med["jnp bf16"]
     print(f"\nMLP {'-'.join(map(str, SIZES))} (flax linen), batch {BATCH}, SGD, median of "
           f"{n_steps} steps; x: multiples of the jnp bf16 step\n")  # fmt: skip
-    print("| step | compile | step time | loss of the first step |")
-    print("| --- | --- | --- | --- |")
+    print("| step | compile | step time | loss of the first step | hidden-layer weights "
+          "the step left unchanged |")  # fmt: skip
+    print("| --- | --- | --- | --- | --- |")
     for label in compiled:
         c, s = compile_s[label], med[label]
+        new = outs[label][0]
+        same = [
+            float(np.mean(np.asarray(new[n]["kernel"]) == np.asarray(params[n]["kernel"])))
+            for n in ("dense0", "dense1")
+        ]
         print(
             f"| {label} | {c:.2f} s ({c / base_c:.1f}x) | {s * 1e3:.2f} ms ({s / base_s:.1f}x) "
-            f"| {float(outs[label][1]):.4f} |"
+            f"| {float(outs[label][1]):.4f} | {same[0]:.1%}, {same[1]:.1%} |"
         )
     if qwix is None:
         print("\n(Qwix is not installed: its rows are skipped; pip install qwix)")
