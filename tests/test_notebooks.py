@@ -16,7 +16,14 @@ from _suite import params
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("*.ipynb"))
-STUDIES = {"fp8_accumulation", "block_scaled_training", "sparsity", "rounding_probes", "layouts"}
+STUDIES = {
+    "fp8_accumulation",
+    "block_scaled_training",
+    "sparsity",
+    "rounding_probes",
+    "layouts",
+    "transformer_recipes",
+}
 
 
 @pytest.mark.filterwarnings("ignore")  # the kernel machinery's own deprecation notices
