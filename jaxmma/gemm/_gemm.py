@@ -42,7 +42,7 @@ from ..models import _models
 from ..operands import _operands, _quant, _scaling, _sparse
 from ..operands._quant import Quantized
 from ..spec._ptx import shown as _shown
-from ..util import _errors, _shapes, _ste
+from ..util import _errors, _shapes, _ste, _xla
 from . import _block_scaled, _kernel, _native, _pallas
 from ._config import FIELDS, Config, GemmOptions, merge, resolve, validate
 from ._config import config as config  # the tests' and benchmarks' name for it
@@ -351,7 +351,7 @@ def _quantize_operands(ins, A, B, quantize):
 
 #: the emulation itself, compiled once per configuration and shapes; called eagerly (and
 #: by the derivative rules under an eager ``jax.grad``) it reuses that compilation
-_forward_jit = jax.jit(lambda cfg, *args: _forward(cfg, *args), static_argnums=0)
+_forward_jit = _xla.jit(lambda cfg, *args: _forward(cfg, *args), static_argnums=0)
 
 
 def _grad_gemm(grad_ins: Instruction | None):
