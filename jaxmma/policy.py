@@ -4,6 +4,7 @@ and dtype; the first match wins (docs/policy.md). ``jaxmma.with_policy`` applies
 
 from .intercept._evaluate import dots as dots
 from .intercept._evaluate import init_state as init_state
+from .intercept._evaluate import stats as stats
 from .intercept._evaluate import with_policy as with_policy
 from .intercept._rules import Dot as Dot
 from .intercept._rules import Rule as Rule
@@ -11,4 +12,4 @@ from .intercept._targets import KEEP as KEEP
 from .intercept._targets import Gemm as Gemm
 from .intercept._targets import gemm as gemm
 
-__all__ = ["KEEP", "Dot", "Gemm", "Rule", "dots", "gemm", "init_state", "with_policy"]
+__all__ = ["KEEP", "Dot", "Gemm", "Rule", "dots", "gemm", "init_state", "stats", "with_policy"]
