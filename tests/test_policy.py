@@ -415,7 +415,7 @@ def test_the_nnx_example_of_docs_policy_runs():
 
 @pytest.mark.full  # an MXFP8 forward: about 5 s
 def test_the_statistics_example_of_docs_policy_runs():
-    assert _docs_example(4).splitlines() == ["hidden {'x': 0, 'w': 0}"]
+    assert _docs_example(4).splitlines() == ["hidden {'w': (0, 24), 'x': (0, 18)}"]
 
 
 @pytest.mark.full  # the examples compile a model: about 1.5 s
