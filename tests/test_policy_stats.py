@@ -169,13 +169,17 @@ def test_delayed_scaling_statistics_use_the_state():
     def f(params, x):
         return x @ params["embed"]
 
-    state = {"dot0": entry}
-    (out, got) = jax.jit(stats(f, rec, stateful=True))(state, None, PARAMS, X)
+    @jax.jit  # one compile for the two; arguments, not constants XLA could fold
+    def both(state, params, x):
+        got = stats(f, rec, stateful=True)(state, None, params, x)
+        return got, rec.matmul(x, params["embed"], state["dot0"])
+
+    (out, got), want_out = both({"dot0": entry}, PARAMS, X)
     sx = recipes.scale_from_amax(jnp.float32(x_amax), "e4m3")
     sw = recipes.scale_from_amax(jnp.float32(w_amax), "e4m3")
     want = {"x": recipes.stats(X, "e4m3", sx), "w": recipes.stats(PARAMS["embed"], "e4m3", sw)}
     _same(got, {"embed": want})
-    _same(out, rec.matmul(X, PARAMS["embed"], entry))
+    _same(out, want_out)
 
 
 @pytest.mark.full  # a training step compiled twice: about 9 s
