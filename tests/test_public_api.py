@@ -84,6 +84,7 @@ def _calls():
         "policy.with_policy": ((lambda a, b: a @ b, jaxmma.presets.H100_BF16), {}),
         "policy.dots": ((lambda a, b: a @ b, jaxmma.presets.H100_BF16), {}),
         "policy.init_state": ((lambda a, b: a @ b, jaxmma.presets.H100_BF16), {}),
+        "policy.stats": ((lambda a, b: a @ b, jaxmma.presets.H100_BF16), {}),
         "policy.gemm": ((BF16,), dict(arch="sm_90")),
         "formats.decode": (("bf16", jnp.uint32(0)), {}),
         "formats.encode": (("bf16", _x(4)), {}),
