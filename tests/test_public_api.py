@@ -146,6 +146,8 @@ ALLOWED = {
     # precision is accepted and ignored, as a drop-in for lax.dot_general's (any value)
     ("jaxmma.dot_general", "precision", "junk"),
     ("jaxmma.dot_general", "precision", "bogus"),
+    ("jaxmma.scaled_dot_general", "precision", "junk"),
+    ("jaxmma.scaled_dot_general", "precision", "bogus"),
     # implementation is deprecated and ignored, as in jax.nn (a DeprecationWarning)
     ("jaxmma.scaled_dot_general", "implementation", "junk"),
     ("jaxmma.scaled_dot_general", "implementation", "bogus"),
