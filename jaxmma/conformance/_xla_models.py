@@ -175,7 +175,7 @@ def function(case: Case):
         x32 = x.astype(jnp.float32)
         mu = jnp.mean(x32, -1, keepdims=True)
         var = jnp.mean((x32 - mu) ** 2, -1, keepdims=True)
-        return ((x32 - mu) * jax.lax.rsqrt(var + 1e-5)).astype(x.dtype) * g + b
+        return ((x32 - mu) * jax.lax.rsqrt(var + 1e-5)).astype(x.dtype) * g[None] + b[None]
 
     def attn(x, g, b, wq, wk, wv, wo):
         h = ln(x, g, b)
