@@ -29,10 +29,10 @@ def findings(fn, *args):
         (jnp.tanh, (F32,), "tanh", "ulp"),
         (jax.nn.sigmoid, (F32,), "logistic", "ulp"),
         (jax.lax.rsqrt, (F32,), "rsqrt", "approximate"),
-        (jnp.sqrt, (F32,), "sqrt", "not been probed"),
+        (jnp.sqrt, (F32,), "sqrt", "701 of 4096"),
         (lambda x: x / 3.0, (F32,), "div", "div.full.f32"),
         (jnp.sum, (F32,), "reduce_sum", "own order"),
-        (lambda x: jnp.max(x, 0), (F32,), "reduce_max", "signed zero"),
+        (lambda x: jnp.max(x, 0), (F32,), "reduce_max", "signed-zero"),
         (lambda x: x.astype(jnp.float8_e4m3fn), (F32,), "convert_element_type", "satfinite"),
         (lambda x, y: x * y + 1.0, (F32, F32), "add", "FMA"),
         (lambda x, y: 1.0 - (-(x * y)), (F32, F32), "sub", "FMA"),
@@ -125,3 +125,63 @@ def test_unverified_option_is_checked():
     meta, _, _ = _dot_case()
     with pytest.raises(ValueError, match="unverified: expected one of"):
         jaxmma.gpu_replay(jnp.dot, meta["hlo"], unverified="ignore")
+
+
+def _module(kind):
+    """A captured module: ``"mlir"`` (loop and reduction fusions only) or ``"triton"``
+    (Triton softmax fusions beside the GEMM fusions)."""
+    import json
+
+    import numpy as np
+    from test_xla_gpu_models import FILES
+
+    if not FILES:
+        pytest.skip("no captures")
+    name = "probe-max1-200x72-f32" if kind == "mlir" else "model-xent-f32"
+    with np.load(FILES[0]) as z:
+        for k in z.files:
+            if k.endswith(".meta"):
+                meta = json.loads(str(z[k][()]))
+                if meta["name"] == name:
+                    return meta["hlo"]
+    raise AssertionError(name)
+
+
+def test_module_facts_lift_contraction_and_minmax():
+    """With a module whose fusions are all XLA's MLIR loop / reduction emitters, a
+    product added to something and a float max / min reduction are reproduced; with a
+    Triton softmax fusion in the module they stay refused, naming it."""
+    from jaxmma.gemm import _hlo
+
+    mlir, triton = (_hlo.emitters(_module(k)) for k in ("mlir", "triton"))
+    assert not mlir.contract and not mlir.minmax and triton.minmax
+
+    def fn(x, y):
+        return x * y + 1.0, jnp.max(x, 1), jnp.min(x * y, 0)
+
+    closed = jax.make_jaxpr(fn)(F32, F32)
+    assert not any(_replay_ops.check(closed, mlir)[1])
+    fs, per_output = _replay_ops.check(closed, triton)
+    assert per_output[1] and any("%triton_softmax" in f.reason for f in fs if "reduce" in f.op)
+
+
+def test_ieee_minmax_reduction():
+    """gpu_replay's max / min reductions: NaN if any element is NaN, +0 over -0 for max
+    (-0 over +0 for min), in any position and row length (XLA:CPU's own f32 reduce_max
+    drops NaNs in long rows)."""
+    import numpy as np
+
+    text = _module("mlir")
+    for n in (3, 72, 1000, 4099):
+        x = np.full((4, n), -0.0, np.float32)
+        x[0, n // 2] = 0.0
+        x[1, n - 1] = np.nan
+        x[2, :] = -1.0
+        x[2, 1] = 0.0
+        mx = jaxmma.gpu_replay(lambda a: jnp.max(a, 1), text)(jnp.asarray(x))
+        mn = jaxmma.gpu_replay(lambda a: jnp.min(-a, 1), text)(jnp.asarray(x))
+        mx, mn = np.asarray(mx), np.asarray(mn)
+        assert mx[0] == 0 and not np.signbit(mx[0]) and np.isnan(mx[1]), n
+        assert mx[2] == 0 and not np.signbit(mx[2]) and np.signbit(mx[3]) and mx[3] == 0, n
+        assert mn[0] == 0 and np.signbit(mn[0]) and np.isnan(mn[1]), n
+        assert mn[3] == 0 and not np.signbit(mn[3]), n

@@ -33,6 +33,28 @@ def _has_dot(jaxpr) -> bool:
     return _jaxpr.contains(jaxpr, ("dot_general",))
 
 
+def _replayed(jaxpr) -> bool:
+    """Whether ``jaxpr`` holds an equation computed here rather than bound as it is."""
+    return _jaxpr.contains(jaxpr, ("dot_general", *_replay_ops.MINMAX_REDUCE))
+
+
+def ieee_minmax(eqn, x):
+    """A float ``reduce_max`` / ``reduce_min`` by IEEE 754-2019 maximum / minimum (NaN
+    if any element is NaN, -0 < +0): the one result of every summation order, which is
+    what XLA:GPU's MLIR emitters give; the backend's own reduction only supplies the
+    value of a result that is neither NaN nor zero."""
+    axes = tuple(eqn.params["axes"])
+    m = _jaxpr.bind(eqn, [x])[0]
+    if not jnp.issubdtype(x.dtype, jnp.floating):
+        return m
+    is_max = eqn.primitive.name == "reduce_max"
+    zeros = (x == 0) & (jnp.signbit(x) != is_max)  # +0 for max, -0 for min
+    present = jnp.any(zeros, axis=axes)
+    zero = jnp.where(present, 0.0, -0.0) if is_max else jnp.where(present, -0.0, 0.0)
+    m = jnp.where(m == 0, zero.astype(m.dtype), m)
+    return jnp.where(jnp.any(jnp.isnan(x), axis=axes), jnp.asarray(jnp.nan, m.dtype), m)
+
+
 def _dot_eqns(jaxpr, out: list) -> list:
     """The dot equations in evaluation order; ValueError for a dot this cannot reach."""
     for e in jaxpr.eqns:
@@ -131,10 +153,12 @@ def _eval(jaxpr, consts, args, plans):
         name = e.primitive.name
         if name == "dot_general":
             outs = [replay_dot(e, next(plans), *ins)]
+        elif name in _replay_ops.MINMAX_REDUCE:
+            outs = [ieee_minmax(e, *ins)]
         elif (
             name in _CALLS
             and _CALLS[name] in e.params
-            and _has_dot(_jaxpr.closed(e.params[_CALLS[name]])[0])
+            and _replayed(_jaxpr.closed(e.params[_CALLS[name]])[0])
         ):
             inner, c = _jaxpr.closed(e.params[_CALLS[name]])
             outs = _eval(inner, c, ins[len(ins) - len(inner.invars) :], plans)
@@ -187,10 +211,11 @@ def gpu_replay(fn, compiled_text: str, *, unverified: str = "raise"):
     if unverified not in UNVERIFIED:
         raise ValueError(f"unverified: expected one of {UNVERIFIED}, got {unverified!r}")
     plans = _hlo.dots(compiled_text)
+    facts = _hlo.emitters(compiled_text)
 
     def run(*args):
         closed, shape = jax.make_jaxpr(fn, return_shape=True)(*args)
-        findings, per_output = _replay_ops.check(closed)
+        findings, per_output = _replay_ops.check(closed, facts)
         if any(per_output):
             text = _replay_ops.message(findings, per_output)
             if unverified == "raise":

@@ -46,6 +46,10 @@ EXACT = frozenset({
     "random_unwrap", "random_seed", "threefry2x32", "sort", "reduce_and", "reduce_or",
     "reduce_xor",
 }) | MOVE  # fmt: skip
+#: float max / min reductions: exact and order-independent where the combiner is IEEE
+#: 754-2019 maximum / minimum (NaN propagates, -0 < +0); ``gpu_replay`` computes them by
+#: that definition (XLA:CPU's own drops NaNs in long f32 rows)
+MINMAX_REDUCE = frozenset({"reduce_max", "reduce_min"})
 #: float arithmetic checked for FMA contraction and excess precision
 ARITH = frozenset({"add", "sub", "mul", "add_any", "neg", "integer_pow"})
 #: ops that commute with rounding: a bf16 / f16 value kept in f32 passes through them
@@ -56,31 +60,57 @@ _APPROX = (
     "XLA:GPU lowers it to libdevice or to its own approximation (for bf16 / f16 "
     "``ex2.approx`` / ``lg2.approx``, the ``afn`` flag in XLA's elemental emitter); "
 )
+#: the elementwise probes of tests/golden/xla/xla-models-*.npz (an H100, jax 0.11.2,
+#: three processes, the same bits in each): per primitive, of 4096 raw-bit inputs, how
+#: many f32 results of the GPU differ from the CPU's (jax, one operation at a time) and
+#: by up to how many ulp, and how many bf16 results differ
+PROBED = {
+    "exp": (1249, "2 ulp on normal results; below 2^-126 the CPU gives 0 where the GPU "
+            "gives subnormals", 22),
+    "log": (173, "1 ulp", 0),
+    "tanh": (1120, "2 ulp", 0),
+    "logistic": (940, "3 ulp", 0),
+    "erf": (953, "4 ulp", 0),
+    "rsqrt": (1069, "1 ulp", 0),
+    "sqrt": (701, "1 ulp; the CPU's is correctly rounded, the GPU's is not", 0),
+    "div": (1229, "2 ulp; the CPU's is correctly rounded, the GPU's is not", 0),
+}  # fmt: skip
+
+
+def _measured(name: str) -> str:
+    n32, ulp, n16 = PROBED[name]
+    return (
+        f"measured on an H100: the GPU's f32 {name} differs from the CPU's on {n32} of "
+        f"4096 probe inputs (up to {ulp}), its bf16 {name} on {n16} of 4096"
+        + (" (bf16 results are rounded from those f32 ones: they may differ elsewhere)"
+           if n16 == 0 else "")
+    )  # fmt: skip
+
+
 #: why each refused primitive is refused; the CPU's error was measured on 65,536 f32
 #: inputs against float64 references (jax 0.10.2, x86-64)
 REFUSED = {
-    "exp": _APPROX + "the CPU's own exp is within 0.97 ulp (measured): the bits differ",
+    "exp": _APPROX + "the CPU's own exp is within 0.97 ulp; " + _measured("exp"),
     "exp2": _APPROX + "the CPU's own exp2 is a different polynomial",
-    "log": _APPROX + "the CPU's own log is within 0.96 ulp (measured)",
+    "log": _APPROX + "the CPU's own log is within 0.96 ulp; " + _measured("log"),
     "log1p": _APPROX + "the CPU's own log1p is within 2.4 ulp (measured)",
     "expm1": _APPROX + "the CPU's own expm1 is within 4.1 ulp (measured)",
-    "tanh": _APPROX + "the CPU's own tanh is within 4.0 ulp (measured)",
-    "logistic": _APPROX + "the CPU's own logistic is within 2.1 ulp (measured)",
-    "erf": _APPROX + "the CPU's own erf is within 5.3 ulp (measured)",
+    "tanh": _APPROX + "the CPU's own tanh is within 4.0 ulp; " + _measured("tanh"),
+    "logistic": _APPROX + "the CPU's own logistic is within 2.1 ulp; " + _measured("logistic"),
+    "erf": _APPROX + "the CPU's own erf is within 5.3 ulp; " + _measured("erf"),
     "rsqrt": "XLA:GPU computes it with an approximate reciprocal square root; the CPU's "
-    "own rsqrt is within 1.6 ulp (measured)",
-    "sqrt": "XLA:GPU's sqrt (LLVM NVPTX's sqrt.rn by default) has not been probed; the "
-    "CPU's is correctly rounded (0.5 ulp measured)",
+    "own rsqrt is within 1.6 ulp; " + _measured("rsqrt"),
+    "sqrt": "XLA:GPU's f32 sqrt is not correctly rounded (an approximate square root, "
+    "not sqrt.rn); " + _measured("sqrt"),
     "div": "XLA:GPU compiles f32 division as PTX div.full.f32 (nvptx_backend.cc sets "
-    "-nvptx-prec-divf32=1), an approximation of up to 2 ulp; the CPU's is correctly "
-    "rounded",
+    "-nvptx-prec-divf32=1), an approximation of up to 2 ulp; " + _measured("div"),
     "pow": "XLA:GPU computes pow with libdevice; the CPU's own pow differs",
     "reduce_sum": "XLA:GPU's reduction emitters add in their own order (tree, vector "
     "width, warps), not modelled yet for reductions other than split-K",
-    "reduce_max": "XLA:GPU's reduction order decides which NaN or which signed zero is "
-    "returned; not modelled yet",
-    "reduce_min": "XLA:GPU's reduction order decides which NaN or which signed zero is "
-    "returned; not modelled yet",
+    "reduce_max": "a max reduction outside XLA's MLIR emitters (a Triton fusion, or no "
+    "GPU module to read): its NaN and signed-zero rules are not measured",
+    "reduce_min": "a min reduction outside XLA's MLIR emitters (a Triton fusion, or no "
+    "GPU module to read): its NaN and signed-zero rules are not measured",
     "reduce_prod": "XLA:GPU's reduction emitters multiply in their own order",
     "argmax": "XLA:GPU's reduction order decides ties and NaNs; not modelled yet",
     "argmin": "XLA:GPU's reduction order decides ties and NaNs; not modelled yet",
@@ -147,8 +177,9 @@ class _State:
     unrounded-in-a-fusion product (``prod``: may be contracted into an FMA) or a
     rounded bf16 / f16 result (``lowp``: may be kept in f32), its known values."""
 
-    def __init__(self):
+    def __init__(self, facts=None):
         self.taint, self.prod, self.lowp, self.vals = {}, {}, {}, {}
+        self.facts = facts  # the module's _hlo.Emitters, or None: assume the worst
 
     def get(self, table, v, default=None):
         if isinstance(v, jcore.Literal):
@@ -254,15 +285,11 @@ def _walk(jaxpr, consts, st: _State, findings: list):
                     reasons.append(f"x**{y} is several multiplies that XLA:GPU may fuse "
                                    "into FMAs or keep in excess precision")  # fmt: skip
                 prod = y == 2
-            if name in ("add", "sub", "add_any"):
+            if name in ("add", "sub", "add_any") and not _uncontracted(st):
                 for v in e.invars:
                     m = st.get(st.prod, v)
                     if m:
-                        reasons.append(
-                            f"XLA:GPU may contract it with the multiply at {m} into one "
-                            "FMA (one rounding instead of two); whether its emitters do "
-                            "has not been probed"
-                        )
+                        reasons.append(_contract_reason(m, st))
                         break
             if name == "neg":
                 prod = any(st.get(st.prod, v) for v in e.invars)
@@ -274,9 +301,14 @@ def _walk(jaxpr, consts, st: _State, findings: list):
                 prod = _where(e)
         elif name in ARITH:
             pass  # integer arithmetic: exact, wraps on both
+        elif name in MINMAX_REDUCE and _ieee_minmax(st):
+            lowp = any(st.get(st.lowp, v) for v in e.invars)  # commutes with rounding
         elif name in REFUSED:
             if any(_is_float(v.aval) for v in e.invars):
-                reasons.append(REFUSED[name])  # on integers these are exact
+                why = REFUSED[name]  # on integers these are exact
+                if name in MINMAX_REDUCE and st.facts is not None:
+                    why += " (the module's: " + ", ".join(st.facts.minmax) + ")"
+                reasons.append(why)
         else:
             reasons.append(
                 REFUSED.get(
@@ -299,6 +331,30 @@ def _walk(jaxpr, consts, st: _State, findings: list):
             val = _fold(e, st, None)
             if val is not None:
                 st.vals[e.outvars[0]] = val
+
+
+def _uncontracted(st) -> bool:
+    """The module computes every multiply and add in XLA's MLIR loop and reduction
+    emitters, which do not contract them (probe-fma-f32: the GPU's ``a * b + c`` is the
+    rounded product plus ``c`` on 4096 of 4096 inputs, the FMA on 3055)."""
+    return st.facts is not None and not st.facts.contract
+
+
+def _ieee_minmax(st) -> bool:
+    """Every float max / min reduction of the module runs in XLA's MLIR emitters, whose
+    ``maximum`` / ``minimum`` are IEEE 754-2019's (order-independent)."""
+    return st.facts is not None and not st.facts.minmax
+
+
+def _contract_reason(m, st) -> str:
+    if st.facts is None:
+        where = "its emitters"
+    else:
+        where = "the fusions " + ", ".join(st.facts.contract) + " (not XLA's MLIR emitters)"
+    return (
+        f"XLA:GPU may contract it with the multiply at {m} into one FMA (one rounding "
+        f"instead of two): {where} may contract, which has not been probed"
+    )
 
 
 def _prod_src(e, st):
@@ -335,10 +391,12 @@ def _convert(e, st) -> list:
     return []
 
 
-def check(closed_jaxpr) -> tuple:
+def check(closed_jaxpr, facts=None) -> tuple:
     """``(findings, per_output)`` of a closed jaxpr: every refused equation, and per
-    output the findings it depends on (an empty set: the output is exact)."""
-    st = _State()
+    output the findings it depends on (an empty set: the output is exact). ``facts``:
+    the GPU module's :class:`._hlo.Emitters` (None: every emitter is assumed to
+    contract and to reduce max / min in an unknown way)."""
+    st = _State(facts)
     findings: list = []
     jaxpr = closed_jaxpr.jaxpr
     _walk(jaxpr, closed_jaxpr.consts, st, findings)
