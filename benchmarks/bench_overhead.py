@@ -1,0 +1,162 @@
+"""Overhead of the GEMM layer's common path: what ``matmul`` costs around its arithmetic.
+
+Small operands (64 x 128 @ 128 x 64), so the figures are the layer's own cost:
+
+* ``trace``: ``jax.jit(f).lower(*args)`` of a new function (Python work: validation,
+  operand preparation, executor choice, the derivative rule's wiring);
+* ``compile``: ``.compile()`` of that lowering (XLA's work on the program we emit);
+* ``eager``: one eager call on shapes seen before (the per-call cost in a notebook:
+  argument checks and the dispatch of the cached program).
+
+for a bf16 ``matmul`` (the plain path), the same with ``out_dtype=bfloat16`` (kernel
+options), ``dot_general`` with a batch dimension, ``jax.grad`` of a bf16 ``matmul``
+and an e4m3 ``matmul`` with per-tensor scales. Medians over ``--repeat``.
+
+    python benchmarks/bench_overhead.py [--repeat 5]
+    python benchmarks/bench_overhead.py --trees OLD NEW [--rounds 3]
+
+``--trees`` runs the script once per tree in turn (``PYTHONPATH`` set to each, rounds
+interleaved: OLD NEW OLD NEW ...) and prints the median of each figure over the rounds,
+per tree, with their ratio; record the table in RESULTS.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+
+BF16 = "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32"
+E4M3 = "mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32"
+
+
+def _cases():
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+
+    import jaxmma
+
+    rng = np.random.default_rng(0)
+    x = jnp.asarray(rng.standard_normal((64, 128)), jnp.bfloat16)
+    w = jnp.asarray(rng.standard_normal((128, 64)), jnp.bfloat16)
+    xs = jnp.asarray(rng.standard_normal((2, 64, 128)), jnp.bfloat16)
+    x8, w8 = x.astype(jnp.float8_e4m3fn), w.astype(jnp.float8_e4m3fn)
+    s = jnp.float32(0.5)
+    kw = {"instruction": BF16, "arch": "sm_90"}
+
+    def plain():
+        return lambda a, b: jaxmma.matmul(a, b, **kw)
+
+    def options():
+        return lambda a, b: jaxmma.matmul(a, b, out_dtype=jnp.bfloat16, **kw)
+
+    def dot_general():
+        return lambda a, b: jaxmma.dot_general(a, b, (((2,), (0,)), ((), ())), **kw)
+
+    def grad():
+        return jax.grad(lambda a, b: jaxmma.matmul(a, b, **kw).sum(), argnums=(0, 1))
+
+    def scaled():
+        return lambda a, b, p, q: jaxmma.matmul(
+            a, b, instruction=E4M3, arch="sm_90", scale_a=p, scale_b=q
+        )
+
+    return [
+        ("bf16 matmul", plain, (x, w)),
+        ("bf16 matmul, out_dtype=bfloat16", options, (x, w)),
+        ("bf16 dot_general, batch 2", dot_general, (xs, w)),
+        ("grad of a bf16 matmul (A and B)", grad, (x, w)),
+        ("e4m3 matmul, per-tensor scales", scaled, (x8, w8, s, s)),
+    ]
+
+
+def measure(repeat: int) -> dict:
+    import jax
+
+    out = {}
+    for name, make, args in _cases():
+        trace, comp, eager = [], [], []
+        for _ in range(repeat):
+            f = make()  # a new function: no cache of ours or JAX's is hit
+            t0 = time.perf_counter()
+            low = jax.jit(f).lower(*args)
+            t1 = time.perf_counter()
+            low.compile()
+            trace.append(t1 - t0)
+            comp.append(time.perf_counter() - t1)
+        f = make()
+        jax.block_until_ready(f(*args))  # the eager call's programs compiled once
+        for _ in range(max(repeat, 20)):
+            t0 = time.perf_counter()
+            jax.block_until_ready(f(*args))
+            eager.append(time.perf_counter() - t0)
+        out[name] = {k: statistics.median(v) for k, v in
+                     (("trace", trace), ("compile", comp), ("eager", eager))}  # fmt: skip
+    return out
+
+
+def _header(extra: str = "") -> str:
+    import jax
+
+    load = os.getloadavg()[0]
+    return (
+        f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC, "
+        f"{platform.machine()}, {os.cpu_count()} cores, load {load:.1f}, "
+        f"jax {jax.__version__} ({jax.default_backend()}){extra}"
+    )
+
+
+def _ms(t: float) -> str:
+    return f"{t * 1e3:.1f}"
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--repeat", type=int, default=5)
+    ap.add_argument("--json", action="store_true", help="print the figures as JSON")
+    ap.add_argument("--trees", nargs=2, metavar=("OLD", "NEW"))
+    ap.add_argument("--rounds", type=int, default=3)
+    a = ap.parse_args()
+    if a.trees is None:
+        figs = measure(a.repeat)
+        if a.json:
+            print(json.dumps(figs))
+            return
+        print(_header(f", median of {a.repeat}") + "\n")
+        print("| program | trace ms | compile ms | eager call ms |\n| --- | ---: | ---: | ---: |")
+        for name, f in figs.items():
+            print(f"| {name} | {_ms(f['trace'])} | {_ms(f['compile'])} | {_ms(f['eager'])} |")
+        return
+    runs: dict[str, list[dict]] = {t: [] for t in a.trees}
+    for _ in range(a.rounds):
+        for tree in a.trees:
+            env = dict(os.environ, PYTHONPATH=os.path.abspath(tree))
+            cmd = [sys.executable, os.path.abspath(__file__), "--json", "--repeat", str(a.repeat)]
+            res = subprocess.run(cmd, env=env, capture_output=True, text=True, check=True)
+            runs[tree].append(json.loads(res.stdout.strip().splitlines()[-1]))
+    old, new = a.trees
+    med = {
+        t: {
+            name: {k: statistics.median(r[name][k] for r in rs) for k in rs[0][name]}
+            for name in rs[0]
+        }
+        for t, rs in runs.items()
+    }
+    print(_header(f", {a.rounds} rounds interleaved, each a median of {a.repeat}") + "\n")
+    print("| program | figure | before ms | after ms | after / before |")
+    print("| --- | --- | ---: | ---: | ---: |")
+    for name in med[old]:
+        for k in ("trace", "compile", "eager"):
+            b, f = med[old][name][k], med[new][name][k]
+            print(f"| {name} | {k} | {_ms(b)} | {_ms(f)} | {f / b:.2f} |")
+
+
+if __name__ == "__main__":
+    main()
