@@ -167,6 +167,35 @@ def test_no_private_name_of_another_floor():
     assert not stale, f"PRIVATE_PENDING: no longer used, remove {sorted(stale)}"
 
 
+#: floors whose ``__init__`` declares what other floors may use: they import those names
+#: from the package, never from its modules
+INTERFACES = ("gemm",)
+#: modules that still import a declared floor's modules (to move to the package's names)
+INTERFACE_PENDING = {
+    "jaxmma.training._fp8",
+    "jaxmma.training._mx",
+    "jaxmma.training._nvfp4",
+    "jaxmma.training._recipes",
+}
+
+
+@pytest.mark.parametrize("floor", INTERFACES)
+def test_other_floors_use_the_declared_interface(floor):
+    package = f"jaxmma.{floor}"
+    ROOT.joinpath(floor, "__init__.py").read_text()  # the interface exists
+    reached = {
+        (m, t, line)
+        for m, edges in GRAPH.items()
+        if _floor(m) != FLOORS.index(floor)
+        for t, line, _ in edges
+        if t != package and t.startswith(package + ".")
+    }
+    found = sorted(f"{m} line {line}: {t}" for m, t, line in reached if m not in INTERFACE_PENDING)
+    assert not found, f"modules of {package} imported from other floors:\n" + "\n".join(found)
+    stale = INTERFACE_PENDING - {m for m, _, _ in reached}
+    assert not stale, f"INTERFACE_PENDING: no longer needed, remove {sorted(stale)}"
+
+
 def test_the_checker_sees_a_cycle_and_an_arrow_up(tmp_path):
     pkg = tmp_path / "jaxmma"
     (pkg / "arith").mkdir(parents=True)

@@ -23,4 +23,31 @@ A call runs these stages in order, each in one module (docs/gemm.md, "The pipeli
 derivative of the plain path; ``_kernel`` runs stages 3-6 for kernel options and fp8
 scales, with its own straight-through rule. ``_scaled_dot`` (``jax.nn``'s block-scaled
 API), ``_hlo`` (XLA:GPU's plans) and ``_replay`` build options for ``matmul``.
+
+What other floors may use is re-exported below; they import it from ``jaxmma.gemm``,
+never from the modules (``tests/test_layers.py`` checks it).
 """
+
+from ._config import GemmOptions as GemmOptions
+from ._config import resolve as resolve
+from ._gemm import DefaultArchWarning as DefaultArchWarning
+from ._gemm import dot_general as dot_general
+from ._gemm import matmul as matmul
+from ._hlo import dots as xla_gpu_dots
+from ._replay import gpu_replay as gpu_replay
+from ._scaled_dot import FORMS as SCALED_FORMS
+from ._scaled_dot import scaled_dot_general as scaled_dot_general
+from ._scaled_dot import scaled_matmul as scaled_matmul
+
+__all__ = [
+    "SCALED_FORMS",
+    "DefaultArchWarning",
+    "GemmOptions",
+    "dot_general",
+    "gpu_replay",
+    "matmul",
+    "resolve",
+    "scaled_dot_general",
+    "scaled_matmul",
+    "xla_gpu_dots",
+]
