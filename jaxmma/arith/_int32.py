@@ -15,6 +15,7 @@ import jax.numpy as jnp
 from jax import lax
 
 from ..bits._wide import BF16, F16, F32
+from ..util import _xla
 
 I32 = jnp.int32
 #: the NaN the hardware's adds and conversions produce
@@ -69,7 +70,7 @@ def round_bits(neg, mag, unit, fmt: str, mantissa: int, nearest: bool):
         cut, man = man - mantissa, mantissa
     emin = 1 - out.bias
     zero = mag == 0
-    p = 31 - lax.clz(mag)
+    p = 31 - _xla.clz(mag)
     lead = p + unit
     lsb = jnp.where(lead < emin, emin - man, lead - man)
     qs = lsb - unit  # the bit of mag that becomes the result's lsb
@@ -142,7 +143,7 @@ def _normalized(a):
     """|f32| bits (int32, finite) -> (significand with its leading one at bit 23, or 0;
     the exponent of its lsb): subnormals shifted up, their exponent lowered to match."""
     _, _, exp, sig, _, _, _ = c_fields(a, "f32")
-    shift = jnp.clip(lax.clz(sig) - 8, 0, 23)
+    shift = jnp.clip(_xla.clz(sig) - 8, 0, 23)
     return sig << shift, exp - shift
 
 
@@ -179,7 +180,7 @@ def ieee_mul_f32(x_bits, y_bits):
 
 def round_f32_rz(neg, mag, unit):
     """:func:`round_bits` for f32 toward zero with all 23 mantissa bits, in fewer steps."""
-    p = 31 - lax.clz(mag)
+    p = 31 - _xla.clz(mag)
     lead = p + unit
     sub = lead < -126
     qs = jnp.where(sub, -149 - unit, p - 23)  # the bit of mag that becomes the lsb

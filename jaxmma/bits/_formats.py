@@ -50,7 +50,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from ..util import _grad
+from ..util import _grad, _xla
 from . import _doubles
 
 ROUNDINGS = ("rn", "rna", "rz", "rm", "rp", "stochastic")
@@ -369,7 +369,7 @@ def round_float(f, fl: Fields, payload, payload_bits, rounding, saturate, rbits,
     sign = fl.sign if f.signed else jnp.zeros_like(fl.sign)
     sig = fl.sig
     w, m = _width(sig), f.mant_bits
-    top = fl.exp + (w - lax.clz(sig).astype(jnp.int32)) - 1
+    top = fl.exp + (w - _xla.clz(sig).astype(jnp.int32)) - 1
     q = jnp.maximum(top - m, f.min_exp)
     kept, inc = _shift_round(sig, q - fl.exp, sign, rounding, rbits)
     kept = kept + inc.astype(sig.dtype)
@@ -404,7 +404,7 @@ def round_float(f, fl: Fields, payload, payload_bits, rounding, saturate, rbits,
 def _round_int(f, fl: Fields, rounding, saturate, rbits):
     sig = fl.sig
     w = _width(sig)
-    top = fl.exp + (w - lax.clz(sig).astype(jnp.int32)) - 1
+    top = fl.exp + (w - _xla.clz(sig).astype(jnp.int32)) - 1
     kept, inc = _shift_round(sig, -fl.exp, fl.sign, rounding, rbits)
     k = (kept + inc.astype(sig.dtype)).astype(jnp.uint32)
     mask = jnp.uint32(2**f.bits - 1)
@@ -485,11 +485,11 @@ def encode(fmt: str, x, *, rounding="rn", saturate=False, random_bits=None, ftz=
 
 # one compiled program per format and rounding, not one per operation of an eager call
 # (inside a caller's jit it is inlined: the same operations)
-@functools.partial(jax.jit, static_argnums=(0, 1, 2, 3))
+@functools.partial(_xla.jit, static_argnums=(0, 1, 2, 3))
 def _encode_bits(name: str, rounding: str, saturate: bool, ftz: bool, x, rbits):
     f = FORMATS[name]
     src = FORMATS["f64" if x.dtype == jnp.float64 else "f32"]
-    raw = lax.bitcast_convert_type(x, jnp.uint64 if src.bits == 64 else jnp.uint32)
+    raw = lax.bitcast_convert_type(_xla.ingest(x), jnp.uint64 if src.bits == 64 else jnp.uint32)
     fl = _float_fields(src, raw)
     if f.kind != "float":
         return _round_int(f, fl, rounding, saturate, rbits)
@@ -519,8 +519,9 @@ def decode(fmt: str, bits) -> jax.Array:
     return _decode_bits(f.name, _as_bits(bits, f))
 
 
-@functools.partial(jax.jit, static_argnums=0)
+@functools.partial(_xla.jit, static_argnums=0)
 def _decode_bits(name: str, x):
+    x = _xla.ingest(x)
     f = FORMATS[name]
     fmt = name
     if f.name == "f64":

@@ -12,7 +12,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from ..util import _errors
+from ..util import _errors, _xla
 from . import _formats
 
 # format -> the jnp dtype whose bits are the element's bits
@@ -65,7 +65,7 @@ def to_bits(fmt: str, x, name: str, kind=None, *, width: int | None = None):
         x = jnp.asarray(x)
         size = jnp.dtype(want).itemsize
         u = {1: jnp.uint8, 2: jnp.uint16, 4: jnp.uint32, 8: jnp.uint64}[size]
-        return lax.bitcast_convert_type(x, u).astype(out)
+        return lax.bitcast_convert_type(_xla.ingest(x), u).astype(out)
     if dtype.type in UNSIGNED and 8 * dtype.itemsize >= width:
         if not isinstance(x, jax.Array) and fmt != "f64":  # NumPy uint64: no silent wrap
             x = (np.asarray(x).astype(np.uint64) & np.uint64(0xFFFFFFFF)).astype(np.uint32)

@@ -16,6 +16,8 @@ from typing import NamedTuple
 import jax.numpy as jnp
 from jax import lax
 
+from ..util import _xla
+
 LIMB = 16
 MASK = 0xFFFF
 U32 = jnp.uint32
@@ -125,7 +127,7 @@ def msb(limbs):
     best = jnp.full(limbs.shape[:-1], -1, jnp.int32)
     for i in range(limbs.shape[-1]):
         v = limbs[..., i]
-        pos = LIMB * i + 31 - lax.clz(v).astype(jnp.int32)
+        pos = LIMB * i + 31 - _xla.clz(v).astype(jnp.int32)
         best = jnp.where(v != 0, pos, best)
     return best
 

@@ -40,7 +40,7 @@ from ..instructions._instruction import Instruction
 from ..operands import _operands
 from ..operands._quant import Quantized
 from ..spec._ptx import shown as _shown
-from ..util import _errors, _ste
+from ..util import _errors, _ste, _xla
 from . import _epilogue, _executors, _kernel, _prepare
 from ._config import FIELDS, Config, GemmOptions, merge, resolve, validate
 from ._config import config as config  # the tests' and benchmarks' name for it
@@ -85,7 +85,7 @@ def _forward(cfg: Config, A, B, C, q):
 
 #: the emulation itself, compiled once per configuration and shapes; called eagerly (and
 #: by the derivative rules under an eager ``jax.grad``) it reuses that compilation
-_forward_jit = jax.jit(lambda cfg, *args: _forward(cfg, *args), static_argnums=0)
+_forward_jit = _xla.jit(lambda cfg, *args: _forward(cfg, *args), static_argnums=0)
 
 
 def _grad_gemm(grad_ins: Instruction | None):

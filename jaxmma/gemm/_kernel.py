@@ -20,7 +20,7 @@ import numpy as np
 from ..bits import _doubles, _values
 from ..models import _models
 from ..operands import _operands
-from ..util import _ste
+from ..util import _ste, _xla
 from . import _epilogue, _executors, _prepare, _recipes, _split
 from ._options import KernelOptions
 
@@ -70,7 +70,7 @@ def _bits_forward(cfg, opts, kind, A, B, C, SA, SB, key):
     return _values.from_bits(fmt, bits)
 
 
-_forward_jit = jax.jit(_bits_forward, static_argnums=(0, 1, 2))
+_forward_jit = _xla.jit(_bits_forward, static_argnums=(0, 1, 2))
 
 
 def _is_float(x) -> bool:

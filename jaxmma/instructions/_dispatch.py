@@ -33,7 +33,7 @@ import numpy as np
 
 from ..bits import _values
 from ..operands import _sparse
-from ..util import _errors
+from ..util import _errors, _xla
 
 #: the names errors give the positional operands of each entry point
 _OPERAND_NAMES = {"execute": ("a", "b", "c", "e"), "matrix_mma": ("A", "B", "C")}
@@ -56,13 +56,13 @@ def _static(v) -> bool:
 _SPARSE_ARRAYS = frozenset({"scale_a", "scale_b", "metadata"})
 
 
-@functools.partial(jax.jit, static_argnums=(0, 1, 2))
+@functools.partial(_xla.jit, static_argnums=(0, 1, 2))
 def _run(ins, entry: str, static_kw: tuple, args: tuple, array_kw: dict):
     fn = getattr(ins._implementation(), entry)
     return fn(ins, *args, **dict(static_kw), **array_kw)
 
 
-@functools.partial(jax.jit, static_argnums=(0, 1, 2, 3))
+@functools.partial(_xla.jit, static_argnums=(0, 1, 2, 3))
 def _run_as_concrete(ins, entry: str, static_kw: tuple, default_check: bool, args, array_kw):
     """The call and whether any of its checks found a bad value."""
     with _sparse.as_concrete(default_check) as flags:

@@ -16,13 +16,12 @@ from __future__ import annotations
 
 import functools
 
-import jax
 import jax.numpy as jnp
 
 from ..bits import _values
 from ..models import _models
 from ..operands import _scaling, _sparse
-from ..util import _grad, _shapes, _ste
+from ..util import _grad, _shapes, _ste, _xla
 from . import _mma
 from . import _tcgen05_options as _options
 
@@ -231,7 +230,7 @@ def matrix_mma(
     return D if keep is None else _keep_rows(ins, D, C, C_old, keep)
 
 
-@functools.partial(jax.jit, static_argnums=(0, 1, 2))
+@functools.partial(_xla.jit, static_argnums=(0, 1, 2))
 def _sparse_bits(ins, model, shift, A, B, C, scales, idx):
     return _models.mma_bits(ins, A, B, C, scales=scales, model=model, sparse_idx=idx, c_shift=shift)
 

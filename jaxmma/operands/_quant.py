@@ -40,7 +40,7 @@ import numpy as np
 from jax import lax
 
 from ..bits import _doubles, _formats, _values
-from ..util import _grad
+from ..util import _grad, _xla
 
 U32 = jnp.uint32
 MX_FORMATS = ("e4m3", "e5m2", "e3m2", "e2m3", "e2m1")
@@ -219,7 +219,7 @@ def _as_f32(x, name: str = "x") -> jax.Array:
             f"{name}: expected float32, float16 or bfloat16 (converted exactly to float32), "
             f"got {x.dtype}"
         )
-    return x.astype(jnp.float32)
+    return _xla.ingest(x.astype(jnp.float32))
 
 
 def _axis_and_blocks(x, axis, block: int) -> int:
@@ -274,7 +274,7 @@ def _is_finite(x):
 
 
 def _msb(v):
-    return 31 - lax.clz(v).astype(jnp.int32)
+    return 31 - _xla.clz(v).astype(jnp.int32)
 
 
 def _f32_from_exact(n, u):
@@ -451,7 +451,7 @@ def shared_exponent(amax, fmt: str, scale_rounding: str = "floor"):
     return _shared_exponent(jnp.asarray(amax, jnp.float32), fmt, scale_rounding)
 
 
-@functools.partial(jax.jit, static_argnums=(1, 2))
+@functools.partial(_xla.jit, static_argnums=(1, 2))
 def _shared_exponent(amax, fmt: str, scale_rounding: str):
     f = _formats.FORMATS[fmt]
     fl = _f32_fields(amax)
@@ -528,7 +528,7 @@ def quantize_mx(
 _STATIC = ("fmt", "axis", "block", "scale_rounding", "rounding", "saturate")
 
 
-@functools.partial(jax.jit, static_argnames=_STATIC)
+@functools.partial(_xla.jit, static_argnames=_STATIC)
 def _quantize_mx(x, rbits, *, fmt, axis, block, scale_rounding, rounding, saturate):
     xb = _blocked(x, axis, block)
     amax = _block_amax(xb)
@@ -553,7 +553,7 @@ def nvfp4_global_scale(x):
     return _global_scale(_as_f32(x))
 
 
-@jax.jit
+@_xla.jit
 def _global_scale(x):
     flat = jnp.where(_is_finite(x), x, 0.0).reshape(-1)
     amax = _block_amax(flat) if flat.size else jnp.float32(0)  # empty: as all-zero
@@ -666,7 +666,7 @@ def quantize_nvfp4(
     )
 
 
-@functools.partial(jax.jit, static_argnames=_STATIC)
+@functools.partial(_xla.jit, static_argnames=_STATIC)
 def _quantize_nvfp4(x, rbits, g, *, fmt, axis, block, scale_rounding, rounding, saturate):
     # XLA:CPU constant-folds this program differently when x is a jit constant (other
     # elements along axis=-2, tests/test_properties.py); the barrier keeps x a value
@@ -891,7 +891,7 @@ def _f32_rounded(n, u):
     return jnp.where(n == 0, U32(0), bits)
 
 
-@jax.jit
+@_xla.jit
 def _dequantize(q: Quantized) -> jax.Array:
     """``element * scale * global`` rounded once to nearest even float32.
 
