@@ -6,7 +6,10 @@ Small operands (64 x 128 @ 128 x 64), so the figures are the layer's own cost:
   operand preparation, executor choice, the derivative rule's wiring);
 * ``compile``: ``.compile()`` of that lowering (XLA's work on the program we emit);
 * ``eager``: one eager call on shapes seen before (the per-call cost in a notebook:
-  argument checks and the dispatch of the cached program).
+  argument checks and the dispatch of the cached program);
+* the compiled program itself: its instruction count and a hash of its instructions
+  without names, source locations and metadata (equal for the same program built from
+  two trees: then it compiles and runs the same).
 
 for a bf16 ``matmul`` (the plain path), the same with ``out_dtype=bfloat16`` (kernel
 options), ``dot_general`` with a batch dimension, ``jax.grad`` of a bf16 ``matmul``
@@ -24,9 +27,11 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import hashlib
 import json
 import os
 import platform
+import re
 import statistics
 import subprocess
 import sys
@@ -77,6 +82,19 @@ def _cases():
     ]
 
 
+def _program(compiled) -> str:
+    """The compiled program's instructions, without names, source locations and
+    metadata: ``count:hash``, the same for the same program from another tree."""
+    lines = []
+    for line in compiled.as_text().splitlines():
+        if not re.match(r"\s+(ROOT )?%", line):
+            continue
+        line = re.sub(r", (stack_frame_id=\d+|metadata=\{[^}]*\})", "", line).rstrip(",")
+        lines.append(re.sub(r"%[\w.-]+", "%v", re.sub(r"\.\d+", "", line)))
+    digest = hashlib.sha1("\n".join(sorted(lines)).encode()).hexdigest()[:10]
+    return f"{len(lines)}:{digest}"
+
+
 def measure(repeat: int) -> dict:
     import jax
 
@@ -88,7 +106,7 @@ def measure(repeat: int) -> dict:
             t0 = time.perf_counter()
             low = jax.jit(f).lower(*args)
             t1 = time.perf_counter()
-            low.compile()
+            program = _program(low.compile())
             trace.append(t1 - t0)
             comp.append(time.perf_counter() - t1)
         f = make()
@@ -99,6 +117,7 @@ def measure(repeat: int) -> dict:
             eager.append(time.perf_counter() - t0)
         out[name] = {k: statistics.median(v) for k, v in
                      (("trace", trace), ("compile", comp), ("eager", eager))}  # fmt: skip
+        out[name]["program"] = program
     return out
 
 
@@ -130,9 +149,13 @@ def main():
             print(json.dumps(figs))
             return
         print(_header(f", median of {a.repeat}") + "\n")
-        print("| program | trace ms | compile ms | eager call ms |\n| --- | ---: | ---: | ---: |")
+        print("| GEMM | trace ms | compile ms | eager call ms | program (instructions:hash) |")
+        print("| --- | ---: | ---: | ---: | --- |")
         for name, f in figs.items():
-            print(f"| {name} | {_ms(f['trace'])} | {_ms(f['compile'])} | {_ms(f['eager'])} |")
+            print(
+                f"| {name} | {_ms(f['trace'])} | {_ms(f['compile'])} | {_ms(f['eager'])} "
+                f"| {f['program']} |"
+            )
         return
     runs: dict[str, list[dict]] = {t: [] for t in a.trees}
     for _ in range(a.rounds):
@@ -142,20 +165,22 @@ def main():
             res = subprocess.run(cmd, env=env, capture_output=True, text=True, check=True)
             runs[tree].append(json.loads(res.stdout.strip().splitlines()[-1]))
     old, new = a.trees
+    figures = ("trace", "compile", "eager")
     med = {
-        t: {
-            name: {k: statistics.median(r[name][k] for r in rs) for k in rs[0][name]}
-            for name in rs[0]
-        }
+        t: {name: {k: statistics.median(r[name][k] for r in rs) for k in figures} for name in rs[0]}
         for t, rs in runs.items()
     }
     print(_header(f", {a.rounds} rounds interleaved, each a median of {a.repeat}") + "\n")
-    print("| program | figure | before ms | after ms | after / before |")
+    print("| GEMM | figure | before ms | after ms | after / before |")
     print("| --- | --- | ---: | ---: | ---: |")
     for name in med[old]:
-        for k in ("trace", "compile", "eager"):
+        for k in figures:
             b, f = med[old][name][k], med[new][name][k]
             print(f"| {name} | {k} | {_ms(b)} | {_ms(f)} | {f / b:.2f} |")
+    print("\nCompiled programs (instructions without names or metadata), before -> after:")
+    for name in med[old]:
+        b, f = runs[old][0][name]["program"], runs[new][0][name]["program"]
+        print(f"- {name}: {b} -> {f} ({'the same program' if b == f else 'differ'})")
 
 
 if __name__ == "__main__":
