@@ -10,7 +10,6 @@ reads times their scales (differentiable in the scales too).
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 
 import jax
@@ -21,7 +20,7 @@ from ..bits import _doubles, _values
 from ..models import _models
 from ..operands import _operands
 from ..util import _ste, _xla
-from . import _epilogue, _executors, _prepare, _recipes, _split
+from . import _config, _epilogue, _executors, _prepare, _recipes, _split
 from ._options import KernelOptions
 
 F32 = jnp.float32
@@ -144,18 +143,8 @@ def _gemm(cfg, opts, kind, A, B, C, SA, SB, key):
 def matmul(cfg, opts, A, B, C, scale_a, scale_b, *, key=None):
     """:func:`jaxmma.matmul` with kernel options (``opts``) or fp8 scales."""
     ins = cfg.ins
+    _config.refuse_combinations(cfg, opts, scaled=scale_a is not None or scale_b is not None)
     opts = DEFAULT if opts is None else opts
-    if ins.stype or ins.sparse:
-        form = "block-scaled" if ins.stype else "sparse"
-        given = [
-            f"{f.name}={getattr(opts, f.name)!r}"
-            for f in dataclasses.fields(opts)
-            if getattr(opts, f.name) != getattr(DEFAULT, f.name)
-        ]
-        name = ", ".join(given) if given else "scale_a"
-        raise ValueError(f"{name}: not modelled for {form} forms ({ins.text})")
-    if cfg.grad_ins is not None:
-        raise ValueError("grad_instruction: not combined with kernel options or fp8 scales")
     if opts.convert_inputs is not None:  # the dtypes given, before JAX converts doubles
         for name, x in (("A", A), ("B", B)):
             dtype = x.dtype if hasattr(x, "dtype") else np.asarray(x).dtype
