@@ -480,6 +480,9 @@ def main():
     ap.add_argument("--library", action="store_true", help="compare with cuBLAS (PyTorch)")
     ap.add_argument("--options", action="store_true", help="check the kernel options only")
     ap.add_argument("--library-only", action="store_true", help="compare with cuBLAS only")
+    ap.add_argument(
+        "--time-only", action="store_true", help="timings only (with --library: and cuBLAS's)"
+    )
     args = ap.parse_args()
     if args.forms:
         keep = args.forms.split(",")
@@ -500,6 +503,12 @@ def main():
         print(f"tiling of {key}: {t}", flush=True)
     if args.library_only:
         print(f"differing elements against cuBLAS, in all: {check_library()}", flush=True)
+        return
+    if args.time_only:
+        timings()
+        if args.library:
+            for name, ms in torch_timings().items():
+                print(f"{name:28s} 4096^3 {ms:8.3f} ms", flush=True)
         return
     if not args.options:
         bad = check_bits()

@@ -93,6 +93,12 @@ CASES = {
     ),
     "current_scaling dw": (_recipe_dw(recipes.current_scaling()), [(32, 32), (32, 16), (32, 16)]),
     "blockwise dw": (_recipe_dw(recipes.blockwise()), [(128, 128), (128, 128), (128, 128)]),
+    "delayed_scaling y": (
+        lambda x, w: recipes.delayed_scaling(history=2).matmul(
+            x * 1e4, w, {"x": jnp.array([4e4, 0.0]), "w": jnp.array([30.0, 1.0]), "g": jnp.ones(2)}
+        ),
+        [(16, 32), (32, 16)],
+    ),
 }
 
 

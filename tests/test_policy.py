@@ -20,7 +20,7 @@ from flax import nnx
 
 import jaxmma
 from jaxmma import presets, recipes
-from jaxmma.intercept import _evaluate, _rules, _targets
+from jaxmma.intercept import _evaluate, _linen, _rules, _targets
 from jaxmma.policy import Rule, dots, gemm
 
 BF16 = "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32"
@@ -388,7 +388,7 @@ def test_docs_list_every_preset_with_its_instructions(name):
 
 def _docs_example(i):
     blocks = re.findall(r"```python\n(.*?)```", DOCS.read_text(), flags=re.S)
-    assert len(blocks) == 2
+    assert len(blocks) == 5
     with contextlib.redirect_stdout(io.StringIO()) as out:
         exec(compile(blocks[i], "docs/policy.md", "exec"), {})
     return out.getvalue()
@@ -403,7 +403,22 @@ def test_the_state_and_keys_example_of_docs_policy_runs():
     assert _docs_example(1).splitlines()[:2] == ["['dot0']", "[ True  True  True]"]
 
 
+@pytest.mark.full  # trains a linen model three steps under delayed scaling: about 10 s
+def test_the_linen_example_of_docs_policy_runs():
+    assert _docs_example(2).splitlines() == ["[ True  True  True]"]
+
+
+@pytest.mark.full  # trains an nnx model three steps under NVFP4: about 20 s
+def test_the_nnx_example_of_docs_policy_runs():
+    assert _docs_example(3).splitlines() == ["3"]
+
+
+@pytest.mark.full  # an MXFP8 forward: about 5 s
+def test_the_statistics_example_of_docs_policy_runs():
+    assert _docs_example(4).splitlines() == ["hidden {'w': (0, 24), 'x': (0, 18)}"]
+
+
 @pytest.mark.full  # the examples compile a model: about 1.5 s
 def test_doctests():
-    for module in (_evaluate, _rules, _targets):
+    for module in (_evaluate, _rules, _targets, _linen):
         assert doctest.testmod(module).failed == 0, module.__name__

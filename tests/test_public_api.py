@@ -84,6 +84,7 @@ def _calls():
         "policy.with_policy": ((lambda a, b: a @ b, jaxmma.presets.H100_BF16), {}),
         "policy.dots": ((lambda a, b: a @ b, jaxmma.presets.H100_BF16), {}),
         "policy.init_state": ((lambda a, b: a @ b, jaxmma.presets.H100_BF16), {}),
+        "policy.stats": ((lambda a, b: a @ b, jaxmma.presets.H100_BF16), {}),
         "policy.gemm": ((BF16,), dict(arch="sm_90")),
         "formats.decode": (("bf16", jnp.uint32(0)), {}),
         "formats.encode": (("bf16", _x(4)), {}),
@@ -145,6 +146,8 @@ ALLOWED = {
     # precision is accepted and ignored, as a drop-in for lax.dot_general's (any value)
     ("jaxmma.dot_general", "precision", "junk"),
     ("jaxmma.dot_general", "precision", "bogus"),
+    ("jaxmma.scaled_dot_general", "precision", "junk"),
+    ("jaxmma.scaled_dot_general", "precision", "bogus"),
     # implementation is deprecated and ignored, as in jax.nn (a DeprecationWarning)
     ("jaxmma.scaled_dot_general", "implementation", "junk"),
     ("jaxmma.scaled_dot_general", "implementation", "bogus"),

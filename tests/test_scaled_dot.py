@@ -560,3 +560,20 @@ def test_docstring_examples_and_the_docs_example():
     exec(compile(block, "docs/scaled_dot.md", "exec"), scope)
     assert float(scope["einsum"][0, 0, 0]) == 512 + 2**-14  # f32 rounds to nearest
     assert float(scope["mma"][0, 0, 0]) == 512.0  # the tensor core truncates
+
+
+def test_stands_in_for_a_flax_dense_dot_general():
+    """flax's ``nn.Dense(dot_general=...)`` passes ``precision=``: accepted (ignored), and
+    the layer's output is the function's own on its inputs, bit for bit."""
+    import flax.linen as nn
+
+    cfg = [jax.nn.get_scaled_dot_general_config("mxfp8")] * 2
+    dg = functools.partial(jaxmma.scaled_dot_general, configs=cfg)
+    layer = nn.Dense(32, use_bias=False, dot_general=dg)
+    x = jax.random.normal(jax.random.key(0), (4, 64))
+    params = layer.init(jax.random.key(1), x)
+    got = layer.apply(params, x)
+    want = jaxmma.scaled_dot_general(
+        x, params["params"]["kernel"], (((1,), (0,)), ((), ())), configs=cfg
+    )
+    np.testing.assert_array_equal(np.asarray(got).view(np.uint32), np.asarray(want).view(np.uint32))

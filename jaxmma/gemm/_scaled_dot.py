@@ -534,6 +534,7 @@ def scaled_dot_general(
     instruction=None,
     arch=None,
     grad="ste",
+    precision=None,
 ):
     """``jax.nn.scaled_dot_general`` on a block-scaled ``mma.sync`` of ``sm_120a``.
 
@@ -558,6 +559,9 @@ def scaled_dot_general(
         element types: e5m2, e3m2, e2m3, e2m1 with ue8m0 scales). None: a plain
         ``jax.lax.dot_general``, as jax.nn does.
       implementation: ignored (deprecated in jax.nn as well; a DeprecationWarning).
+      precision: (keyword) accepted and ignored, as by :func:`jaxmma.dot_general`: the
+        instruction decides the arithmetic. It lets the function stand in for a layer's
+        ``dot_general`` (flax's ``nn.Dense(dot_general=...)`` passes ``precision=``).
       instruction, arch: (keyword) as for :func:`scaled_matmul`.
       grad: (keyword) ``"ste"``: the GEMM layer's straight-through rule (the tangent of the
         exact product of the dequantized operands, ``docs/gemm.md``); ``"configs"``:
@@ -583,6 +587,7 @@ def scaled_dot_general(
       ...                           configs=[cfg] * 3)[0, 0, 0]
       Array(64., dtype=float32)
     """
+    del precision
     if implementation is not None:
         warnings.warn(
             "implementation: ignored (jaxmma computes the instruction's bits on any backend)",

@@ -21,7 +21,7 @@ import numpy as np
 from jax.extend import core as jcore
 
 from ..util import _jaxpr
-from . import _rules, _state, _targets
+from . import _rules, _state, _stats, _targets
 
 UNMATCHED = ("keep", "error")
 UNUSED = ("error", "ignore")
@@ -67,9 +67,10 @@ def _scope(name_stack) -> tuple:
 class _Run:
     """One evaluation: the rules, what they matched, the dots seen."""
 
-    def __init__(self, rules, unmatched, unsupported, explain=False, threaded=None):
+    def __init__(self, rules, unmatched, unsupported, explain=False, threaded=None, stats=False):
         self.rules, self.unmatched, self.unsupported = rules, unmatched, unsupported
         self.explain = explain
+        self.stats = {} if stats else None  # dot index -> {"x": Stats, "w": Stats}
         self.threaded = threaded if threaded is not None else _state.Threaded(False)
         self.hits = [0] * len(rules)
         self.dots = []
@@ -117,6 +118,16 @@ def _dot(e, ins, paths, scope, run):
         D = f(ins[0], ins[1], state)
     except (TypeError, ValueError) as err:
         raise type(err)(f"{where}: {err}") from err
+    if run.stats is not None and _stats.has_stats(target):
+        if run.inside:
+            raise ValueError(
+                f"{where}: statistics of a dot inside {run.inside[-1]!r} are not "
+                "collected (its body is traced as a function of its own, run any number "
+                "of times); move the dot out, or take the statistics of the body as a "
+                "function of its own"
+            )
+        x, w = _targets.recipe_operands(ins[0], ins[1], dot.dimension_numbers, weight)
+        run.stats[dot.index] = _stats.operand_stats(target, x, w, state)
     return [D.astype(out.dtype)]
 
 
@@ -170,8 +181,8 @@ def _nested(e, ins, paths, scope, run):
         return _eval(j, c, list(args), arg_paths or [""] * len(args), scope, run)
 
     outer = run.inside
-    if name in _state.LOOPS + _state.BRANCHES:
-        run.inside = outer + (name,)  # its bodies are traced below, inside this call
+    if name not in _INLINE:  # its jaxprs are traced below, as functions of their own
+        run.inside = outer + (name,)
     try:
         return _rebuild(e, ins, paths, scope, call)
     finally:
@@ -317,6 +328,11 @@ def with_policy(
       >>> jax.jit(f)(jnp.ones((32, 16)), jnp.ones((16, 8)), jnp.ones((4, 32))).shape
       (4, 8)
     """
+    return _policied(fn, policy, unmatched, unused, unsupported, stateful, stats=False)
+
+
+def _policied(fn, policy, unmatched, unused, unsupported, stateful, stats):
+    """``with_policy``'s function; with ``stats``, it returns ``(output, statistics)``."""
     rules = _rules.as_rules(policy)
     _choice("unmatched", unmatched, UNMATCHED)
     _choice("unused", unused, UNUSED)
@@ -325,7 +341,7 @@ def with_policy(
         raise TypeError(f"stateful: expected True or False, got {stateful!r}")
 
     def call(threaded, args, kwargs):
-        run = _Run(rules, unmatched, unsupported, threaded=threaded)
+        run = _Run(rules, unmatched, unsupported, threaded=threaded, stats=stats)
         out, left = _evaluate(fn, run, args, kwargs)
         if left and unused == "error":
             raise ValueError(
@@ -333,7 +349,10 @@ def with_policy(
                 "paths with jaxmma.policy.dots(fn, policy)(*args)"
             )
         threaded.check_used()
-        return out
+        if not stats:
+            return out
+        keys = _stats.names([run.dots[i] for i in run.stats])
+        return out, dict(zip(keys, run.stats.values(), strict=True))
 
     if stateful:
 
@@ -349,6 +368,51 @@ def with_policy(
         return call(_state.Threaded(False), args, kwargs)
 
     return run
+
+
+def stats(fn, policy, *, unmatched="keep", unused="error", unsupported="error", stateful=False):
+    """``fn`` under ``policy`` (as :func:`jaxmma.with_policy`), returning with its output
+    the numerics statistics of each dot on a low-precision recipe.
+
+    ``stats(fn, policy)(*args, **kwargs)`` is ``(out, statistics)``: ``out`` is
+    ``with_policy(fn, policy)(*args, **kwargs)``, bit for bit, and ``statistics`` a dict
+    with one entry per dot whose target is a recipe of :mod:`jaxmma.recipes` that casts
+    to fp8, MX or NVFP4 (not ``bf16()``; GEMM targets and kept dots have none), keyed by
+    the dot's first name (:attr:`jaxmma.policy.Dot.names`: its scope, else an operand's
+    path; a name shared by several dots gets ``" (dot <i>)"``). Each entry is
+    ``{"x": Stats, "w": Stats}``: :func:`jaxmma.recipes.stats` of the recipe's
+    activations x ``[M, K]`` and weights w ``[K, N]`` (as the policy hands the dot to
+    the recipe) under its formats and the scales of its forward casts (docs/policy.md,
+    "Statistics"). Jit-able; under ``jax.value_and_grad(..., has_aux=True)`` the
+    statistics are the aux of a training step (the operands are read, not
+    differentiated).
+
+    Args:
+      fn, policy, unmatched, unused, unsupported: as :func:`jaxmma.with_policy`.
+      stateful: as :func:`jaxmma.with_policy`: True gives ``run(state, key, *args,
+        **kwargs)``, the delayed-scaling scales from ``state``'s amax histories.
+
+    Returns:
+      A function with ``fn``'s arguments (``stateful=True``: ``state`` and ``key``
+      first) returning ``(fn's output, {name: {"x": Stats, "w": Stats}})``.
+
+    Raises:
+      TypeError, ValueError: as :func:`jaxmma.with_policy`; at trace time, a dot on a
+        recipe inside ``scan``, ``cond``, ``while_loop`` or ``checkpoint`` (traced as a
+        function of its own: its statistics are not collected).
+
+    Example:
+      >>> import jax, jax.numpy as jnp, jaxmma
+      >>> from jaxmma import recipes
+      >>> def f(params, x):
+      ...     return x @ params["hidden"]
+      >>> params = {"hidden": jnp.full((32, 8), 2.0**-12)}
+      >>> x = jnp.ones((4, 32)).at[0, 0].set(1e-9)
+      >>> y, st = jax.jit(jaxmma.policy.stats(f, recipes.current_scaling()))(params, x)
+      >>> sorted(st), int(st["hidden"]["x"].underflow), int(st["hidden"]["w"].size)
+      (['hidden'], 1, 256)
+    """
+    return _policied(fn, policy, unmatched, unused, unsupported, stateful, stats=True)
 
 
 def dots(fn, policy=None, *, unsupported="error"):

@@ -126,19 +126,38 @@ def run(target, lhs, rhs, dn, state=None, key=None, weight="rhs"):
         return target(lhs, rhs, dn, key=key)
     if (weight == "rhs" and _linear(dn, lhs, rhs)) or dn[1][0]:  # a layer's dot, or batched
         return target.dot_general(state, key=key)(lhs, rhs, dn)
-    (lc, rc), _ = dn
-    (x, xc), (w, wc) = ((lhs, lc), (rhs, rc)) if weight == "rhs" else ((rhs, rc), (lhs, lc))
-    xf = [d for d in range(x.ndim) if d not in xc]
-    wf = [d for d in range(w.ndim) if d not in wc]
-    K = math.prod(x.shape[d] for d in xc)
-    x2 = jnp.transpose(x, (*xf, *xc)).reshape(math.prod(x.shape[d] for d in xf), K)
-    w2 = jnp.transpose(w, (*wc, *wf)).reshape(K, math.prod(w.shape[d] for d in wf))
+    (x, xf), (w, wf) = _free(lhs, rhs, dn, weight)
+    x2, w2 = recipe_operands(lhs, rhs, dn, weight)
     y = target.matmul(x2, w2, state, key=key)
     y = y.reshape(tuple(x.shape[d] for d in xf) + tuple(w.shape[d] for d in wf))
     if weight == "rhs":
         return y
     # (x free, w free) -> the dot's (lhs free, rhs free) = (w free, x free)
     return jnp.transpose(y, (*range(len(xf), y.ndim), *range(len(xf))))
+
+
+def _free(lhs, rhs, dn, weight):
+    """``((x, x's free dimensions), (w, w's free dimensions))`` of an unbatched dot."""
+    (lc, rc), _ = dn
+    (x, xc), (w, wc) = ((lhs, lc), (rhs, rc)) if weight == "rhs" else ((rhs, rc), (lhs, lc))
+    return (x, [d for d in range(x.ndim) if d not in xc]), (
+        w,
+        [d for d in range(w.ndim) if d not in wc],
+    )
+
+
+def recipe_operands(lhs, rhs, dn, weight="rhs"):
+    """The recipe's ``x [M, K]`` and ``w [K, N]`` of the unbatched dot
+    ``lax.dot_general(lhs, rhs, dn)`` (``weight``: which operand is w): the free
+    dimensions of each operand flattened in order, the contracted ones flattened into K
+    (transposes and reshapes: no bit changes)."""
+    (lc, rc), _ = dn
+    (x, xf), (w, wf) = _free(lhs, rhs, dn, weight)
+    xc, wc = (lc, rc) if weight == "rhs" else (rc, lc)
+    K = math.prod(x.shape[d] for d in xc)
+    x2 = jnp.transpose(x, (*xf, *xc)).reshape(math.prod(x.shape[d] for d in xf), K)
+    w2 = jnp.transpose(w, (*wc, *wf)).reshape(K, math.prod(w.shape[d] for d in wf))
+    return x2, w2
 
 
 def weight_side(dot) -> str:

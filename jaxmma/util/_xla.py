@@ -7,7 +7,7 @@ operations there differ from the compiled ones:
 * ``clz`` of a negative signed integer gives ``-32`` for int32 (the count of the
   sign-extended 64-bit value, minus 32) where the compiled operation, and XLA's
   definition, give 0: an emulated FMUL of two folded scales came out as +0. :func:`clz`
-  counts on the unsigned bits.
+  selects the 0 itself.
 * a bitcast-convert whose operand is a constant reaching it through a call and a
   transpose reads it with the transpose dropped (below).
 
@@ -50,10 +50,11 @@ def ingest(x):
 
 
 def clz(x):
-    """``lax.clz(x)`` (leading zero bits) computed on the unsigned bits of a signed ``x``,
-    so that a folded constant gets XLA's defined count (0 for a negative value)."""
+    """``lax.clz(x)`` (leading zero bits) with XLA's defined count for a negative signed
+    ``x`` (0) selected explicitly, so that a folded constant gets it too. The count
+    itself stays ``lax.clz`` of the signed value: Pallas's Triton lowering compiles that
+    (an unsigned ``clz`` does not legalize there)."""
     x = jnp.asarray(x)
     if not jnp.issubdtype(x.dtype, jnp.signedinteger):
         return lax.clz(x)
-    unsigned = jnp.dtype(f"uint{8 * x.dtype.itemsize}")
-    return lax.bitcast_convert_type(lax.clz(lax.bitcast_convert_type(x, unsigned)), x.dtype)
+    return jnp.where(x < 0, jnp.zeros_like(x), lax.clz(x))
