@@ -15,14 +15,16 @@ Small operands (64 x 128 @ 128 x 64), so the figures are the layer's own cost:
 
 for a bf16 ``matmul`` (the plain path), the same with ``out_dtype=bfloat16`` (kernel
 options), ``dot_general`` with a batch dimension, ``jax.grad`` of a bf16 ``matmul``
-and an e4m3 ``matmul`` with per-tensor scales. Medians over ``--repeat``.
+and an e4m3 ``matmul`` with per-tensor scales. Each figure is the least over ``--repeat``
+builds or calls (and over the rounds of ``--trees``): on a shared machine the figure
+least disturbed by other load.
 
     python benchmarks/bench_overhead.py [--repeat 5]
     python benchmarks/bench_overhead.py --trees OLD NEW [--rounds 3]
 
 ``--trees`` runs the script once per tree in turn (``PYTHONPATH`` set to each, rounds
-interleaved: OLD NEW OLD NEW ...) and prints the median of each figure over the rounds,
-per tree, with their ratio; record the table in RESULTS.md.
+interleaved: OLD NEW OLD NEW ...) and prints each figure per tree with their ratio, then
+the compiled programs of both; record the table in RESULTS.md.
 """
 
 from __future__ import annotations
@@ -35,7 +37,6 @@ import json
 import os
 import platform
 import re
-import statistics
 import subprocess
 import sys
 import time
@@ -192,7 +193,7 @@ def measure(repeat: int) -> dict:
             t0 = time.perf_counter()
             jax.block_until_ready(f(*args))
             eager.append(time.perf_counter() - t0)
-        out[name] = {k: statistics.median(v) for k, v in
+        out[name] = {k: min(v) for k, v in
                      (("trace", trace), ("compile", comp), ("eager", eager))}  # fmt: skip
     return out
 
@@ -233,7 +234,7 @@ def main():
         if a.json:
             print(json.dumps(figs))
             return
-        print(_header(f", median of {a.repeat}") + "\n")
+        print(_header(f", the least of {a.repeat}") + "\n")
         print("| GEMM | trace ms | compile ms | eager call ms |\n| --- | ---: | ---: | ---: |")
         for name, f in figs.items():
             print(f"| {name} | {_ms(f['trace'])} | {_ms(f['compile'])} | {_ms(f['eager'])} |")
@@ -253,10 +254,10 @@ def main():
     old, new = a.trees
     figures = ("trace", "compile", "eager")
     med = {
-        t: {name: {k: statistics.median(r[name][k] for r in rs) for k in figures} for name in rs[0]}
+        t: {name: {k: min(r[name][k] for r in rs) for k in figures} for name in rs[0]}
         for t, rs in runs.items()
     }
-    print(_header(f", {a.rounds} rounds interleaved, each a median of {a.repeat}") + "\n")
+    print(_header(f", {a.rounds} rounds interleaved, the least of {a.repeat} each") + "\n")
     print("| GEMM | figure | before ms | after ms | after / before |")
     print("| --- | --- | ---: | ---: | ---: |")
     for name in med[old]:

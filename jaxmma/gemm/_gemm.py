@@ -1,25 +1,15 @@
-"""The GEMM layer: ``jaxmma.matmul`` and ``jaxmma.dot_general``.
+"""The GEMM layer's public faces, ``jaxmma.matmul`` and ``jaxmma.dot_general``: the
+stages of the pipeline (``jaxmma/gemm/__init__.py``) wired in order.
 
-A GEMM of any size is tiled onto one instruction as a CUTLASS-style ``mma.sync`` kernel
-runs it: every output tile starts from C and chains the instruction over the k-steps in
-increasing k (D of one step is C of the next; converted to the C type, rounded to
-nearest, where the form's D and C types differ). Nothing here does arithmetic: each k-step
-is one call of :func:`jaxmma._models.mma_bits` (the one numerics entry point, the same
-function the register and matrix levels reach) on the whole ``[M, k] x [k, N]`` slab,
-since the models are elementwise over the output. The steps run in a ``lax.scan``, so the
-program and its compile time do not grow with K, and the working set is one slab.
+``matmul`` validates its options (:mod:`._config`), prepares the operands
+(:mod:`._prepare`) and runs the chain on the executor :func:`._executors.choose` picks
+(:mod:`._chain` is the XLA one, the reference: a ``lax.scan`` of model calls over the
+k-steps), then the epilogue and the decoding of the output bits; with kernel options or
+fp8 scales, :mod:`._kernel` runs those stages. ``dot_general`` reshapes its operands
+into one ``matmul``.
 
-Ragged sizes are padded as a kernel pads them: M and N need nothing (the models are
-elementwise over rows and columns); K is padded with +0 elements up to a multiple of k
-(the hardware sums those zeros like any other term).
-
-``promote_every=P`` (f32 accumulators): the instruction's accumulator restarts from +0,
-and after every P k-steps (and once more for a remainder) it is added into an f32 total
-that started at C, by one IEEE add rounded to nearest (FADD), as fp8 GEMMs that promote
-to CUDA cores do (DeepSeek-V3, arXiv:2412.19437: every 128 elements of K).
-
-Derivatives (:mod:`_ste`): straight-through, the tangent of the exact product of the
-values the instruction reads.
+Derivatives (:mod:`jaxmma.util._ste`): straight-through, the tangent of the exact
+product of the values the instruction reads.
 """
 
 from __future__ import annotations
