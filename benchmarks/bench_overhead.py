@@ -3,8 +3,10 @@
 Small operands (64 x 128 @ 128 x 64), so the figures are the layer's own cost:
 
 * ``trace``: ``jax.jit(f).lower(*args)`` of a new function (Python work: validation,
-  operand preparation, executor choice, the derivative rule's wiring);
-* ``compile``: ``.compile()`` of that lowering (XLA's work on the program we emit);
+  operand preparation, executor choice, the derivative rule's wiring), in the process's
+  CPU time (all its threads; other processes' load counts less than in wall time);
+* ``compile``: ``.compile()`` of that lowering (XLA's work on the program we emit), the
+  same way;
 * ``eager``: one eager call on shapes seen before (the per-call cost in a notebook:
   argument checks and the dispatch of the cached program);
 * the compiled program itself (``--programs``, for these and more paths: the families of
@@ -181,12 +183,12 @@ def measure(repeat: int) -> dict:
         trace, comp, eager = [], [], []
         for _ in range(repeat):
             f = make()  # a new function: no cache of ours or JAX's is hit
-            t0 = time.perf_counter()
+            t0 = time.process_time()
             low = jax.jit(f).lower(*args)
-            t1 = time.perf_counter()
+            t1 = time.process_time()
             low.compile()
             trace.append(t1 - t0)
-            comp.append(time.perf_counter() - t1)
+            comp.append(time.process_time() - t1)
         f = make()
         jax.block_until_ready(f(*args))  # the eager call's programs compiled once
         for _ in range(max(repeat, 20)):
