@@ -5,7 +5,8 @@ STAMP := $(VENV)/.installed
 # `make demo` installs only the demo extra (a few seconds); `make test` the test extra,
 # which holds everything the demo needs, so a tested venv also runs the demo
 DEMO_STAMP := $(VENV)/.installed-demo
-# faster XLA:CPU compilation of the many small programs; results are bit-identical
+# faster XLA:CPU compilation of the many small programs; jaxmma's results are bit-identical
+# (the CPU's own transcendental functions are not: docs/xla_gpu.md)
 FAST_XLA := --xla_backend_optimization_level=0 --xla_llvm_disable_expensive_passes=true
 
 # a persistent compilation cache shared by the test workers, the notebook kernels and the

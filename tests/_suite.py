@@ -70,8 +70,9 @@ def thin(names):
     return sorted(keep)
 
 
-#: XLA:CPU options that compile the suite's many small programs faster; results are
-#: bit-identical (the golden files check it): no backend optimization, no expensive LLVM
+#: XLA:CPU options that compile the suite's many small programs faster; jaxmma's results
+#: are bit-identical (the golden files check it; the CPU's own transcendental functions,
+#: tanh and rsqrt among them, are not: docs/xla_gpu.md): no backend optimization, no expensive LLVM
 #: passes, and the elemental loop emitter instead of the MLIR fusion emitters (about 45 %
 #: less compile time per program on XLA:CPU of jax 0.10, the whole quick run 414 -> 302 s
 #: with an empty compile cache on 2 cores)

@@ -19,8 +19,8 @@ import os
 
 from _suite import full_sweep, seed, thin, xla_flags
 
-# Faster XLA:CPU compilation for the many small programs the suite builds; results are
-# bit-identical. Set once by the controller, before JAX starts its backend: xdist workers,
+# Faster XLA:CPU compilation for the many small programs the suite builds; jaxmma's
+# results are bit-identical (the CPU's own tanh or rsqrt are not). Set once by the controller, before JAX starts its backend: xdist workers,
 # notebook kernels and the suite's subprocesses inherit it. A run with XLA_FLAGS set keeps
 # them.
 if "XLA_FLAGS" not in os.environ:

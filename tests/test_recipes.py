@@ -134,8 +134,6 @@ def test_bad_options_and_state_are_clear_errors_at_trace_time(small):
     # a recipe that draws nothing ignores a key (one key for every layer of a model)
     y_key = recipes.current_scaling().matmul(x, w, key=jax.random.key(0))
     np.testing.assert_array_equal(_bits(y_key), _bits(y))
-    with pytest.raises(ValueError, match="needs K a multiple of 128"):
-        recipes.blockwise().matmul(np.ones((128, 64), np.float32), np.ones((64, 128), np.float32))
     with pytest.raises(ValueError, match="arch"):
         recipes.current_scaling(arch="sm_80")  # no fp8 mma on Ampere
     with pytest.raises(ValueError, match="g_fmt: expected one of \\['e4m3', 'e5m2'\\]"):
@@ -435,3 +433,35 @@ def test_a_jitted_training_step_with_delayed_scaling_and_stochastic_gradients():
 def test_helpers_refuse_bad_arguments_by_name(call, exc, match):
     with pytest.raises(exc, match=match):
         call()
+
+
+def test_blockwise_takes_ragged_sizes_as_zero_padded_tensors():
+    """M, K and N off the 128-blocks: the output and both gradients are those of the
+    recipe on the zero-padded tensors, sliced (a kernel's zero-filled tiles)."""
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((72, 200)).astype(np.float32)
+    w = rng.standard_normal((200, 136)).astype(np.float32)
+    rec = recipes.blockwise()
+    assert rec.pad_to == 128
+
+    def loss(f, x, w):
+        y = f(x, w)
+        return jnp.sum(y * y), y
+
+    def ragged(x, w):
+        return rec.matmul(x, w)
+
+    def padded(x, w):
+        xp = jnp.pad(x, ((0, 128 - 72), (0, 256 - 200)))
+        wp = jnp.pad(w, ((0, 256 - 200), (0, 256 - 136)))
+        return rec.matmul(xp, wp)[:72, :136]
+
+    (_, y1), g1 = jax.jit(
+        jax.value_and_grad(lambda x, w: loss(ragged, x, w), (0, 1), has_aux=True)
+    )(x, w)
+    (_, y2), g2 = jax.jit(
+        jax.value_and_grad(lambda x, w: loss(padded, x, w), (0, 1), has_aux=True)
+    )(x, w)
+    assert y1.shape == (72, 136)
+    for a, b in zip((y1, *g1), (y2, *g2), strict=True):
+        np.testing.assert_array_equal(_bits(a), _bits(b))

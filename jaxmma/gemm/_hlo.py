@@ -445,3 +445,64 @@ def _plan(comps, parent: Computation, fusion: Instr, cfg: dict) -> DotPlan:
         fusion.name, dot.op_name() or fusion.op_name(), (a, b), batch, M, N, K, S, order,
         emitter, warps, out, opts,
     )  # fmt: skip
+
+
+#: fusion kinds emitted by XLA's MLIR emitters (loop and reduction), which create their
+#: float arithmetic without LLVM's ``contract`` flag (docs/xla_gpu.md)
+MLIR_KINDS = ("kLoop", "kInput")
+_ARITH_ADD = ("add", "subtract")
+_MINMAX = ("maximum", "minimum")
+
+
+@dataclasses.dataclass(frozen=True)
+class Emitters:
+    """What the non-dot fusions of a module let ``gpu_replay`` reproduce.
+
+    ``contract``: fusions outside XLA's MLIR loop and reduction emitters that hold a
+    multiply and an add or subtract (their lowering may contract them into one FMA);
+    ``minmax``: fusions outside those emitters that reduce with ``maximum`` /
+    ``minimum`` (their NaN and signed-zero rules are not measured). Empty: not a
+    concern for this module."""
+
+    contract: tuple
+    minmax: tuple
+
+
+def _nested(comps: dict, comp: Computation, seen: set) -> list:
+    """``comp`` and every computation it calls (fusions, reducers), once each."""
+    if comp.name in seen:
+        return []
+    seen.add(comp.name)
+    out = [comp]
+    for ins in comp.order:
+        for key in ("calls", "to_apply"):
+            name = (ins.attr(key) or "").lstrip("%")
+            if name in comps:
+                out += _nested(comps, comps[name], seen)
+    return out
+
+
+def emitters(text: str) -> Emitters:
+    """The :class:`Emitters` facts of the compiled module ``text``."""
+    comps, _ = parse(text)
+    contract, minmax = [], []
+    for c in comps.values():
+        for ins in c.order:
+            if ins.opcode != "fusion":
+                continue
+            kind = ins.attr("kind")
+            if kind in MLIR_KINDS:
+                continue
+            tkind = _fusion_config(ins).get("kind", kind)
+            inner = _nested(comps, _called(ins, comps), set())
+            ops = {i.opcode for k in inner for i in k.order}
+            if "multiply" in ops and ops & set(_ARITH_ADD):
+                contract.append(f"%{ins.name} ({tkind})")
+            for k in inner:
+                for i in k.order:
+                    red = (i.attr("to_apply") or "").lstrip("%")
+                    if i.opcode == "reduce" and red in comps:
+                        body = {j.opcode for j in comps[red].order}
+                        if body & set(_MINMAX):
+                            minmax.append(f"%{ins.name} ({tkind})")
+    return Emitters(tuple(dict.fromkeys(contract)), tuple(dict.fromkeys(minmax)))

@@ -4,21 +4,24 @@ The function is traced to a jaxpr and evaluated op by op on the default backend 
 CPU): every ``dot_general`` runs as :func:`jaxmma.matmul` with the options that
 :func:`._hlo.dots` read from the GPU module's text (split-K, reduce order, chain, tf32
 rounding, fp8 path, one conversion); every other operation is bound as it is, each
-rounded to its own output type. Dots are matched to the module's GEMM fusions by their
-operand types, batch sizes, ``{M, N}`` and K, in the order the jaxpr lists them
-(docs/xla_gpu.md says what this covers).
+rounded to its own output type, once :mod:`._replay_ops` has found that XLA:GPU computes
+it with the same bits (an operation that an output depends on and whose GPU bits are not
+established is refused at trace time, or computed with a warning if asked). Dots are
+matched to the module's GEMM fusions by their operand types, batch sizes, ``{M, N}`` and
+K, in the order the jaxpr lists them (docs/xla_gpu.md says what this covers).
 """
 
 from __future__ import annotations
 
 import math
+import warnings
 
 import jax
 import jax.numpy as jnp
 from jax.extend import core as jcore
 
 from ..util import _jaxpr
-from . import _gemm, _hlo
+from . import _gemm, _hlo, _replay_ops
 
 #: numpy dtype names -> jaxmma format names
 FORMATS = {"bfloat16": "bf16", "float16": "f16", "float32": "f32",
@@ -28,6 +31,28 @@ _CALLS = _jaxpr.CALLS
 
 def _has_dot(jaxpr) -> bool:
     return _jaxpr.contains(jaxpr, ("dot_general",))
+
+
+def _replayed(jaxpr) -> bool:
+    """Whether ``jaxpr`` holds an equation computed here rather than bound as it is."""
+    return _jaxpr.contains(jaxpr, ("dot_general", *_replay_ops.MINMAX_REDUCE))
+
+
+def ieee_minmax(eqn, x):
+    """A float ``reduce_max`` / ``reduce_min`` by IEEE 754-2019 maximum / minimum (NaN
+    if any element is NaN, -0 < +0): the one result of every summation order, which is
+    what XLA:GPU's MLIR emitters give; the backend's own reduction only supplies the
+    value of a result that is neither NaN nor zero."""
+    axes = tuple(eqn.params["axes"])
+    m = _jaxpr.bind(eqn, [x])[0]
+    if not jnp.issubdtype(x.dtype, jnp.floating):
+        return m
+    is_max = eqn.primitive.name == "reduce_max"
+    zeros = (x == 0) & (jnp.signbit(x) != is_max)  # +0 for max, -0 for min
+    present = jnp.any(zeros, axis=axes)
+    zero = jnp.where(present, 0.0, -0.0) if is_max else jnp.where(present, -0.0, 0.0)
+    m = jnp.where(m == 0, zero.astype(m.dtype), m)
+    return jnp.where(jnp.any(jnp.isnan(x), axis=axes), jnp.asarray(jnp.nan, m.dtype), m)
 
 
 def _dot_eqns(jaxpr, out: list) -> list:
@@ -128,10 +153,12 @@ def _eval(jaxpr, consts, args, plans):
         name = e.primitive.name
         if name == "dot_general":
             outs = [replay_dot(e, next(plans), *ins)]
+        elif name in _replay_ops.MINMAX_REDUCE:
+            outs = [ieee_minmax(e, *ins)]
         elif (
             name in _CALLS
             and _CALLS[name] in e.params
-            and _has_dot(_jaxpr.closed(e.params[_CALLS[name]])[0])
+            and _replayed(_jaxpr.closed(e.params[_CALLS[name]])[0])
         ):
             inner, c = _jaxpr.closed(e.params[_CALLS[name]])
             outs = _eval(inner, c, ins[len(ins) - len(inner.invars) :], plans)
@@ -142,7 +169,10 @@ def _eval(jaxpr, consts, args, plans):
     return [read(v) for v in jaxpr.outvars]
 
 
-def gpu_replay(fn, compiled_text: str):
+UNVERIFIED = ("raise", "compute")
+
+
+def gpu_replay(fn, compiled_text: str, *, unverified: str = "raise"):
     """``fn`` with each dot computed as the GPU module ``compiled_text`` computes it.
 
     Args:
@@ -151,20 +181,49 @@ def gpu_replay(fn, compiled_text: str):
         ``scan``, ``while`` or ``cond``).
       compiled_text: ``jax.jit(fn).lower(*args).compile().as_text()`` from an sm_90 GPU
         (XLA:GPU's Triton GEMM fusions, docs/xla_gpu.md).
+      unverified: ``"raise"`` (the default): a ``ValueError`` at trace time when an
+        output of ``fn`` depends on an operation whose XLA:GPU bits are not established
+        (a transcendental function, a float reduction, a division, a multiply that may
+        be contracted into an FMA, a bf16 result that may be kept in f32, ...), naming
+        each such operation, where it is and why; ``"compute"``: compute them as JAX
+        does on the default backend and warn (``UserWarning``) which they are.
 
     Returns:
       A function of the same arguments as ``fn`` returning ``fn``'s outputs, computed
       on the default backend: the dots with the GPU module's bits, every other
-      operation as JAX computes it there, one operation at a time.
+      operation as JAX computes it there (the same bits as the GPU's where it was not
+      refused), one operation at a time.
 
     Raises:
       ValueError: malformed module text, a dot or reduce the reader does not cover,
-        dots of ``fn`` and GEMM fusions of the module that do not pair up.
+        dots of ``fn`` and GEMM fusions of the module that do not pair up, an output
+        that depends on an operation whose GPU bits are not established (unless
+        ``unverified="compute"``), an unknown ``unverified``.
+
+    Example:
+      >>> import jax.numpy as jnp, jaxmma
+      >>> def f(x):
+      ...     return jnp.exp(x) * 2.0
+      >>> jaxmma.gpu_replay(f, TEXT)(jnp.ones(3))  # doctest: +SKIP
+      Traceback (most recent call last):
+      ValueError: fn: 1 operation whose XLA:GPU bits are not established reaches ...
     """
+    if unverified not in UNVERIFIED:
+        raise ValueError(f"unverified: expected one of {UNVERIFIED}, got {unverified!r}")
     plans = _hlo.dots(compiled_text)
+    facts = _hlo.emitters(compiled_text)
 
     def run(*args):
         closed, shape = jax.make_jaxpr(fn, return_shape=True)(*args)
+        findings, per_output = _replay_ops.check(closed, facts)
+        if any(per_output):
+            text = _replay_ops.message(findings, per_output)
+            if unverified == "raise":
+                raise ValueError(text)
+            warnings.warn(
+                text.replace("Pass unverified='compute' to compute", "Computed"),
+                stacklevel=2,
+            )
         eqns = _dot_eqns(closed.jaxpr, [])
         order = iter(match(eqns, plans))
         flat = jax.tree.leaves(args)

@@ -32,7 +32,7 @@ MXFP4 = "tcgen05.mma.cta_group::1.kind::mxf4.block_scale.block32.m128n256k64.f32
 SCALINGS = ("none", "tensor", "delayed", "row", "block", "nvfp4", "mx")
 AMAX_COMPUTE = ("max", "most_recent")
 #: the block-scaled recipes: they pad M, K and N with zeros (:meth:`Recipe.pad_to`)
-PADDED = ("nvfp4", "mx")
+PADDED = ("nvfp4", "mx", "block")
 FP8_FORMATS = ("e4m3", "e5m2")
 
 
@@ -80,16 +80,17 @@ class Recipe:
             nothing, so evaluation needs no key; differentiating a recipe that draws
             without one is a ValueError. A recipe that draws nothing ignores a key.
 
-        The block-scaled recipes (``nvfp4``, ``mxfp8``, ``mxfp4``) take any M, K and N:
-        x and w are padded with zeros to multiples of :attr:`pad_to` (the k of the
-        recipe's instructions) and the output sliced: the bits of the recipe on the
-        zero-padded tensors (padded K contributes +0 products), as ``jaxmma.matmul``
-        pads a ragged K, stochastic rounding's random bits included.
+        The block-scaled recipes (``nvfp4``, ``mxfp8``, ``mxfp4``, ``blockwise``) take
+        any M, K and N: x and w are padded with zeros to multiples of :attr:`pad_to` (the
+        k of the recipe's instructions; 128 for ``blockwise``) and the output sliced: the
+        bits of the recipe on the zero-padded tensors (padded K contributes +0 products,
+        a block's zeros leave its amax and scale as they are), as ``jaxmma.matmul`` pads
+        a ragged K and as a kernel that fills the tiles beyond the tensor with zeros
+        computes, stochastic rounding's random bits included.
 
         Raises:
-          ValueError: a state of the wrong structure or amax history length, sizes the
-            fp8 ``blockwise`` recipe's 128-blocks do not divide; when differentiated, a
-            missing key where the backward draws.
+          ValueError: a state of the wrong structure or amax history length; when
+            differentiated, a missing key where the backward draws.
         """
         _check_state(self, state)
         x, w = jnp.asarray(x), jnp.asarray(w)
@@ -98,7 +99,6 @@ class Recipe:
         lead, K, N = x.shape[:-1], w.shape[0], w.shape[1]
         M = math.prod(lead)
         x2 = x.reshape(M, K).astype(F32)
-        _check_sizes(self, M, K, N)
         w32 = w.astype(F32)
         key = _keys.used(self, key)
         if self.scaling == "none":
@@ -108,10 +108,13 @@ class Recipe:
             )  # fmt: skip
         elif self.scaling in PADDED:
             up = lambda n: -(-n // self.pad_to) * self.pad_to  # noqa: E731
-            xp = jnp.pad(x2, ((0, up(M) - M), (0, up(K) - K)))
-            wp = jnp.pad(w32, ((0, up(K) - K), (0, up(N) - N)))
-            linear = _nvfp4.linear if self.scaling == "nvfp4" else _mx.linear
-            y = linear(self, xp, wp, key)[:M, :N]
+            xp, wp = _padded(x2, up(M), up(K)), _padded(w32, up(K), up(N))
+            if self.scaling == "block":
+                y = _fp8.linear(self, xp, wp, state, key)
+            else:
+                linear = _nvfp4.linear if self.scaling == "nvfp4" else _mx.linear
+                y = linear(self, xp, wp, key)
+            y = y[:M, :N] if (up(M), up(N)) != (M, N) else y
         else:
             y = _fp8.linear(self, x2, w32, state, key)
         return y.reshape(lead + (N,))
@@ -120,9 +123,12 @@ class Recipe:
     def pad_to(self) -> int:
         """The multiple the block-scaled recipes pad M, K and N to: the least common
         multiple of their instructions' k (64 for the NVFP4 and MXFP4 forms, 32 for
-        MXFP8), which the blocks (16, 32) divide; 1 for the others."""
+        MXFP8), which the blocks (16, 32) divide; 128 for ``blockwise`` (its 1 x 128 and
+        128 x 128 blocks); 1 for the others."""
         if self.scaling not in PADDED:
             return 1
+        if self.scaling == "block":
+            return _fp8.GROUP
         texts = dict.fromkeys((self.forward, self.dgrad, self.wgrad))
         return math.lcm(*(resolve(t, self.arch).k for t in texts))
 
@@ -176,16 +182,10 @@ def _check_state(r: Recipe, state) -> None:
             )
 
 
-def _check_sizes(r: Recipe, M: int, K: int, N: int) -> None:
-    if r.scaling != "block":
-        return
-    need = _fp8.GROUP
-    for name, n in (("M (tokens)", M), ("K", K), ("N", N)):
-        if n % need:
-            raise ValueError(
-                f"x, w: recipe {r.name!r} needs {name} a multiple of {need} (its blocks "
-                f"and GEMMs), got {n}"
-            )
+def _padded(x, rows: int, cols: int):
+    """``x [R, C]`` with zero rows and columns up to ``[rows, cols]`` (itself if none)."""
+    R, C = x.shape
+    return x if (R, C) == (rows, cols) else jnp.pad(x, ((0, rows - R), (0, cols - C)))
 
 
 def _choice(name, value, allowed):

@@ -1,0 +1,424 @@
+"""Which non-dot operations of a jaxpr XLA:GPU computes with the CPU's bits.
+
+``gpu_replay`` computes each dot as the GPU module does; every other equation is bound
+as JAX computes it on the replaying backend. That is only right where XLA:GPU's
+arithmetic gives the same bits, so each equation that an output depends on is checked
+here, at trace time (docs/xla_gpu.md, "What else a function computes"):
+
+* exact on both: data movement, comparisons, selects, bit and integer operations,
+  ``max`` / ``min`` (IEEE 754-2019 maximum / minimum on both: -0 < +0, NaN propagates),
+  conversions with one defined rounding (to nearest even) into f32, bf16, f16;
+* IEEE ``add`` / ``sub`` / ``mul`` / ``neg``, unless XLA:GPU may compute them otherwise:
+  a multiply feeding an add or subtract may become one FMA (one rounding instead of
+  two), and a bf16 / f16 result used by further arithmetic may be kept in f32
+  (``xla_allow_excess_precision``, on by default), so its rounding may vanish; a
+  product by a constant power of two is exact, so neither can change it;
+* refused (:data:`REFUSED`): transcendental functions, division, square roots, float
+  reductions and scans, conversions into fp8 or from floats to integers, control flow
+  holding float arithmetic, anything not listed.
+
+:func:`check` returns one :class:`Finding` per refused equation and, per output of the
+function, the findings it depends on (outputs that do not depend on one are exact).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jax.numpy as jnp
+import numpy as np
+from jax.extend import core as jcore
+
+from ..util import _jaxpr
+
+#: equations that move, select, compare or reinterpret values without rounding: exact
+MOVE = frozenset({
+    "reshape", "broadcast_in_dim", "transpose", "squeeze", "expand_dims", "slice",
+    "dynamic_slice", "dynamic_update_slice", "concatenate", "pad", "rev", "gather",
+    "select_n", "copy", "copy_p", "sharding_constraint", "optimization_barrier",
+})  # fmt: skip
+#: exact on any element type (IEEE 754 operations without rounding, bits, integers)
+EXACT = frozenset({
+    "iota", "eq", "ne", "lt", "le", "gt", "ge", "and", "or", "not", "xor",
+    "shift_left", "shift_right_logical", "shift_right_arithmetic", "population_count",
+    "clz", "bitcast_convert_type", "abs", "sign", "floor", "ceil", "round",
+    "is_finite", "max", "min", "clamp", "stop_gradient", "random_bits", "random_wrap",
+    "random_unwrap", "random_seed", "threefry2x32", "sort", "reduce_and", "reduce_or",
+    "reduce_xor",
+}) | MOVE  # fmt: skip
+#: float max / min reductions: exact and order-independent where the combiner is IEEE
+#: 754-2019 maximum / minimum (NaN propagates, -0 < +0); ``gpu_replay`` computes them by
+#: that definition (XLA:CPU's own drops NaNs in long f32 rows)
+MINMAX_REDUCE = frozenset({"reduce_max", "reduce_min"})
+#: float arithmetic checked for FMA contraction and excess precision
+ARITH = frozenset({"add", "sub", "mul", "add_any", "neg", "integer_pow"})
+#: ops that commute with rounding: a bf16 / f16 value kept in f32 passes through them
+#: and is rounded at the end to the same bits
+COMMUTE = MOVE | {"max", "min", "clamp", "abs", "neg"}
+
+_APPROX = (
+    "XLA:GPU lowers it to libdevice or to its own approximation (for bf16 / f16 "
+    "``ex2.approx`` / ``lg2.approx``, the ``afn`` flag in XLA's elemental emitter); "
+)
+#: the elementwise probes of tests/golden/xla/xla-models-*.npz (an H100, jax 0.11.2,
+#: three processes, the same bits in each): per primitive, of 4096 raw-bit inputs, how
+#: many f32 results of the GPU differ from the CPU's (jax, one operation at a time) and
+#: by up to how many ulp, and how many bf16 results differ
+PROBED = {
+    "exp": (1249, "2 ulp on normal results; below 2^-126 the CPU gives 0 where the GPU "
+            "gives subnormals", 22),
+    "log": (173, "1 ulp", 0),
+    "tanh": (1120, "2 ulp", 0),
+    "logistic": (940, "3 ulp", 0),
+    "erf": (953, "4 ulp", 0),
+    "rsqrt": (1069, "1 ulp", 0),
+    "sqrt": (701, "1 ulp; the CPU's is correctly rounded, the GPU's is not", 0),
+    "div": (1229, "2 ulp; the CPU's is correctly rounded, the GPU's is not", 0),
+}  # fmt: skip
+
+
+def _measured(name: str) -> str:
+    n32, ulp, n16 = PROBED[name]
+    return (
+        f"measured on an H100: the GPU's f32 {name} differs from the CPU's on {n32} of "
+        f"4096 probe inputs (up to {ulp}), its bf16 {name} on {n16} of 4096"
+        + (" (bf16 results are rounded from those f32 ones: they may differ elsewhere)"
+           if n16 == 0 else "")
+    )  # fmt: skip
+
+
+#: why each refused primitive is refused; the CPU's error was measured on 65,536 f32
+#: inputs against float64 references (jax 0.10.2, x86-64)
+REFUSED = {
+    "exp": _APPROX + "the CPU's own exp is within 0.97 ulp; " + _measured("exp"),
+    "exp2": _APPROX + "the CPU's own exp2 is a different polynomial",
+    "log": _APPROX + "the CPU's own log is within 0.96 ulp; " + _measured("log"),
+    "log1p": _APPROX + "the CPU's own log1p is within 2.4 ulp (measured)",
+    "expm1": _APPROX + "the CPU's own expm1 is within 4.1 ulp (measured)",
+    "tanh": _APPROX + "the CPU's own tanh is within 4.0 ulp; " + _measured("tanh"),
+    "logistic": _APPROX + "the CPU's own logistic is within 2.1 ulp; " + _measured("logistic"),
+    "erf": _APPROX + "the CPU's own erf is within 5.3 ulp; " + _measured("erf"),
+    "rsqrt": "XLA:GPU computes it with an approximate reciprocal square root; the CPU's "
+    "own rsqrt is within 1.6 ulp; " + _measured("rsqrt"),
+    "sqrt": "XLA:GPU's f32 sqrt is not correctly rounded (an approximate square root, "
+    "not sqrt.rn); " + _measured("sqrt"),
+    "div": "XLA:GPU compiles f32 division as PTX div.full.f32 (nvptx_backend.cc sets "
+    "-nvptx-prec-divf32=1), an approximation of up to 2 ulp; " + _measured("div"),
+    "pow": "XLA:GPU computes pow with libdevice; the CPU's own pow differs",
+    "reduce_sum": "XLA:GPU's reduction emitters add in their own order (tree, vector "
+    "width, warps), not modelled yet for reductions other than split-K",
+    "reduce_max": "a max reduction outside XLA's MLIR emitters (a Triton fusion, or no "
+    "GPU module to read): its NaN and signed-zero rules are not measured",
+    "reduce_min": "a min reduction outside XLA's MLIR emitters (a Triton fusion, or no "
+    "GPU module to read): its NaN and signed-zero rules are not measured",
+    "reduce_prod": "XLA:GPU's reduction emitters multiply in their own order",
+    "argmax": "XLA:GPU's reduction order decides ties and NaNs; not modelled yet",
+    "argmin": "XLA:GPU's reduction order decides ties and NaNs; not modelled yet",
+    "cumsum": "XLA:GPU computes scans in its own order",
+    "cumlogsumexp": "XLA:GPU computes scans in its own order",
+    "cumprod": "XLA:GPU computes scans in its own order",
+    "cummax": "XLA:GPU computes scans in its own order",
+    "cummin": "XLA:GPU computes scans in its own order",
+    "conv_general_dilated": "convolutions run in cuDNN or XLA's own emitters: not modelled",
+}
+_TRANSCENDENTAL = ("sin", "cos", "tan", "asin", "acos", "atan", "atan2", "sinh", "cosh",
+                   "asinh", "acosh", "atanh", "cbrt", "erfc", "erf_inv", "lgamma",
+                   "digamma", "igamma", "igammac", "bessel_i0e", "bessel_i1e",
+                   "logaddexp", "nextafter", "rem", "polygamma", "zeta")  # fmt: skip
+for _n in _TRANSCENDENTAL:
+    REFUSED.setdefault(_n, _APPROX + f"the CPU's own {_n} differs")
+LOWP = ("bfloat16", "float16")
+WIDER = {"bfloat16": 16, "float16": 16, "float32": 32, "float64": 64}
+
+
+@dataclasses.dataclass(frozen=True)
+class Finding:
+    """One equation whose XLA:GPU bits are not established: ``op`` (with its output
+    type), ``where`` (source location and name stack), ``reason``."""
+
+    op: str
+    where: str
+    reason: str
+
+    def __str__(self) -> str:
+        return f"{self.op} at {self.where}: {self.reason}"
+
+
+def _where(eqn) -> str:
+    try:
+        from jax._src import source_info_util
+
+        loc = source_info_util.summarize(eqn.source_info)
+        stack = str(eqn.source_info.name_stack)
+    except Exception:  # a JAX release without these: the op alone names it
+        return "an unknown location"
+    return f"{loc}" + (f" [{stack}]" if stack else "")
+
+
+def _op(eqn) -> str:
+    outs = ", ".join(v.aval.str_short() for v in eqn.outvars)
+    return f"{eqn.primitive.name} -> {outs}"
+
+
+def _is_float(aval) -> bool:
+    return jnp.issubdtype(np.dtype(aval.dtype), jnp.floating)
+
+
+def _pow2(vals) -> bool:
+    """Every element a nonzero finite power of two (a product by it is exact)."""
+    v = np.asarray(vals, np.float64).ravel()
+    if v.size == 0 or not np.all(np.isfinite(v)) or np.any(v == 0):
+        return False
+    return bool(np.all(np.abs(np.frexp(v)[0]) == 0.5))
+
+
+class _State:
+    """Per variable: the findings it depends on (``taint``), whether it is an
+    unrounded-in-a-fusion product (``prod``: may be contracted into an FMA) or a
+    rounded bf16 / f16 result (``lowp``: may be kept in f32), its known values."""
+
+    def __init__(self, facts=None):
+        self.taint, self.prod, self.lowp, self.vals = {}, {}, {}, {}
+        self.facts = facts  # the module's _hlo.Emitters, or None: assume the worst
+
+    def get(self, table, v, default=None):
+        if isinstance(v, jcore.Literal):
+            return default
+        return table.get(v, default)
+
+    def values(self, v):
+        if isinstance(v, jcore.Literal):
+            return np.asarray(v.val)
+        return self.vals.get(v)
+
+
+def _fold(eqn, st: _State, ins):
+    """Known values of ``eqn``'s output from known inputs (scalar constants such as a
+    learning rate or the 0.5 of a loss), or None."""
+    name = eqn.primitive.name
+    vals = [st.values(v) for v in eqn.invars]
+    if any(x is None for x in vals) or len(eqn.outvars) != 1:
+        return None
+    if name in MOVE and len(vals) == 1:
+        return vals[0]
+    if name == "convert_element_type":
+        return np.asarray(vals[0]).astype(eqn.params["new_dtype"])
+    if all(np.asarray(x).size == 1 for x in vals) and name in ARITH | {"max", "min"}:
+        try:
+            out = _jaxpr.bind(eqn, [np.asarray(x).reshape(v.aval.shape)
+                                    for x, v in zip(vals, eqn.invars, strict=True)])[0]  # fmt: skip
+            return np.asarray(out)
+        except Exception:  # not foldable here: unknown
+            return None
+    return None
+
+
+def _walk(jaxpr, consts, st: _State, findings: list):
+    for v, c in zip(jaxpr.constvars, consts, strict=True):
+        arr = np.asarray(c)
+        if arr.size <= 1 << 16:
+            st.vals[v] = arr
+    for e in jaxpr.eqns:
+        name = e.primitive.name
+        taint = frozenset().union(*(st.get(st.taint, v, frozenset()) for v in e.invars))
+        reasons = []
+        prod = lowp = False
+        sub = list(_jaxpr.sub_jaxprs(e))
+        if name in _jaxpr.CALLS and _jaxpr.CALLS[name] in e.params:
+            inner, c = _jaxpr.closed(e.params[_jaxpr.CALLS[name]])
+            k = len(e.invars) - len(inner.invars)
+            for vo, vi in zip(e.invars[k:], inner.invars, strict=True):
+                for table in (st.taint, st.prod, st.lowp):
+                    if st.get(table, vo) is not None:
+                        table[vi] = st.get(table, vo)
+                if st.values(vo) is not None:
+                    st.vals[vi] = st.values(vo)
+            _walk(inner, c, st, findings)
+            for vo, vi in zip(e.outvars, inner.outvars, strict=True):
+                for table in (st.taint, st.prod, st.lowp):
+                    x = st.get(table, vi)
+                    if x is not None:
+                        table[vo] = x
+                if st.values(vi) is not None:
+                    st.vals[vo] = st.values(vi)
+            continue
+        if name == "dot_general":
+            pass  # computed by the module's plan
+        elif sub:
+            inner_findings = []
+            for j in sub:
+                _walk(j, [], _State(), inner_findings)
+                if any(_is_float(v.aval) and q.primitive.name in ARITH
+                       for q in j.eqns for v in q.outvars):  # fmt: skip
+                    inner_findings.append("float arithmetic inside")
+            if inner_findings:
+                reasons.append(
+                    f"{name} holds operations that are refused or float arithmetic; "
+                    "loops and conditionals are not inspected"
+                )
+        elif name in EXACT:
+            if name in COMMUTE:
+                lowp = any(st.get(st.lowp, v) for v in e.invars)
+            if name in MOVE | {"neg"}:
+                prod = any(st.get(st.prod, v) for v in e.invars)
+            if name not in COMMUTE and any(st.get(st.lowp, v) for v in e.invars):
+                reasons.append(_excess(e, st))
+        elif name == "convert_element_type":
+            reasons += _convert(e, st)
+            src, dst = e.invars[0].aval.dtype, np.dtype(e.params["new_dtype"])
+            if _is_float(e.invars[0].aval) and dst.name in WIDER:
+                if WIDER.get(np.dtype(src).name, 0) <= WIDER[dst.name]:
+                    prod = bool(st.get(st.prod, e.invars[0]))
+                if dst.name in LOWP and WIDER.get(np.dtype(src).name, 0) > 16:
+                    lowp = True
+        elif name in ARITH and all(_is_float(v.aval) for v in e.outvars):
+            if any(st.get(st.lowp, v) for v in e.invars):
+                reasons.append(_excess(e, st))
+            exact_scale = False
+            if name == "mul":
+                exact_scale = any(_pow2(st.values(v)) for v in e.invars
+                                  if st.values(v) is not None)  # fmt: skip
+                prod = not exact_scale
+            if name == "integer_pow":
+                y = e.params["y"]
+                if y not in (0, 1, 2):
+                    reasons.append(f"x**{y} is several multiplies that XLA:GPU may fuse "
+                                   "into FMAs or keep in excess precision")  # fmt: skip
+                prod = y == 2
+            if name in ("add", "sub", "add_any") and not _uncontracted(st):
+                for v in e.invars:
+                    m = st.get(st.prod, v)
+                    if m:
+                        reasons.append(_contract_reason(m, st))
+                        break
+            if name == "neg":
+                prod = any(st.get(st.prod, v) for v in e.invars)
+            if np.dtype(e.outvars[0].aval.dtype).name in LOWP and not (
+                exact_scale or name == "neg"
+            ):
+                lowp = True
+            if prod and name in ("mul", "integer_pow"):
+                prod = _where(e)
+        elif name in ARITH:
+            pass  # integer arithmetic: exact, wraps on both
+        elif name in MINMAX_REDUCE and _ieee_minmax(st):
+            lowp = any(st.get(st.lowp, v) for v in e.invars)  # commutes with rounding
+        elif name in REFUSED:
+            if any(_is_float(v.aval) for v in e.invars):
+                why = REFUSED[name]  # on integers these are exact
+                if name in MINMAX_REDUCE and st.facts is not None:
+                    why += " (the module's: " + ", ".join(st.facts.minmax) + ")"
+                reasons.append(why)
+        else:
+            reasons.append(
+                REFUSED.get(
+                    name,
+                    "not in the list of operations whose XLA:GPU bits are "
+                    "established (docs/xla_gpu.md)",
+                )  # fmt: skip
+            )
+        if reasons:
+            f = Finding(_op(e), _where(e), "; ".join(dict.fromkeys(reasons)))
+            findings.append(f)
+            taint = taint | {f}
+        for v in e.outvars:
+            st.taint[v] = taint
+            if prod:
+                st.prod[v] = prod if isinstance(prod, str) else _prod_src(e, st)
+            if lowp:
+                st.lowp[v] = True
+        if len(e.outvars) == 1:
+            val = _fold(e, st, None)
+            if val is not None:
+                st.vals[e.outvars[0]] = val
+
+
+def _uncontracted(st) -> bool:
+    """The module computes every multiply and add in XLA's MLIR loop and reduction
+    emitters, which do not contract them (probe-fma-f32: the GPU's ``a * b + c`` is the
+    rounded product plus ``c`` on 4096 of 4096 inputs, the FMA on 3055)."""
+    return st.facts is not None and not st.facts.contract
+
+
+def _ieee_minmax(st) -> bool:
+    """Every float max / min reduction of the module runs in XLA's MLIR emitters, whose
+    ``maximum`` / ``minimum`` are IEEE 754-2019's (order-independent)."""
+    return st.facts is not None and not st.facts.minmax
+
+
+def _contract_reason(m, st) -> str:
+    if st.facts is None:
+        where = "its emitters"
+    else:
+        where = "the fusions " + ", ".join(st.facts.contract) + " (not XLA's MLIR emitters)"
+    return (
+        f"XLA:GPU may contract it with the multiply at {m} into one FMA (one rounding "
+        f"instead of two): {where} may contract, which has not been probed"
+    )
+
+
+def _prod_src(e, st):
+    for v in e.invars:
+        m = st.get(st.prod, v)
+        if m:
+            return m
+    return _where(e)
+
+
+def _excess(e, st) -> str:
+    return (
+        "an operand is a rounded bf16 / f16 result that XLA:GPU may keep in f32 "
+        "(xla_allow_excess_precision, on by default, removes the rounding between fused "
+        "operations)"
+    )
+
+
+def _convert(e, st) -> list:
+    src = np.dtype(e.invars[0].aval.dtype)
+    dst = np.dtype(e.params["new_dtype"])
+    sf, df = jnp.issubdtype(src, jnp.floating), jnp.issubdtype(dst, jnp.floating)
+    if df and dst.name not in WIDER:
+        return [
+            f"a conversion into {dst.name}: XLA:GPU may convert with saturating "
+            "instructions (cvt.rn.satfinite) where the CPU gives NaN or inf on overflow; "
+            "not established"
+        ]
+    if sf and not df and dst != np.bool_:
+        return [f"a conversion of floats into {dst.name} (clamping, NaN): not established"]
+    if sf and df and WIDER.get(src.name, 0) <= 16 and WIDER[dst.name] > 16:
+        if st.get(st.lowp, e.invars[0]):
+            return [_excess(e, st)]
+    return []
+
+
+def check(closed_jaxpr, facts=None) -> tuple:
+    """``(findings, per_output)`` of a closed jaxpr: every refused equation, and per
+    output the findings it depends on (an empty set: the output is exact). ``facts``:
+    the GPU module's :class:`._hlo.Emitters` (None: every emitter is assumed to
+    contract and to reduce max / min in an unknown way)."""
+    st = _State(facts)
+    findings: list = []
+    jaxpr = closed_jaxpr.jaxpr
+    _walk(jaxpr, closed_jaxpr.consts, st, findings)
+    per_output = [st.get(st.taint, v, frozenset()) for v in jaxpr.outvars]
+    return findings, per_output
+
+
+def message(findings, per_output, where: str = "fn") -> str:
+    """The refusal: each finding that reaches an output, and which outputs it reaches."""
+    live = [f for f in findings if any(f in t for t in per_output)]
+    hit = [i for i, t in enumerate(per_output) if t]
+    ok = [i for i, t in enumerate(per_output) if not t]
+    lines = [
+        f"{where}: {len(live)} operation{'s' if len(live) != 1 else ''} whose XLA:GPU bits "
+        f"are not established reach{'es' if len(live) == 1 else ''} outputs {hit} of "
+        f"{len(per_output)} (flattened)" + (f"; outputs {ok} are reproduced:" if ok else ":")
+    ]
+    for f in live:
+        outs = [i for i, t in enumerate(per_output) if f in t]
+        lines.append(f"  - {f} (outputs {outs})")
+    lines.append(
+        "Pass unverified='compute' to compute them as JAX does on this backend, with a "
+        "warning (docs/xla_gpu.md)."
+    )
+    return "\n".join(lines)
