@@ -29,7 +29,7 @@ import ml_dtypes
 import numpy as np
 
 import jaxmma
-from jaxmma.gemm import _gemm, _pallas
+from jaxmma.gemm import _chain, _gemm, _pallas
 
 FORMS = {
     "bf16": "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32",
@@ -97,7 +97,7 @@ def time_ms(fn, *args, runs=5, warmup=2):
 def gemm_fn(text, promote_every, mode, tiles=None):  # calls an emulating executor itself
     cfg = _gemm.config(text, "sm_90a" if text.startswith("wgmma") else "sm_90", promote_every)
     if mode == "xla":
-        return jax.jit(lambda a, b, c: _gemm.xla_gemm_bits(cfg, a, b, c))
+        return jax.jit(lambda a, b, c: _chain.xla_gemm_bits(cfg, a, b, c))
     return jax.jit(lambda a, b, c: _pallas.gemm_bits(cfg, a, b, c, tiles=tiles))
 
 

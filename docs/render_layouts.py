@@ -47,7 +47,7 @@ def lane_map(text: str, operand: str):
     else:
         from jaxmma.instructions import _wmma
 
-        lay = _wmma._operand_layout(ins, operand)
+        lay = _wmma.operand_layout(ins, operand)
         rows, cols, row, col = lay.rows, lay.cols, lay.row, lay.col
         per = lay.reg_bits // lay.elem_bits
     lane = np.full((rows, cols), -1)

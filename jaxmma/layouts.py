@@ -101,7 +101,7 @@ def operand_map(ins: Instruction, operand: str) -> OperandMap:
         return OperandMap(mat, row, col, _fragments.matrix_shape(ins, operand), lay.elem_bits)
     if ins.opcode.startswith("wmma"):
         frag = operand if ins.opcode == "wmma.mma" else ins.form.frag
-        lay = _wmma._operand_layout(ins, frag)
+        lay = _wmma.operand_layout(ins, frag)
         row, col = _split(nregs, lay.row, lay.col)
         mat, row, col = _frozen(np.zeros_like(row), row, col)
         return OperandMap(mat, row, col, (lay.rows, lay.cols), lay.elem_bits)
@@ -112,7 +112,7 @@ def operand_map(ins: Instruction, operand: str) -> OperandMap:
         if operand == "d":  # d holds M^T: its element (r, c) of M sits at (c, r) of d
             row, col = col, row
         return OperandMap(mat, row, col, (8, 8), lay.elem_bits)
-    lay = _movement._layout(ins)
+    lay = _movement.layout(ins)
     mat, row, col = _frozen(*_split(nregs, lay.mat, lay.row, lay.col))
     (addr,) = _frozen(lay.addr_lane)
     num = int(lay.addr_lane.shape[0])

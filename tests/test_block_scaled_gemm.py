@@ -1,5 +1,5 @@
 """The whole-GEMM block-scaled executor (``gemm._block_scaled``) gives the bits of the
-per-step chain (``gemm._gemm.xla_gemm_bits`` through ``models.mma_bits``): raw uint32
+per-step chain (``gemm._chain.xla_gemm_bits`` through ``models.mma_bits``): raw uint32
 bits compared, NaN patterns, signed zeros and subnormals included."""
 
 import functools
@@ -11,7 +11,7 @@ import pytest
 from _block_inputs import raw_c
 
 import jaxmma
-from jaxmma.gemm import _block_scaled, _gemm
+from jaxmma.gemm import _block_scaled, _chain, _executors, _gemm
 
 NVFP4 = (
     "mma.sync.aligned.m16n8k64.row.col.kind::mxf4nvf4.block_scale.scale_vec::4X"
@@ -40,10 +40,10 @@ def _programs(text):
     assert _block_scaled.covers(cfg, ((), ()))
 
     def fast(A, B, C, SA, SB):
-        return _gemm.gemm_bits(cfg, A, B, C, scales=(SA, SB))
+        return _executors.gemm_bits(cfg, A, B, C, scales=(SA, SB))
 
     def ref(A, B, C, SA, SB):
-        return _gemm.xla_gemm_bits(cfg, A, B, C, scales=(SA, SB))
+        return _chain.xla_gemm_bits(cfg, A, B, C, scales=(SA, SB))
 
     return jax.jit(fast), jax.jit(ref)
 
@@ -114,7 +114,7 @@ def test_vmap_and_jit_give_the_same_bits():
     rng = np.random.default_rng(4)
     A, B, C, SA, SB = _operands(NVFP4, rng, (3,), 16, 16, 128)
     cfg = _cfg(NVFP4)
-    one = lambda *x: _gemm.gemm_bits(cfg, x[0], x[1], x[2], scales=x[3:])  # noqa: E731
+    one = lambda *x: _executors.gemm_bits(cfg, x[0], x[1], x[2], scales=x[3:])  # noqa: E731
     batched = jax.jit(jax.vmap(one))(A, B, C, SA, SB)
     np.testing.assert_array_equal(
         np.asarray(batched), np.asarray(_programs(NVFP4)[1](A, B, C, SA, SB))
@@ -257,7 +257,7 @@ def test_product_broadcast_batch_jit_and_vmap():
     A, B, C, SA, SB = _mx_operands(MXFP8, rng, (3,), 16, 24, 64)
     _same(MXFP8, A[:1], B, C, SA[:1], SB)  # A and its scales broadcast over B's batch
     cfg = _cfg(MXFP8)
-    one = lambda *x: _gemm.gemm_bits(cfg, x[0], x[1], x[2], scales=x[3:])  # noqa: E731
+    one = lambda *x: _executors.gemm_bits(cfg, x[0], x[1], x[2], scales=x[3:])  # noqa: E731
     batched = jax.jit(jax.vmap(one))(A, B, C, SA, SB)
     np.testing.assert_array_equal(
         np.asarray(batched), np.asarray(_programs(MXFP8)[1](A, B, C, SA, SB))

@@ -328,7 +328,7 @@ def test_register_and_matrix_level_bits_agree(text, arch):
     if ins.opcode == "wmma.mma":  # the fragment maps the register level itself uses
         from jaxmma.instructions import _wmma
 
-        unfragment = lambda op, x: _wmma._unfragment(_wmma._operand_layout(ins, op), x, op, ins)  # noqa: E731
+        unfragment = lambda op, x: _wmma._unfragment(_wmma.operand_layout(ins, op), x, op, ins)  # noqa: E731
     else:
         unfragment = ins.unfragment
     A, B, C = (unfragment(op, x) for op, x in (("a", a), ("b", b), ("c", c)))

@@ -139,6 +139,23 @@ def test_an_invalid_field_is_refused_at_construction(kw, error, field):
         jaxmma.GemmOptions(BF16, **kw)
 
 
+@pytest.mark.parametrize(
+    ("text", "kw", "match"),
+    [
+        ("mma.sp.sync.aligned.m16n8k32.row.col.f32.bf16.bf16.f32", dict(split_k=2),
+         "^split_k=2: not modelled for sparse"),
+        (BF16, dict(grad_instruction=BF16, out_dtype=jnp.bfloat16),
+         "^grad_instruction: not combined with kernel options"),
+    ],
+)  # fmt: skip
+def test_a_combination_is_refused_by_one_rule(text, kw, match):
+    # the same rule at construction and at the call, before any array is looked at
+    with pytest.raises(ValueError, match=match):
+        jaxmma.GemmOptions(text, arch=ARCH, **kw)
+    with pytest.raises(ValueError, match=match):
+        jaxmma.matmul(np.zeros((16, 32), np.int64), None, instruction=text, arch=ARCH, **kw)
+
+
 def test_an_invalid_instruction_and_an_unhashable_field():
     with pytest.raises(ValueError, match="^instruction"):
         jaxmma.GemmOptions("ldmatrix.sync.aligned.m8n8.x1.shared.b16", arch=ARCH)

@@ -121,6 +121,82 @@ def test_no_cycle():
     assert not cycles, "import cycles: " + "; ".join(" -> ".join(c) for c in cycles)
 
 
+#: uses of another floor's private names still to be renamed: (module, name)
+PRIVATE_PENDING = {
+    ("jaxmma.gemm._block_kernel", "jaxmma.models._group_gemm._half_units"),
+    ("jaxmma.gemm._block_kernel", "jaxmma.models._group_gemm._scale_fields"),
+    ("jaxmma.intercept._stats", "jaxmma.training._fp8._x_w_scales"),
+}
+
+
+def _private_uses(path: pathlib.Path, modules: set[str]):
+    """(private name, line) for every name with a leading underscore that a file takes
+    from a module of another floor: ``from ..x._m import _name`` or ``_m._name``."""
+    module = _module(path)
+    package = module if path.name == "__init__.py" else module.rsplit(".", 1)[0]
+    tree = ast.parse(path.read_text())
+    aliases, out = {}, []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.ImportFrom):
+            continue
+        if node.level:
+            base = package.split(".")[: len(package.split(".")) - node.level + 1]
+            src = ".".join(base + ([node.module] if node.module else []))
+        else:
+            src = node.module or ""
+        for a in node.names:
+            if f"{src}.{a.name}" in modules:
+                aliases[a.asname or a.name] = f"{src}.{a.name}"
+            elif src in modules and a.name.startswith("_") and _floor(src) != _floor(module):
+                out.append((f"{src}.{a.name}", node.lineno))
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
+            target = aliases.get(node.value.id)
+            private = node.attr.startswith("_") and not node.attr.startswith("__")
+            if target and private and _floor(target) != _floor(module):
+                out.append((f"{target}.{node.attr}", node.lineno))
+    return out
+
+
+def test_no_private_name_of_another_floor():
+    """A floor offers other floors its modules' public names; names with a leading
+    underscore stay inside their floor."""
+    uses = {(_module(p), name, line) for p in FILES for name, line in _private_uses(p, MODULES)}
+    found = sorted(f"{m} line {line}: {n}" for m, n, line in uses if (m, n) not in PRIVATE_PENDING)
+    assert not found, "private names reached from another floor:\n" + "\n".join(found)
+    stale = PRIVATE_PENDING - {(m, n) for m, n, _ in uses}
+    assert not stale, f"PRIVATE_PENDING: no longer used, remove {sorted(stale)}"
+
+
+#: floors whose ``__init__`` declares what other floors may use: they import those names
+#: from the package, never from its modules
+INTERFACES = ("gemm",)
+#: modules that still import a declared floor's modules (to move to the package's names)
+INTERFACE_PENDING = {
+    "jaxmma.training._fp8",
+    "jaxmma.training._mx",
+    "jaxmma.training._nvfp4",
+    "jaxmma.training._recipes",
+}
+
+
+@pytest.mark.parametrize("floor", INTERFACES)
+def test_other_floors_use_the_declared_interface(floor):
+    package = f"jaxmma.{floor}"
+    ROOT.joinpath(floor, "__init__.py").read_text()  # the interface exists
+    reached = {
+        (m, t, line)
+        for m, edges in GRAPH.items()
+        if _floor(m) != FLOORS.index(floor)
+        for t, line, _ in edges
+        if t != package and t.startswith(package + ".")
+    }
+    found = sorted(f"{m} line {line}: {t}" for m, t, line in reached if m not in INTERFACE_PENDING)
+    assert not found, f"modules of {package} imported from other floors:\n" + "\n".join(found)
+    stale = INTERFACE_PENDING - {m for m, _, _ in reached}
+    assert not stale, f"INTERFACE_PENDING: no longer needed, remove {sorted(stale)}"
+
+
 def test_the_checker_sees_a_cycle_and_an_arrow_up(tmp_path):
     pkg = tmp_path / "jaxmma"
     (pkg / "arith").mkdir(parents=True)
@@ -129,6 +205,8 @@ def test_the_checker_sees_a_cycle_and_an_arrow_up(tmp_path):
         (p / "__init__.py").write_text("")
     (pkg / "arith" / "_a.py").write_text("from ..gemm import _g\n")
     (pkg / "gemm" / "_g.py").write_text("def f():\n    from ..arith import _a\n")
+    private = "from ..arith import _a\nfrom ..arith._a import _x\n_a._y\n"
+    (pkg / "gemm" / "_h.py").write_text(private)
     files = sorted(pkg.rglob("*.py"))
     global ROOT
     saved = ROOT
@@ -141,6 +219,12 @@ def test_the_checker_sees_a_cycle_and_an_arrow_up(tmp_path):
     assert edges["jaxmma.arith._a"] == [("jaxmma.gemm._g", 1, False)]
     assert edges["jaxmma.gemm._g"] == [("jaxmma.arith._a", 2, True)]
     assert _floor("jaxmma.gemm._g") > _floor("jaxmma.arith._a")
+    saved, ROOT = ROOT, pkg
+    try:
+        private = _private_uses(pkg / "gemm" / "_h.py", mods)
+    finally:
+        ROOT = saved
+    assert private == [("jaxmma.arith._a._x", 2), ("jaxmma.arith._a._y", 3)]
 
 
 def test_every_floor_is_on_the_map():

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import jaxmma
-from jaxmma.gemm import _gemm, _kernel, _native, _options
+from jaxmma.gemm import _executors, _gemm, _kernel, _native, _options
 
 WGMMA_BF16 = "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16"
 WGMMA_F16 = "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16"
@@ -214,7 +214,7 @@ def test_the_schedule_runs_each_step_once_in_increasing_k(steps, P):
         ),
     ],
 )
-def test_kernel_options_chain_through_the_native_kernel(P, options):
+def test_kernel_options_chain_through_the_native_kernel(P, options, monkeypatch):
     # the library options run around the chain (split slices, epilogue, scales), so the
     # native kernel serves them as it serves a plain GEMM: interpreted, exact sums
     rng = np.random.default_rng(5)
@@ -233,19 +233,25 @@ def test_kernel_options_chain_through_the_native_kernel(P, options):
     cfg = dataclasses.replace(_gemm.config(MMA_BF16, "sm_90", P), native=True)
     calls = []
 
-    def chain(cfg, a, b, c):
-        calls.append(cfg.native)
-        return _gemm.gemm_bits(cfg, a, b, c)
+    def counted(ex):
+        def chain(*args):
+            calls.append(ex.name)
+            return ex.chain(*args)
 
-    got = _kernel.matmul(cfg, opts, A, B, C, sa, sb, chain=chain, check_shapes=_gemm._check_shapes)
+        return dataclasses.replace(ex, chain=chain)
+
+    monkeypatch.setattr(_executors, "EXECUTORS", tuple(map(counted, _executors.EXECUTORS)))
+    _kernel._forward_jit.clear_cache()  # traced again, through the counting executors
+    got = _kernel.matmul(cfg, opts, A, B, C, sa, sb)
+    ran = list(calls)
     want = jaxmma.matmul(
         A, B, C, instruction=MMA_BF16, arch="sm_90", promote_every=P, executor="emulate",
         scale_a=sa, scale_b=sb, **kw,
     )  # fmt: skip
     if sa is None:
-        assert calls and all(calls)  # every chain ran on the native kernel
+        assert ran and set(ran) == {"native"}  # every chain ran on the native kernel
     else:
-        assert not calls  # the block recipe: groups and scales in one kernel (block_bits)
+        assert not ran  # the block recipe: groups and scales in one kernel (block_bits)
     np.testing.assert_array_equal(np.asarray(got).view(np.uint32), np.asarray(want).view(np.uint32))
     assert float(jnp.max(jnp.abs(want))) > 50
 
@@ -299,7 +305,7 @@ def test_scale_recipes_multiply_in_the_kernel_as_the_emulation_after_it(
     ins = jaxmma.instruction(text, arch=arch)
     opts = _options.kernel_options(ins, **kw)
     cfg = dataclasses.replace(_gemm.config(text, arch, P), native=True)
-    got = _kernel.matmul(cfg, opts, A, B, C, sa, sb, chain=None, check_shapes=_gemm._check_shapes)
+    got = _kernel.matmul(cfg, opts, A, B, C, sa, sb)
     want = jaxmma.matmul(
         A, B, C, instruction=text, arch=arch, promote_every=P, executor="emulate",
         scale_a=sa, scale_b=sb, **kw,

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 import jaxmma
-from jaxmma.gemm import _gemm, _pallas
+from jaxmma.gemm import _chain, _gemm, _pallas
 
 DTYPES = {
     "bf16": ml_dtypes.bfloat16,
@@ -55,7 +55,7 @@ def test_kernel_bits_match_xla(text, promote_every, size):
     A = operand_bits(rng, (M, K), ins.atype)
     B = operand_bits(rng, (K, N), ins.btype)
     C = operand_bits(rng, (M, N), ins.ctype)
-    want = jax.jit(lambda a, b, c: _gemm.xla_gemm_bits(cfg, a, b, c))(A, B, C)
+    want = jax.jit(lambda a, b, c: _chain.xla_gemm_bits(cfg, a, b, c))(A, B, C)
     got = jax.jit(lambda a, b, c: _pallas.gemm_bits(cfg, a, b, c, interpret=True))(A, B, C)
     assert got.dtype == want.dtype == jnp.uint32
     bad = np.argwhere(np.asarray(got != want))

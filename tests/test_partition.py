@@ -16,7 +16,7 @@ SCRIPT = textwrap.dedent(
     """
     import jax, jax.numpy as jnp, numpy as np, jaxmma
     from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
-    from jaxmma.gemm import _gemm, _native, _pallas
+    from jaxmma.gemm import _chain, _gemm, _native, _pallas
     assert len(jax.devices()) == 4
     rng = np.random.default_rng(0)
     line = Mesh(np.array(jax.devices()[:2]), ("x",))
@@ -102,7 +102,7 @@ SCRIPT = textwrap.dedent(
     cfg = _gemm.config("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32", arch="sm_90")
     kernel = jax.jit(lambda a, b, c: _pallas.gemm_bits(cfg, a, b, c, interpret=True))
     A, B, C = bf16((2, 32, 40)), bf16((40, 32)), f32((2, 32, 32))
-    xla = np.asarray(_gemm.xla_gemm_bits(cfg, A, B, C))
+    xla = np.asarray(_chain.xla_gemm_bits(cfg, A, B, C))
     assert np.array_equal(np.asarray(kernel(A, B, C)), xla)
     check("kernel M", kernel, (A, B, C), line, (P(None, "x"), None, None), P(None, "x"),
           no_gather=True)

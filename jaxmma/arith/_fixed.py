@@ -108,7 +108,7 @@ def rows(op: Operand, idx) -> Operand:
     return Operand(*(x[..., idx, :] for x in op))
 
 
-def _pow2(e):
+def pow2(e):
     """``2.0**e`` for int32 ``e <= 127``; 0.0 where ``e < -126`` (a term that small
     truncates to 0 whatever its scale)."""
     biased = jnp.maximum(e + 127, 0)
@@ -151,19 +151,19 @@ def block(
     for start in range(0, L, GROUP):
         total = None
         for i in range(start, min(start + GROUP, L)):
-            scale = _pow2(col(a.lsb, i) + row(b.lsb, i) - unit)
+            scale = pow2(col(a.lsb, i) + row(b.lsb, i) - unit)
             t = (col(a.sig, i) * row(b.sig, i) * scale).astype(I32)
             total = t if total is None else total + t
         parts.append(total)
     c_mag = jnp.where(c_finite, c.sig, U32(0)).astype(F32)
     c_sig = jnp.where(c.sign != 0, -c_mag, c_mag)
-    parts.append((c_sig * _pow2(c.exp - unit)).astype(I32))
+    parts.append((c_sig * pow2(c.exp - unit)).astype(I32))
 
     if len(parts) == 2:
-        bits = _round(*_sum_two(*parts), unit, dtype, model)
+        bits = round_sum(*_sum_two(*parts), unit, dtype, model)
     elif len(parts) == 3:
-        neg, mag, shift = _sum_three(*parts)
-        bits = _round(neg, mag, unit + shift, dtype, model)
+        neg, mag, shift = sum_three(*parts)
+        bits = round_sum(neg, mag, unit + shift, dtype, model)
     else:
         neg, mag = _sum_parts(parts)
         bits = _numerics.round_block(neg, mag, unit, dtype, model)
@@ -185,14 +185,14 @@ def _sum_two(x, y):
     return neg, jnp.where(neg, U32(0) - w.astype(U32), w.astype(U32))
 
 
-def _sum_three(x, y, z):
+def sum_three(x, y, z):
     """``x + y + z`` for int32 ``|x|, |y|, |z| < 2**31`` as (negative, magnitude uint32,
     shift): the magnitude is ``|x + y + z| >> shift`` with the bits shifted out ORed into
     the lowest bit (sticky).
 
     The exact sum needs up to 33 bits. It is formed in 16-bit halves (the high halves
     signed, the low ones in [0, 2**16)), so nothing overflows. Where it needs 33 bits
-    (``shift = 1``), its leading bit is bit 32, and :func:`_round` keeps at most 24 bits
+    (``shift = 1``), its leading bit is bit 32, and :func:`round_sum` keeps at most 24 bits
     from it: the result's lowest kept bit is bit 9 or above, so one bit folded into a
     sticky bit decides truncation and nearest-even rounding as the whole sum would.
     """
@@ -219,7 +219,7 @@ def _sum_parts(parts):
     return _wide.signed_sum(jnp.stack(signs, axis=-1), jnp.stack(limbs, axis=-2))
 
 
-def _round(neg, mag, unit, dtype: str, model: BlockModel):
+def round_sum(neg, mag, unit, dtype: str, model: BlockModel):
     """:func:`jaxmma._numerics.round_block` for a magnitude that fits one uint32.
 
     The same rounding as :func:`jaxmma._wide.round_to_float` (f32 toward zero, to
@@ -262,7 +262,7 @@ def _round(neg, mag, unit, dtype: str, model: BlockModel):
 def round_f32_rz(neg, mag, unit):
     """``(-1)**neg * mag * 2**unit`` (``mag`` uint32) rounded toward zero to f32 bits, with
     subnormals, overflow to Inf and +0 for a zero magnitude."""
-    return _round(neg, mag, unit, "f32", _F32_RZ)
+    return round_sum(neg, mag, unit, "f32", _F32_RZ)
 
 
 def chain(

@@ -60,7 +60,7 @@ def c_fields(c, fmt: str):
 def round_bits(neg, mag, unit, fmt: str, mantissa: int, nearest: bool):
     """``(-1)**neg * mag * 2**unit`` (``mag`` int32 read as unsigned) -> ``fmt`` bits.
 
-    :func:`jaxmma._fixed._round` in int32: f32 toward zero (to ``mantissa`` bits) or to
+    :func:`jaxmma._fixed.round_sum` in int32: f32 toward zero (to ``mantissa`` bits) or to
     nearest even; f16 to nearest even; subnormals; overflow to Inf; a zero result is +0.
     """
     out = OUT_FORMATS[fmt]

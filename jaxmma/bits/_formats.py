@@ -364,7 +364,7 @@ def _nan_bits(f: Format, sign, payload, payload_bits: int, like):
     return bits | (sign.astype(like.dtype) << (f.bits - 1)) if f.signed else bits
 
 
-def _round_float(f, fl: Fields, payload, payload_bits, rounding, saturate, rbits, ftz):
+def round_float(f, fl: Fields, payload, payload_bits, rounding, saturate, rbits, ftz):
     """Rounds exact fields ``fl`` into format ``f``: bits in ``f``'s storage position."""
     sign = fl.sign if f.signed else jnp.zeros_like(fl.sign)
     sig = fl.sig
@@ -494,7 +494,7 @@ def _encode_bits(name: str, rounding: str, saturate: bool, ftz: bool, x, rbits):
     if f.kind != "float":
         return _round_int(f, fl, rounding, saturate, rbits)
     payload = raw & _c(2**src.mant_bits - 1, raw)
-    out = _round_float(f, fl, payload, src.mant_bits, rounding, saturate, rbits, ftz)
+    out = round_float(f, fl, payload, src.mant_bits, rounding, saturate, rbits, ftz)
     return out.astype(jnp.uint64 if f.bits == 64 else jnp.uint32)
 
 
@@ -534,7 +534,7 @@ def _decode_bits(name: str, x):
     if f.kind != "float":
         val = fl.sig.astype(jnp.float32)
         return jnp.where(fl.sign == 1, -val, val)
-    out = _round_float(FORMATS["f32"], fl, None, 0, "rz", False, None, False)
+    out = round_float(FORMATS["f32"], fl, None, 0, "rz", False, None, False)
     if f.nan == "ieee" and f.bits >= 16:  # the payload shifted up, as NumPy and ml_dtypes
         mant = _split(f, x)[2]
         nan = jnp.uint32(0x7F800000) | (mant << (23 - f.mant_bits))

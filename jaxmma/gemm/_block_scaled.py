@@ -1,6 +1,6 @@
 """The block-scaled GEMM executor: whole-GEMM formulations of the block-scaled models.
 
-:func:`jaxmma.gemm._gemm.xla_gemm_bits` chains :func:`jaxmma.models._models.mma_bits`
+:func:`jaxmma.gemm._chain.xla_gemm_bits` chains :func:`jaxmma.models._models.mma_bits`
 over the k-steps, one ``[M, k] x [k, N]`` slab at a time; for the block-scaled forms
 that builds ``[M, N, k]``-sized intermediates per step. The forms :func:`covers` names
 run here instead, with the same bits (docs/block_scaling.md, "Which path computes a
@@ -50,7 +50,7 @@ _pad = _shapes.pad_axis
 
 
 def gemm_bits(cfg, A, B, C, scales):
-    """:func:`jaxmma.gemm._gemm.xla_gemm_bits` for a :func:`covers` GEMM: the same
+    """:func:`jaxmma.gemm._chain.xla_gemm_bits` for a :func:`covers` GEMM: the same
     arguments (A, B, C raw bits with broadcasting leading dimensions, K of any size:
     padded with +0 elements and scales of 1.0), the same bits."""
     ins = cfg.ins

@@ -165,6 +165,23 @@ def check_quantize(ins: Instruction, quantize) -> None:
         )
 
 
+def refuse_combinations(cfg: Config, opts, scaled: bool = False) -> None:
+    """The one rule on what kernel options (``opts``, None: none) and fp8 scales
+    (``scaled``: ``scale_a`` or ``scale_b`` given) combine with: the chain of a dense form
+    without emulated gradient GEMMs. A ``ValueError`` naming the options given (the
+    block-scaled and ``.f64`` forms are refused by :func:`._options.kernel_options`)."""
+    if opts is None and not scaled:
+        return
+    ins = cfg.ins
+    if ins.stype or ins.sparse:
+        form = "block-scaled" if ins.stype else "sparse"
+        given = [] if opts is None else _options.given(opts)
+        name = ", ".join(given) if given else "scale_a"
+        raise ValueError(f"{name}: not modelled for {form} forms ({ins.text})")
+    if cfg.grad_ins is not None:
+        raise ValueError("grad_instruction: not combined with kernel options or fp8 scales")
+
+
 def validate(
     instruction,
     arch=None,
@@ -185,7 +202,9 @@ def validate(
     )  # fmt: skip
     check_flag(cfg.ins, check)
     check_quantize(cfg.ins, quantize)
-    return cfg, _options.kernel_options(cfg.ins, **kernel)
+    opts = _options.kernel_options(cfg.ins, **kernel)
+    refuse_combinations(cfg, opts)
+    return cfg, opts
 
 
 @dataclasses.dataclass(frozen=True)

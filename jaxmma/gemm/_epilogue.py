@@ -24,7 +24,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from ..arith import _ieee, _numerics
-from ..bits import _doubles, _formats
+from ..bits import _doubles, _formats, _values
 
 
 def f32_bits(x: float):
@@ -85,3 +85,13 @@ def finish(opts, acc, acc_type: str, C32=None, scale=None):
     elif alpha is not None:
         t = _ieee.fmul_f32(t, alpha)
     return to_out(t, out), out
+
+
+def global_scaled(D, alpha, C=None):
+    """NVFP4's epilogue: the chain's f32 bits ``D`` (from +0) times ``alpha`` (the
+    per-tensor scales' float32 product), then C's f32 bits added with one IEEE f32 add;
+    float32 values."""
+    D = jax.lax.bitcast_convert_type(_values.from_bits("f32", D) * alpha, jnp.uint32)
+    if C is not None:
+        D = _numerics.ieee_add(D, jnp.broadcast_to(C, D.shape), "f32")
+    return _values.from_bits("f32", D)

@@ -1,5 +1,5 @@
 """A GEMM with library kernel options: input rounding, split-K, fp8 scaling recipes and
-the epilogue, around the instruction chain of :mod:`._gemm` (passed in as ``chain``).
+the epilogue, around the instruction chain of the executor :mod:`._executors` chooses.
 
 The forward pass works on raw bits: operands -> bits (``input_rounding``), the chain per
 slice or per 128-wide group, the f32 reduction, the scales, the epilogue, the output
@@ -10,18 +10,17 @@ reads times their scales (differentiable in the scales too).
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ..bits import _doubles, _formats, _packing, _values
+from ..bits import _doubles, _values
 from ..models import _models
 from ..operands import _operands
 from ..util import _ste, _xla
-from . import _epilogue, _native, _recipes, _split
+from . import _config, _epilogue, _executors, _prepare, _recipes, _split
 from ._options import KernelOptions
 
 F32 = jnp.float32
@@ -30,69 +29,37 @@ DEFAULT = KernelOptions()
 FP8 = (jnp.dtype(jnp.float8_e4m3fn), jnp.dtype(jnp.float8_e5m2))
 
 
-def random_bits(key, which: int, shape):
-    """uint32 random bits of operand ``which`` (0: A, 1: B) for stochastic rounding:
-    ``jax.random.bits(jax.random.split(key)[which], shape, uint32)``."""
-    return jax.random.bits(jax.random.split(key)[which], shape, jnp.uint32)
-
-
-def operand_bits(ins, fmt: str, x, name: str, rounding, rbits=None):
-    """:func:`jaxmma.operands._operands.to_bits`, with float inputs rounded to ``fmt`` by
-    ``rounding`` (``.tf32`` from float32 included; inputs already in an element dtype
-    other than float32 are taken as they are)."""
-    x = jnp.asarray(x)
-    if rounding is None or not jnp.issubdtype(x.dtype, jnp.floating):
-        return _operands.to_bits(ins, fmt, x, name)
-    want = _operands.element_dtype(fmt)
-    if fmt != "tf32" and want is not None and x.dtype == jnp.dtype(want):
-        return _operands.to_bits(ins, fmt, x, name)
-    if x.dtype.itemsize < 2:
-        x = x.astype(F32)
-    rb = None if rounding != "stochastic" else jnp.broadcast_to(rbits, x.shape)
-    sat = fmt in _operands.SATURATE
-    bits = _formats.encode(fmt, x, rounding=rounding, saturate=sat, random_bits=rb)
-    return _packing.to_container(bits, fmt) if ins.kind == "f8f6f4" else bits
-
-
-def _random(opts, key, A, B):
-    if opts.input_rounding != "stochastic":
-        return None, None
-    return random_bits(key, 0, jnp.shape(A)), random_bits(key, 1, jnp.shape(B))
-
-
-def _bits_forward(cfg, opts, kind, chain, A, B, C, SA, SB, key):
+def _bits_forward(cfg, opts, kind, A, B, C, SA, SB, key):
+    """The stages on raw bits: operands, the chain on the chosen executor (per split-K
+    slice, or per 128-wide group of the block recipe), the reduction, the epilogue."""
     ins = cfg.ins
-    ra, rb = _random(opts, key, A, B)
-    Ab = operand_bits(ins, ins.atype, A, "A", opts.input_rounding, ra)
-    Bb = operand_bits(ins, ins.btype, B, "B", opts.input_rounding, rb)
+    ra, rb = _prepare.random_pair(opts, key, A, B)
+    Ab = _prepare.operand_bits(ins, ins.atype, A, "A", opts.input_rounding, ra)
+    Bb = _prepare.operand_bits(ins, ins.btype, B, "B", opts.input_rounding, rb)
     lead = jnp.broadcast_shapes(Ab.shape[:-2], Bb.shape[:-2])
     shape = lead + (Ab.shape[-2], Bb.shape[-1])
     Ab = jnp.broadcast_to(Ab, lead + Ab.shape[-2:])
     Bb = jnp.broadcast_to(Bb, lead + Bb.shape[-2:])
     if opts.lead_first:  # the partial k-tile first, then +0s to a whole tile, then the rest
         Ab, Bb = _split.lead_first(Ab, Bb, opts.k_tile)
-    zero = _models._zeros(shape)
-    run = lambda a, b, c: chain(cfg, a, b, c)  # noqa: E731
+    zero = _models.zero_bits(shape)
+    run = lambda a, b, c: _executors.gemm_bits(cfg, a, b, c)  # noqa: E731
     in_chain = opts.epilogue is None and C is not None
-    C0 = _operands.to_bits(ins, ins.ctype, C, "C") if in_chain else zero
-    C0 = jnp.broadcast_to(C0, shape)
+    C0 = jnp.broadcast_to(_operands.to_bits(ins, ins.ctype, C, "C"), shape) if in_chain else None
     scale = _recipes.scale_bits(kind, SA, SB) if kind in ("tensor", "row") else None
-    native = cfg.native and 0 not in shape + Ab.shape[-1:]
-    if kind == "block" and native:
-        acc, acc_type = _native.block_bits(cfg, Ab, Bb, SA, SB), "f32"  # one kernel
-    elif native and scale is not None and not opts.splits and _native.fuses_scales():
-        c = C0 if in_chain else None  # +0: the kernel reads no C
-        acc, acc_type, scale = _native.scaled_bits(cfg, Ab, Bb, c, scale), "f32", None
-    elif native and not opts.splits and not in_chain:
-        acc, acc_type = _native.gemm_bits(cfg, Ab, Bb, None), ins.dtype  # reads no C
+    ex = _executors.choose(cfg, (Ab.shape, Bb.shape))
+    if kind == "block" and ex.fuses("block"):
+        acc, acc_type = ex.block(cfg, Ab, Bb, SA, SB), "f32"  # one kernel
+    elif scale is not None and not opts.splits and ex.fuses(kind):
+        acc, acc_type, scale = ex.scaled(cfg, Ab, Bb, C0, scale), "f32", None
     elif kind == "block":
         acc, acc_type = _recipes.block_bits(run, Ab, Bb, zero, SA, SB), "f32"
     elif opts.splits:
         T = opts.k_tile or ins.k
         plan = _split.slices(opts.split_rule, Ab.shape[-1], opts.split_k, T)
-        parts = _split.partials(run, Ab, Bb, C0, zero, plan, T)
+        parts = _split.partials(run, Ab, Bb, zero if C0 is None else C0, zero, plan, T)
         acc, acc_type = _split.reduce(parts, opts.split_reduce), "f32"
-    else:
+    else:  # C0 None: +0 (a kernel that reads no C is given none)
         acc, acc_type = run(Ab, Bb, C0), ins.dtype
     out = opts.out_dtype or acc_type
     C32 = None
@@ -102,14 +69,14 @@ def _bits_forward(cfg, opts, kind, chain, A, B, C, SA, SB, key):
     return _values.from_bits(fmt, bits)
 
 
-_forward_jit = _xla.jit(_bits_forward, static_argnums=(0, 1, 2, 3))
+_forward_jit = _xla.jit(_bits_forward, static_argnums=(0, 1, 2))
 
 
 def _is_float(x) -> bool:
     return x is not None and jnp.issubdtype(jnp.result_type(x), jnp.floating)
 
 
-def _gemm(cfg, opts, kind, chain, A, B, C, SA, SB, key):
+def _gemm(cfg, opts, kind, A, B, C, SA, SB, key):
     """Values in, values out, with the straight-through tangent."""
     ins = cfg.ins
     K, N = jnp.shape(A)[-1], jnp.shape(B)[-1]
@@ -131,7 +98,7 @@ def _gemm(cfg, opts, kind, chain, A, B, C, SA, SB, key):
 
     @jax.custom_jvp
     def f(A, B, C, SA, SB, key):
-        return _forward_jit(cfg, opts, kind, chain, A, B, C, SA, SB, key)
+        return _forward_jit(cfg, opts, kind, A, B, C, SA, SB, key)
 
     # symbolic zeros: an operand without a tangent adds no term (see util/_ste.py)
     @functools.partial(f.defjvp, symbolic_zeros=True)
@@ -143,10 +110,10 @@ def _gemm(cfg, opts, kind, chain, A, B, C, SA, SB, key):
         rnd = opts.input_rounding
 
         def vals(A, B, _):
-            ra, rb = _random(opts, key, A, B)
-            va = _operands.values(ins, ins.atype, operand_bits(ins, ins.atype, A, "A", rnd, ra))
-            vb = _operands.values(ins, ins.btype, operand_bits(ins, ins.btype, B, "B", rnd, rb))
-            return va, vb
+            ra, rb = _prepare.random_pair(opts, key, A, B)
+            Ab = _prepare.operand_bits(ins, ins.atype, A, "A", rnd, ra)
+            Bb = _prepare.operand_bits(ins, ins.btype, B, "B", rnd, rb)
+            return _operands.values(ins, ins.atype, Ab), _operands.values(ins, ins.btype, Bb)
 
         va, vb = _ste.straight_values(vals, A, B, None)
         prim = [va, vb, None if C is None else jnp.asarray(C, F32), SA, SB]
@@ -155,7 +122,7 @@ def _gemm(cfg, opts, kind, chain, A, B, C, SA, SB, key):
         moving = [
             i
             for i, (x, p, t) in enumerate(zip(primals, prim, tangents, strict=True))
-            if p is not None and _is_float(x) and _ste._has_tangent(t)
+            if p is not None and _is_float(x) and _ste.has_tangent(t)
         ]
         if not moving:
             return out, jnp.zeros(out.shape, out.dtype)
@@ -173,45 +140,11 @@ def _gemm(cfg, opts, kind, chain, A, B, C, SA, SB, key):
     return f(A, B, C, SA, SB, key)
 
 
-def check_key(opts, key):
-    """``key`` for ``input_rounding='stochastic'`` (a jax.random key), None otherwise."""
-    stochastic = opts is not None and opts.input_rounding == "stochastic"
-    if stochastic and key is None:
-        raise ValueError(
-            "key: rounding='stochastic' needs a jax.random key (key=jax.random.key(0)); got None"
-        )
-    if not stochastic and key is not None:
-        raise ValueError(
-            "key: only used with rounding='stochastic' (a random key for the conversion "
-            f"of float inputs), got rounding={None if opts is None else opts.input_rounding!r}"
-        )
-    if key is None:
-        return None
-    key = jnp.asarray(key)
-    if not (jnp.issubdtype(key.dtype, jax.dtypes.prng_key) or key.dtype == jnp.uint32):
-        raise TypeError(f"key: expected a jax.random key, got dtype {key.dtype}")
-    if key.dtype == jnp.uint32:
-        key = jax.random.wrap_key_data(key)
-    if key.shape != ():
-        raise ValueError(f"key: expected one key (shape ()), got shape {key.shape}")
-    return key
-
-
-def matmul(cfg, opts, A, B, C, scale_a, scale_b, *, chain, check_shapes, key=None):
+def matmul(cfg, opts, A, B, C, scale_a, scale_b, *, key=None):
     """:func:`jaxmma.matmul` with kernel options (``opts``) or fp8 scales."""
     ins = cfg.ins
+    _config.refuse_combinations(cfg, opts, scaled=scale_a is not None or scale_b is not None)
     opts = DEFAULT if opts is None else opts
-    if ins.stype or ins.sparse:
-        form = "block-scaled" if ins.stype else "sparse"
-        given = [
-            f"{f.name}={getattr(opts, f.name)!r}"
-            for f in dataclasses.fields(opts)
-            if getattr(opts, f.name) != getattr(DEFAULT, f.name)
-        ]
-        name = ", ".join(given) if given else "scale_a"
-        raise ValueError(f"{name}: not modelled for {form} forms ({ins.text})")
-    if cfg.grad_ins is not None:
-        raise ValueError("grad_instruction: not combined with kernel options or fp8 scales")
     if opts.convert_inputs is not None:  # the dtypes given, before JAX converts doubles
         for name, x in (("A", A), ("B", B)):
             dtype = x.dtype if hasattr(x, "dtype") else np.asarray(x).dtype
@@ -223,7 +156,7 @@ def matmul(cfg, opts, A, B, C, scale_a, scale_b, *, chain, check_shapes, key=Non
     # fp8 scales are float32 factors: doubles rounded to nearest once, x64 on or off
     scale_a, scale_b = _doubles.nearest_float32(scale_a), _doubles.nearest_float32(scale_b)
     A, B = jnp.asarray(A), jnp.asarray(B)
-    check_shapes(ins, A, B, None if C is None else jnp.asarray(C))
+    _prepare.check_shapes(ins, A, B, None if C is None else jnp.asarray(C))
     M, K, N = A.shape[-2], A.shape[-1], B.shape[-1]
     lead = tuple(jnp.broadcast_shapes(A.shape[:-2], B.shape[:-2]))
     kind = _recipes.recipe(scale_a, scale_b, M, K, N, lead)
@@ -253,4 +186,4 @@ def matmul(cfg, opts, A, B, C, scale_a, scale_b, *, chain, check_shapes, key=Non
     if C is not None and opts.epilogue is not None:
         acc = "f32" if kind == "block" or opts.splits else ins.dtype
         C = _epilogue.host_c(C, opts.out_dtype or acc)
-    return _gemm(cfg, opts, kind, chain, A, B, C, scale_a, scale_b, check_key(opts, key))
+    return _gemm(cfg, opts, kind, A, B, C, scale_a, scale_b, _prepare.check_key(opts, key))

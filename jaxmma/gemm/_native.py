@@ -324,7 +324,7 @@ def _tiles(route: str, promote_every) -> Tiles:
 
 
 def gemm_bits(cfg, A, B, C, *, interpret=None, tiles: Tiles | None = None, block_scales=None):
-    """The bits of :func:`jaxmma.gemm._gemm.gemm_bits` through the device's tensor cores.
+    """The bits of :func:`jaxmma.gemm._executors.gemm_bits` through the device's tensor cores.
 
     ``A [..., M, K]``, ``B [..., K, N]``, ``C [..., M, N]`` raw bits (uint32) of a form
     :func:`why_not` accepts; ``C`` None is +0 (nothing to read). ``interpret``: Pallas

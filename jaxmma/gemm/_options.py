@@ -59,6 +59,16 @@ class KernelOptions:
         return self.split_k == 1 and self.split_rule == "cutlass" and self.k_tile is not None
 
 
+def given(opts: KernelOptions) -> list[str]:
+    """``name=value`` of every option of ``opts`` away from its default."""
+    default = KernelOptions()
+    return [
+        f"{f.name}={getattr(opts, f.name)!r}"
+        for f in dataclasses.fields(opts)
+        if getattr(opts, f.name) != getattr(default, f.name)
+    ]
+
+
 def _is_int(x) -> bool:
     return isinstance(x, (int, np.integer)) and not isinstance(x, bool)
 

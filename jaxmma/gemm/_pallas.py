@@ -1,6 +1,6 @@
 """A GEMM-shaped Pallas kernel for the fused-block models: the bits of the XLA path, fast.
 
-:func:`jaxmma._gemm.gemm_bits` runs a GEMM as ``lax.scan`` over k-steps of whole-matrix
+:func:`jaxmma.gemm._chain.xla_gemm_bits` runs a GEMM as ``lax.scan`` over k-steps of whole-matrix
 model calls; on a GPU XLA turns that into broadcast-multiply-reduce loops that never keep
 operands on chip. This module computes the same bits with one Pallas (Triton) kernel: each
 program holds one ``BM x BN`` tile of D across K (a ``fori_loop`` over k-steps), and does
@@ -197,7 +197,7 @@ def plan(cfg) -> Plan | None:
 
 
 def use_kernel(cfg, scales=None) -> bool:
-    """Whether :func:`jaxmma._gemm.gemm_bits` runs this configuration on the kernel."""
+    """Whether :func:`jaxmma.gemm._executors.gemm_bits` runs this configuration on the kernel."""
     mode = cfg.path
     if mode == "xla" or scales is not None or plan(cfg) is None:
         return False
@@ -393,7 +393,7 @@ def _pad(x, axis: int, size: int):
 
 
 def gemm_bits(cfg, A, B, C, *, interpret=None, tiles: Tiles | None = None):
-    """The bits of :func:`jaxmma._gemm.gemm_bits` (no ``scales``) through the kernel.
+    """The bits of :func:`jaxmma.gemm._executors.gemm_bits` (no ``scales``) through the kernel.
 
     ``A [..., M, K]``, ``B [..., K, N]``, ``C [..., M, N]`` raw bits (uint32), broadcast
     over leading dimensions. ``interpret``: run the kernel in Pallas interpret mode (the

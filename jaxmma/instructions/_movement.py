@@ -24,7 +24,7 @@ from ..util import _errors, _shapes
 ALIGN = 16
 
 
-def _layout(ins):
+def layout(ins):
     fn = _layouts.ldmatrix_layout if ins.opcode == "ldmatrix" else _layouts.stmatrix_layout
     return fn(shape=ins.shape, num=ins.form.num, trans=ins.trans, elem=ins.form.elem)
 
@@ -84,7 +84,7 @@ def _check_flag(check) -> bool:
 
 
 def ldmatrix(ins, smem, addrs, *, check=False):
-    lay = _layout(ins)
+    lay = layout(ins)
     check = _check_flag(check)
     smem = _memory.check_image(smem, "smem")
     addrs = _check_addrs(addrs, lay, smem.shape[-1])
@@ -96,7 +96,7 @@ def ldmatrix(ins, smem, addrs, *, check=False):
 
 
 def stmatrix(ins, smem, addrs, regs, *, check=False):
-    lay = _layout(ins)
+    lay = layout(ins)
     check = _check_flag(check)
     smem = _memory.check_image(smem, "smem")
     addrs = _check_addrs(addrs, lay, smem.shape[-1])

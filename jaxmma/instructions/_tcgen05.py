@@ -174,8 +174,8 @@ def matrix_mma(
             else (kwargs["scale_b"])
         )
         scales = (
-            _scaling._scale_matrix(ins, "scale_a", sa, (M, nblk)),
-            _scaling._scale_matrix(ins, "scale_b", sb, (nblk, N)),
+            _scaling.scale_matrix(ins, "scale_a", sa, (M, nblk)),
+            _scaling.scale_matrix(ins, "scale_b", sb, (nblk, N)),
         )
     if ins.negate_a:
         Ab = Ab ^ jnp.uint32(1 << sign_bit(ins, ins.atype))

@@ -143,7 +143,7 @@ def layout(shape: str, frag: str, elem: str, nregs: int) -> WmmaLayout:
     )
 
 
-def _operand_layout(ins, frag: str) -> WmmaLayout:
+def operand_layout(ins, frag: str) -> WmmaLayout:
     f = ins.form
     if ins.opcode == "wmma.mma":
         elem = {"a": f.atype, "b": f.btype, "c": f.ctype, "d": f.dtype}[frag]
@@ -259,7 +259,7 @@ def _check_traced(ins, lay, addr, stride, off, nbytes: int) -> None:
 def load(ins, mem, addr=0, stride=None, *, check=False):
     """``wmma.load``: ``mem`` uint8 ``[..., nbytes]`` -> registers ``[..., 32, nregs]``."""
     check = _check_flag(check)
-    lay = _operand_layout(ins, ins.form.frag)
+    lay = operand_layout(ins, ins.form.frag)
     mem, addr, stride = _check_mem(ins, mem, addr, stride, lay, ins.layout)
     nbytes = mem.shape[-1]
     off = _offsets(lay, ins.layout, addr, stride, nbytes)
@@ -278,7 +278,7 @@ def load(ins, mem, addr=0, stride=None, *, check=False):
 def store(ins, mem, regs, addr=0, stride=None, *, check=False):
     """``wmma.store``: writes the fragment ``regs`` into the image; returns the new image."""
     check = _check_flag(check)
-    lay = _operand_layout(ins, "d")
+    lay = operand_layout(ins, "d")
     mem, addr, stride = _check_mem(ins, mem, addr, stride, lay, ins.layout)
     regs = _check_regs(lay, regs, "regs", ins)
     nbytes = mem.shape[-1]
@@ -328,12 +328,12 @@ def _fragment(lay: WmmaLayout, M):
 
 def mma(ins, a, b, c, *, model=None):
     """``wmma.mma``: register level."""
-    A = _unfragment(_operand_layout(ins, "a"), a, "a", ins)
-    B = _unfragment(_operand_layout(ins, "b"), b, "b", ins)
-    C = _unfragment(_operand_layout(ins, "c"), c, "c", ins)
+    A = _unfragment(operand_layout(ins, "a"), a, "a", ins)
+    B = _unfragment(operand_layout(ins, "b"), b, "b", ins)
+    C = _unfragment(operand_layout(ins, "c"), c, "c", ins)
     A, B, C = _shapes.broadcast((("a", A, 2), ("b", B, 2), ("c", C, 2)), ins.text)
     D = _models.mma_bits(ins, A, B, C, model=model)
-    return _fragment(_operand_layout(ins, "d"), D)
+    return _fragment(operand_layout(ins, "d"), D)
 
 
 def execute(ins, *args, **kwargs):

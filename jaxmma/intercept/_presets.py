@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from ..gemm._scaled_dot import FORMS as _BLOCK_SCALED
+from ..gemm import SCALED_FORMS as _BLOCK_SCALED
 from ..training import _recipes
 from ._targets import Gemm, gemm
 

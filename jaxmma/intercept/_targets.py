@@ -13,9 +13,9 @@ import math
 
 import jax.numpy as jnp
 
-from ..gemm._config import resolve
-from ..gemm._gemm import dot_general as _dot_general
-from ..gemm._gemm import matmul as _matmul
+from ..gemm import dot_general as _dot_general
+from ..gemm import matmul as _matmul
+from ..gemm import resolve
 from ..training._recipes import Recipe
 
 #: the target that leaves a dot as the function wrote it

@@ -124,7 +124,7 @@ def sm90_fp8(ins, fa, fb, C, bm, b_rows=False):
     K = fa.sig.shape[-1]
     lo = np.array([k for k in range(K) if (k % 4) < 2])
     hi = np.array([k for k in range(K) if (k % 4) >= 2])
-    zero = _zeros(C.shape)
+    zero = zero_bits(C.shape)
     first = chain(ins, fa, fb, zero, ins.dtype, bm, b_rows, "f16", lo)
     second = chain(ins, fa, fb, first, ins.dtype, bm, b_rows, "f16", hi)
     return _numerics.ieee_add(second, C, ins.dtype)
@@ -142,7 +142,7 @@ def sm90_m8n8k4(ins, fa, fb, C):
     """
     prod = _numerics.product_terms(fa, fb, ins.atype, ins.btype)  # [..., m, n, 4]
     c32 = C if ins.ctype == "f32" else _numerics.convert(C, "f16", "f32")
-    zero = _zeros(C.shape)
+    zero = zero_bits(C.shape)
 
     def fma(acc, p):  # p: one product term [..., 1]; acc: f32 bits
         out = _numerics.ieee_sum(_numerics.concat(p, _numerics.c_terms(acc, "f32")), "f32")
@@ -166,6 +166,6 @@ def sm90_m8n8k4(ins, fa, fb, C):
     return _numerics.convert(u, "f32", "f16")
 
 
-def _zeros(shape):
+def zero_bits(shape):
     """+0 accumulators, kept out of XLA's constant folding (slow on large constants)."""
     return jax.lax.optimization_barrier(jnp.zeros(shape, jnp.uint32))

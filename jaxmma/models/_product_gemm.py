@@ -65,7 +65,7 @@ def supports(ins) -> bool:
 
 
 def _pow2(e):
-    return _fixed._pow2(e)
+    return _fixed.pow2(e)
 
 
 def _operand(fmt: str, bits):
@@ -161,8 +161,8 @@ def _step(c, a, ap, b, bp, es, code, apw=None, bpw=None):
     c_mag = jnp.where(c_finite, cf.sig, U32(0)).astype(F32)
     c_sig = jnp.where(cf.sign != 0, -c_mag, c_mag)
     parts.append((c_sig * _pow2(cf.exp - unit)).astype(I32))
-    neg, mag, shift = _fixed._sum_three(*parts)
-    bits = _fixed._round(neg, mag, unit + shift, "f32", model)
+    neg, mag, shift = _fixed.sum_three(*parts)
+    bits = _fixed.round_sum(neg, mag, unit + shift, "f32", model)
     c_inf = jnp.where(cf.sign != 0, F32(-jnp.inf), F32(jnp.inf))
     special = jnp.where(cf.nan, F32(jnp.nan), jnp.where(cf.inf, c_inf, F32(0)))
     if code is not None:

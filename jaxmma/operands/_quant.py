@@ -429,7 +429,7 @@ def _scaled_bits(fmt: str, x, e, rounding: str, rbits, saturate: bool):
     fl = fl._replace(exp=fl.exp - e)
     f = _formats.FORMATS[fmt]
     payload = raw & U32(0x7FFFFF)
-    out = _formats._round_float(f, fl, payload, 23, rounding, saturate, rbits, False)
+    out = _formats.round_float(f, fl, payload, 23, rounding, saturate, rbits, False)
     return out.astype(U32)
 
 

@@ -165,7 +165,7 @@ def _check_quantized(q, name: str):
     return check_quantized(q, name, matrix=True)
 
 
-def _scale_matrix(ins, name: str, S, want):
+def scale_matrix(ins, name: str, S, want):
     if isinstance(S, _quantized_type()):
         S = _quantized_scales(ins, name[-1], S, name)
     if S is None:
@@ -206,8 +206,8 @@ def scales_from_matrices(ins, SA, SB):
     """
     want_a, want_b = scale_shapes(ins)
     return (
-        _scale_matrix(ins, "scale_a", SA, want_a),
-        _scale_matrix(ins, "scale_b", SB, want_b),
+        scale_matrix(ins, "scale_a", SA, want_a),
+        scale_matrix(ins, "scale_b", SB, want_b),
     )
 
 

@@ -30,7 +30,7 @@ def _is_float(t) -> bool:
     return t is not None and jnp.issubdtype(jnp.result_type(t), jnp.floating)
 
 
-def _has_tangent(t) -> bool:
+def has_tangent(t) -> bool:
     """A float tangent that is not a symbolic zero."""
     return not isinstance(t, jax.custom_derivatives.SymbolicZero) and _is_float(t)
 
@@ -78,11 +78,11 @@ def straight_through(forward, values, A, B, C, aux, lift_a=None, lift_b=None):
             return out, jnp.zeros(out.shape, jax.dtypes.float0)
         va, vb = straight_values(values, A, B, aux)
         t = jnp.zeros(out.shape, F32)
-        if _is_float(A) and _has_tangent(dA):
+        if _is_float(A) and has_tangent(dA):
             t = t + _product(dA if lift_a is None else lift_a(dA, aux), vb)
-        if _is_float(B) and _has_tangent(dB):
+        if _is_float(B) and has_tangent(dB):
             t = t + _product(va, dB if lift_b is None else lift_b(dB, aux))
-        if _is_float(C) and _has_tangent(dC):
+        if _is_float(C) and has_tangent(dC):
             t = t + jnp.broadcast_to(dC.astype(F32), out.shape)
         return out, t.astype(out.dtype)
 

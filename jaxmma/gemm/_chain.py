@@ -1,0 +1,138 @@
+"""The XLA executor: a GEMM as a ``lax.scan`` of model calls over its k-steps.
+
+Each k-step is one call of :func:`jaxmma.models._models.mma_bits` (the one numerics
+entry point, the same function the register and matrix levels reach) on the whole
+``[M, k] x [k, N]`` slab, since the models are elementwise over the output. The steps run
+in a ``lax.scan``, so the program and its compile time do not grow with K, and the working
+set is one slab. It computes every form (sparse, block-scaled, promotion, mixed C and D
+types) on every backend: the reference the other executors are tested against.
+
+Ragged sizes are padded as a kernel pads them: M and N need nothing (the models are
+elementwise over rows and columns); K is padded with +0 elements up to a multiple of k
+(the hardware sums those zeros like any other term), block scales with 1.0.
+
+``promote_every=P`` (f32 accumulators): the instruction's accumulator restarts from +0,
+and after every P k-steps (and once more for a remainder) it is added into an f32 total
+that started at C, by one IEEE add rounded to nearest (FADD), as fp8 GEMMs that promote
+to CUDA cores do (DeepSeek-V3, arXiv:2412.19437: every 128 elements of K).
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from ..arith import _numerics
+from ..models import _models
+from ..operands import _scaling, _sparse
+from ..util import _shapes
+from ._config import Config
+
+
+def _lead(*xs):
+    return jnp.broadcast_shapes(*(x.shape[:-2] for x in xs))
+
+
+_pad_axis = _shapes.pad_axis
+
+
+def _steps(x, axis: int, nsteps: int):
+    """Split ``axis`` (of size nsteps * w) into steps and move them to the front."""
+    axis = axis % x.ndim
+    shape = x.shape[:axis] + (nsteps, x.shape[axis] // nsteps) + x.shape[axis + 1 :]
+    return jnp.moveaxis(x.reshape(shape), axis, 0)
+
+
+def xla_gemm_bits(cfg: Config, A, B, C, *, scales=None):
+    """Raw-bit GEMM as XLA operations: ``A [..., M, K]``, ``B [..., K, N]``, ``C [..., M,
+    N]`` bits (leading dimensions broadcast) -> D bits, a ``lax.scan`` of model calls over
+    the k-steps. ``scales``: ``(SA [..., M, K / block], SB [..., K / block, N])`` for
+    block-scaled forms. For sparse forms A is the dense (structured) matrix."""
+    ins = cfg.ins
+    lead = _lead(A, B, C, *(scales or ()))
+    A = jnp.broadcast_to(A, lead + A.shape[-2:])
+    B = jnp.broadcast_to(B, lead + B.shape[-2:])
+    C = jnp.broadcast_to(C, lead + C.shape[-2:])
+    M, K = A.shape[-2:]
+    S = max(1, -(-K // ins.k))
+    A = _pad_axis(A, -1, S * ins.k)
+    B = _pad_axis(B, -2, S * ins.k)
+    xs = {"a": _steps(A, -1, S), "b": _steps(B, -2, S)}
+    if scales is not None:
+        nblk = _scaling.num_blocks(ins)
+        one = {"ue8m0": 0x7F, "ue4m3": 0x38}[ins.stype]  # 1.0: scales of padded blocks
+        SA, SB = (jnp.broadcast_to(s, lead + s.shape[-2:]) for s in scales)
+        xs["sa"] = _steps(_pad_axis(SA, -1, S * nblk, one), -1, S)
+        xs["sb"] = _steps(_pad_axis(SB, -2, S * nblk, one), -2, S)
+    bad = None
+    if ins.sparse:
+        xs["a"], xs["idx"], bad = _compress_steps(ins, xs["a"])
+
+    def step(acc, x):
+        sc = (x["sa"], x["sb"]) if "sa" in x else None
+        d = _models.mma_bits(ins, x["a"], x["b"], acc, scales=sc, sparse_idx=x.get("idx"))
+        return d, None
+
+    def chain(c, steps):
+        """The steps from C bits ``c`` (the ctype); D bits of the last (the dtype)."""
+        if ins.ctype == ins.dtype:
+            return jax.lax.scan(step, c, steps)[0]
+        # D and C types differ (wmma .f16/.f32 mixes, m8n8k4 .f32.f16.f16.f16): D of one
+        # step becomes the next step's C by a conversion rounded to nearest (cvt.rn)
+        d, _ = step(c, jax.tree.map(lambda x: x[0], steps))
+
+        def converted(acc, x):
+            return step(_numerics.convert(acc, ins.dtype, ins.ctype), x)
+
+        return jax.lax.scan(converted, d, jax.tree.map(lambda x: x[1:], steps))[0]
+
+    P = cfg.promote_every
+    if P is None:
+        return _poison(ins, chain(C, xs), bad)
+
+    # promotion: groups of P k-steps from +0, each added into the f32 total; a short last
+    # group runs in the same (once-compiled) loop, its missing steps masked out. P >= S is
+    # one group of all S steps (the same bits): capped, so that a huge P allocates nothing
+    P = min(P, S)
+    G = -(-S // P)
+    real = np.arange(G * P).reshape(G, P) < S
+    fill = np.minimum(np.arange(G * P), S - 1)  # any step fills the masked places
+    xs = jax.tree.map(lambda x: x[fill] if G * P > S else x, xs)
+    xs = jax.tree.map(lambda x: x.reshape((G, P) + x.shape[1:]), xs)
+    zero = _models.zero_bits(C.shape)
+
+    def masked_step(acc, x):  # acc: D bits (f32); the next step's C is acc in the ctype
+        c = acc if ins.ctype == ins.dtype else _numerics.convert(acc, ins.dtype, ins.ctype)
+        d, _ = step(c, x[0])
+        return jnp.where(x[1], d, acc), None
+
+    def group(total, g):
+        acc, _ = jax.lax.scan(masked_step, zero, g)
+        return _numerics.ieee_add(total, acc, "f32"), None
+
+    total = C if ins.ctype == "f32" else _numerics.convert(C, ins.ctype, "f32")
+    total, _ = jax.lax.scan(group, total, (xs, jnp.asarray(real)))
+    return _poison(ins, total, bad)
+
+
+def _poison(ins, D, bad):
+    """Rows of D whose A lacks the sparse structure (traced A, unchecked) -> poison bits
+    (:func:`jaxmma._sparse.poison_rows`); a valid A leaves every bit as it is."""
+    if bad is None:
+        return D
+    return _sparse.poison_rows(ins, D, bad)
+
+
+def _compress_steps(ins, a):
+    """Dense structured A steps ``[S, ..., M, k]`` -> compressed values and their dense
+    columns, ``[S, ..., M, k/2]`` each (M padded to a multiple of m with zero rows), and
+    bool ``[..., M]``: the rows with a chunk of too many non-zeros in any step."""
+    M = a.shape[-2]
+    Mp = -(-M // ins.m) * ins.m
+    a = _pad_axis(a, -2, Mp)
+    tiles = a.reshape(a.shape[:-2] + (Mp // ins.m, ins.m, ins.k))
+    vals, idx, bad = _sparse.matrix_operands(ins, tiles, None, rows=True)
+    back = lambda x: x.reshape(a.shape[:-2] + (Mp, ins.k // 2))[..., :M, :]  # noqa: E731
+    bad = jnp.any(bad.reshape(a.shape[:-2] + (Mp,)), axis=0)[..., :M]
+    return back(vals), back(idx), bad

@@ -1,0 +1,237 @@
+"""Operand preparation, the GEMM pipeline's stage before the executor.
+
+Shapes checked (with the argument named), C broadcast as ``jnp`` broadcasts a bias,
+float inputs converted to the element type once (rounded as ``input_rounding`` says,
+with the random bits of stochastic rounding), block-scaled operands quantized along K,
+sparse A checked for its structure, and the float32 values the instruction multiplies
+(for the straight-through tangent). Nothing here chooses an executor or computes a sum.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from ..bits import _doubles, _formats, _packing
+from ..operands import _operands, _quant, _scaling, _sparse
+from ..util import _shapes
+from ._config import Config
+
+F32 = jnp.float32
+_pad_axis = _shapes.pad_axis
+
+
+def check_shapes(ins, A, B, C):
+    for name, x in (("A", A), ("B", B)):
+        if x.ndim < 2:
+            raise ValueError(
+                f"{name}: expected a matrix [..., rows, cols] (at least 2 dimensions), got "
+                f"shape {tuple(x.shape)}"
+            )
+    if A.shape[-1] != B.shape[-2]:
+        raise ValueError(
+            f"A, B: contracting sizes differ: A {tuple(A.shape)} has K = {A.shape[-1]}, "
+            f"B {tuple(B.shape)} has K = {B.shape[-2]}"
+        )
+    M, N = A.shape[-2], B.shape[-1]
+    try:
+        lead = jnp.broadcast_shapes(A.shape[:-2], B.shape[:-2])
+    except ValueError:
+        raise ValueError(
+            f"A, B: batch dimensions {tuple(A.shape[:-2])} and {tuple(B.shape[:-2])} do not "
+            "broadcast"
+        ) from None
+    if C is not None:
+        if C.ndim < 2 or C.shape[-2:] != (M, N):
+            raise ValueError(
+                f"C: expected trailing shape [{M}, {N}] (M of A, N of B) or a shape that "
+                f"broadcasts to it (a bias [{N}]), got {tuple(C.shape)}"
+            )
+        try:
+            jnp.broadcast_shapes(lead, C.shape[:-2])
+        except ValueError:
+            raise ValueError(
+                f"C: batch dimensions {tuple(C.shape[:-2])} do not broadcast with {lead}"
+            ) from None
+
+
+def broadcast_c(C, A, B):
+    """A C of fewer dimensions that broadcasts to ``[M, N]`` (a bias ``[N]`` or ``[1, N]``
+    as ``F.linear`` adds it, a column ``[M, 1]``) broadcast to it, before any derivative
+    rule: the cotangent of C then sums back to C's shape. Anything else is returned as
+    given (``check_shapes`` names what is wrong). NumPy arrays stay NumPy (a double keeps
+    its value until the conversion rules see it)."""
+    if C is None:
+        return None
+    a, b = (getattr(x, "elements", x) for x in (A, B))
+    if np.ndim(a) < 2 or np.ndim(b) < 2 or np.ndim(C) < 1:
+        return C
+    M, N, shape = np.shape(a)[-2], np.shape(b)[-1], np.shape(C)
+    if len(shape) >= 2 and shape[-2:] == (M, N):
+        return C
+    try:
+        full = np.broadcast_shapes(shape, (M, N))
+    except ValueError:
+        return C
+    if full[-2:] != (M, N):
+        return C
+    if isinstance(C, (np.ndarray, np.generic)):
+        return np.broadcast_to(C, full)
+    return jnp.broadcast_to(C, full)
+
+
+def c_bits(ins, C):
+    """C's bits in the instruction's C format (None: None, +0 for the executor)."""
+    return None if C is None else _operands.to_bits(ins, ins.ctype, C, "C")
+
+
+def operands(cfg: Config, A, B, q):
+    """The bits the instruction reads: ``(A bits, B bits, scales)``; for block-scaled
+    forms (``q``: the quantized A and B) the elements' bits and ``(SA, SB)``, else
+    ``scales`` is None."""
+    ins = cfg.ins
+    if q is not None:  # block-scaled: the quantized operands carry the bits
+        Ab, Bb, SA, SB = _scaling.as_operands(ins, q[0], q[1])
+        return Ab, Bb, (SA, SB)
+    Ab = _operands.to_bits(ins, ins.atype, A, "A")
+    Bb = _operands.to_bits(ins, ins.btype, B, "B")
+    return Ab, Bb, None
+
+
+def global_scale(q):
+    """NVFP4's per-tensor scales of the quantized A and B multiplied (float32), or None."""
+    if q is None:
+        return None
+    ga, gb = q[0].global_scale, q[1].global_scale
+    if ga is None and gb is None:
+        return None
+    one = jnp.float32(1)
+    ga = one if ga is None else ga.astype(jnp.float32)
+    gb = one if gb is None else gb.astype(jnp.float32)
+    return (ga * gb)[..., None, None] if jnp.ndim(ga * gb) else ga * gb
+
+
+def operand_values(cfg: Config, A, B, q):
+    """The float32 values the instruction multiplies (for the straight-through tangent)."""
+    ins = cfg.ins
+    if q is not None:
+        va, vb = _quant.dequantize(q[0]), _quant.dequantize(q[1])
+        if A is not None:  # a float input: the K it had before padding
+            va = va[..., : A.shape[-1]]
+        if B is not None:
+            vb = vb[..., : B.shape[-2], :]
+        return va, vb
+    va = _operands.values(ins, ins.atype, _operands.to_bits(ins, ins.atype, A, "A"))
+    vb = _operands.values(ins, ins.btype, _operands.to_bits(ins, ins.btype, B, "B"))
+    return va, vb
+
+
+def quantize_operands(ins, A, B, quantize):
+    """Block-scaled forms: Quantized A/B pass; float arrays are quantized along K."""
+    out = []
+    for name, x, axis in (("A", A, -1), ("B", B, -2)):
+        if isinstance(x, _quant.Quantized):
+            out.append((None, _quant.check_quantized(x, name, matrix=True)))
+            continue
+        x = _doubles.exact_float32(x, name)  # the quantizers' rule: doubles exact in float32
+        x = jnp.asarray(x)
+        if not jnp.issubdtype(x.dtype, jnp.floating):
+            raise TypeError(
+                f"{name}: expected a jaxmma.quant.Quantized operand or a float array to "
+                f"quantize for {ins.text}, got {x.dtype}"
+            )
+        fmt = ins.atype if name == "A" else ins.btype
+        x_q = jax.lax.stop_gradient(x)  # the tangent reaches x through the straight-through rule
+        k = x.shape[axis]
+        x_q = _pad_axis(x_q, axis, -(-k // ins.k) * ins.k)  # ragged K: +0 blocks, as a kernel
+        if quantize is not None:
+            qx = quantize(x_q, axis=axis)
+        elif ins.stype == "ue4m3":
+            qx = _quant.quantize_nvfp4(x_q, axis=axis, block=_scaling.block_size(ins))
+        else:
+            qx = _quant.quantize_mx(x_q, fmt, axis=axis, block=_scaling.block_size(ins))
+        out.append((x, _quant.computed_once(_quant.check_quantized(qx, name, matrix=True))))
+    (A, qa), (B, qb) = out
+    return A, B, (qa, qb)
+
+
+def check_structure(ins, A):
+    """ValueError when a sparse A lacks the form's structure: at once for a concrete A, when
+    the program runs for a traced one (``check=True``; inside the jitted GEMM A is traced
+    and its invalid rows are poisoned instead)."""
+    bits = _operands.to_bits(ins, ins.atype, A, "A")
+    M, K = bits.shape[-2:]
+    bits = _pad_axis(_pad_axis(bits, -2, -(-M // ins.m) * ins.m), -1, -(-K // ins.k) * ins.k)
+    lead = bits.shape[:-2]
+    tiles = bits.reshape(lead + (bits.shape[-2] // ins.m, ins.m, bits.shape[-1] // ins.k, ins.k))
+    _sparse.validate(ins, jnp.swapaxes(tiles, -2, -3))  # [..., M / m, K / k, m, k]
+
+
+def host_double(ins, x, name: str, fields):
+    """dot_general's operand: host doubles as a NumPy float64 array (float32 where the
+    quantizers take them), checked by the rule matmul applies; others as jax arrays."""
+    if ins.stype:
+        x = _doubles.exact_float32(x, name)
+    if not _doubles.is_host_double(x):
+        return jnp.asarray(x)
+    fmt = ins.atype if name == "lhs" else ins.btype
+    mode = fields["input_rounding"] or "rn"
+    if fmt not in ("b1", "s32", "f64") and mode in _doubles.ROUNDINGS:
+        sat = fmt in _operands.SATURATE
+        _doubles.prepare(x, _formats.FORMATS[fmt], mode, sat, name)  # its errors
+    return np.asarray(x, np.float64)
+
+
+def random_bits(key, which: int, shape):
+    """uint32 random bits of operand ``which`` (0: A, 1: B) for stochastic rounding:
+    ``jax.random.bits(jax.random.split(key)[which], shape, uint32)``."""
+    return jax.random.bits(jax.random.split(key)[which], shape, jnp.uint32)
+
+
+def operand_bits(ins, fmt: str, x, name: str, rounding, rbits=None):
+    """:func:`jaxmma.operands._operands.to_bits`, with float inputs rounded to ``fmt`` by
+    ``rounding`` (``.tf32`` from float32 included; inputs already in an element dtype
+    other than float32 are taken as they are)."""
+    x = jnp.asarray(x)
+    if rounding is None or not jnp.issubdtype(x.dtype, jnp.floating):
+        return _operands.to_bits(ins, fmt, x, name)
+    want = _operands.element_dtype(fmt)
+    if fmt != "tf32" and want is not None and x.dtype == jnp.dtype(want):
+        return _operands.to_bits(ins, fmt, x, name)
+    if x.dtype.itemsize < 2:
+        x = x.astype(F32)
+    rb = None if rounding != "stochastic" else jnp.broadcast_to(rbits, x.shape)
+    sat = fmt in _operands.SATURATE
+    bits = _formats.encode(fmt, x, rounding=rounding, saturate=sat, random_bits=rb)
+    return _packing.to_container(bits, fmt) if ins.kind == "f8f6f4" else bits
+
+
+def random_pair(opts, key, A, B):
+    if opts.input_rounding != "stochastic":
+        return None, None
+    return random_bits(key, 0, jnp.shape(A)), random_bits(key, 1, jnp.shape(B))
+
+
+def check_key(opts, key):
+    """``key`` for ``input_rounding='stochastic'`` (a jax.random key), None otherwise."""
+    stochastic = opts is not None and opts.input_rounding == "stochastic"
+    if stochastic and key is None:
+        raise ValueError(
+            "key: rounding='stochastic' needs a jax.random key (key=jax.random.key(0)); got None"
+        )
+    if not stochastic and key is not None:
+        raise ValueError(
+            "key: only used with rounding='stochastic' (a random key for the conversion "
+            f"of float inputs), got rounding={None if opts is None else opts.input_rounding!r}"
+        )
+    if key is None:
+        return None
+    key = jnp.asarray(key)
+    if not (jnp.issubdtype(key.dtype, jax.dtypes.prng_key) or key.dtype == jnp.uint32):
+        raise TypeError(f"key: expected a jax.random key, got dtype {key.dtype}")
+    if key.dtype == jnp.uint32:
+        key = jax.random.wrap_key_data(key)
+    if key.shape != ():
+        raise ValueError(f"key: expected one key (shape ()), got shape {key.shape}")
+    return key

@@ -1,0 +1,68 @@
+"""The GEMM floor's executors: one interface, and the one place that chooses among them."""
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from jaxmma.gemm import _block_scaled, _chain, _config, _executors, _pallas
+
+BF16 = "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32"
+NVFP4 = (
+    "mma.sync.aligned.m16n8k64.row.col.kind::mxf4nvf4.block_scale.scale_vec::4X"
+    ".f32.e2m1.e2m1.f32.ue4m3"
+)
+SHAPES = [(16, 32), (32, 8), (16, 8)]
+
+
+def test_every_executor_declares_the_interface():
+    names = [ex.name for ex in _executors.EXECUTORS]
+    assert names == ["native", "pallas", "block-scaled", "xla"]
+    for ex in _executors.EXECUTORS:
+        assert isinstance(ex, _executors.Executor) and callable(ex.covers)
+        assert callable(ex.chain) and callable(ex.fuses)
+        if ex.fuses("block"):
+            assert ex.block is not None
+    assert _executors.EXECUTORS[-1].covers(None, None)  # the XLA chain covers everything
+
+
+def test_the_choice_follows_the_order():
+    cfg = _config.config(BF16, "sm_90")
+    with _pallas.path("pallas"):
+        kernel = _config.config(BF16, "sm_90")
+    native = dataclasses.replace(cfg, native=True)
+    want_pallas = "pallas" if jax.default_backend() == "gpu" else "xla"
+    assert _executors.choose(cfg, SHAPES).name == want_pallas
+    assert _executors.choose(kernel, SHAPES).name == "pallas"
+    assert _executors.choose(native, SHAPES).name == "native"
+    assert _executors.choose(native, SHAPES, scales=((), ())).name == "xla"  # not block-scaled
+    assert _executors.choose(native, [(16, 0), (0, 8)]).name == "xla"  # zero-size K
+    assert _executors.choose(kernel, [(0, 32), (32, 8)]).name == "xla"  # zero-size M
+    nv = _config.config(NVFP4, "sm_120a")
+    assert _block_scaled.covers(nv, ((), ()))
+    assert _executors.choose(nv, SHAPES, scales=((), ())).name == "block-scaled"
+    with _block_scaled.path("emulate"):
+        assert _executors.choose(nv, SHAPES, scales=((), ())).name == "xla"
+
+
+def test_c_none_is_plus_zero():
+    cfg = _config.config(BF16, "sm_90")
+    rng = np.random.default_rng(0)
+    A = jnp.asarray(rng.integers(0, 1 << 16, (2, 16, 16)), jnp.uint32)
+    B = jnp.asarray(rng.integers(0, 1 << 16, (16, 8)), jnp.uint32)
+    zero = jnp.zeros((2, 16, 8), jnp.uint32)
+
+    def both(a, b):  # one program: compiled once
+        return _executors.gemm_bits(cfg, a, b), _chain.xla_gemm_bits(cfg, a, b, zero)
+
+    got, want = jax.jit(both)(A, B)
+    np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
+
+
+@pytest.mark.parametrize("shape", [(3, 4), (2, 3, 4)])
+def test_zeros_in_the_accumulator_format(shape):
+    cfg = _config.config(BF16, "sm_90")
+    z = _executors.zeros(cfg, shape)
+    assert z.shape == shape and z.dtype == jnp.uint32 and not np.any(np.asarray(z))
