@@ -122,11 +122,7 @@ def test_no_cycle():
 
 
 #: uses of another floor's private names still to be renamed: (module, name)
-PRIVATE_PENDING = {
-    ("jaxmma.gemm._block_kernel", "jaxmma.models._group_gemm._half_units"),
-    ("jaxmma.gemm._block_kernel", "jaxmma.models._group_gemm._scale_fields"),
-    ("jaxmma.intercept._stats", "jaxmma.training._fp8._x_w_scales"),
-}
+PRIVATE_PENDING: set = set()
 
 
 def _private_uses(path: pathlib.Path, modules: set[str]):
@@ -172,12 +168,7 @@ def test_no_private_name_of_another_floor():
 #: from the package, never from its modules
 INTERFACES = ("gemm",)
 #: modules that still import a declared floor's modules (to move to the package's names)
-INTERFACE_PENDING = {
-    "jaxmma.training._fp8",
-    "jaxmma.training._mx",
-    "jaxmma.training._nvfp4",
-    "jaxmma.training._recipes",
-}
+INTERFACE_PENDING: set = set()
 
 
 @pytest.mark.parametrize("floor", INTERFACES)

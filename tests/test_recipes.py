@@ -435,6 +435,7 @@ def test_helpers_refuse_bad_arguments_by_name(call, exc, match):
         call()
 
 
+@pytest.mark.full  # 128-blocks at three padded sizes: a compile of its own (10 s)
 def test_blockwise_takes_ragged_sizes_as_zero_padded_tensors():
     """M, K and N off the 128-blocks: the output and both gradients are those of the
     recipe on the zero-padded tensors, sliced (a kernel's zero-filled tiles)."""

@@ -407,10 +407,10 @@ def _operands(ins, A, B, C, SA, SB):
     and at least 1/32 apart from 0, 20 bits: the tensor core's fused sums (25 bits
     below the largest term, docs/wgmma.md) and its float32 accumulator hold them
     exactly."""
-    va = _group_gemm._half_units(A)
-    vb = _group_gemm._half_units(B)
-    ea, sa, na = _group_gemm._scale_fields(ins.stype, SA)
-    eb, sb, nb = _group_gemm._scale_fields(ins.stype, SB)
+    va = _group_gemm.half_units(A)
+    vb = _group_gemm.half_units(B)
+    ea, sa, na = _group_gemm.scale_fields(ins.stype, SA)
+    eb, sb, nb = _group_gemm.scale_fields(ins.stype, SB)
 
     def word(e, s, extra):  # a scale of significand 0: its groups never reach e_max
         return (jnp.where(s == 0, I32(_ABSENT), e + extra) << 4) | s

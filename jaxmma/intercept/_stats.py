@@ -91,7 +91,7 @@ def _nvfp4_scales(x, w):
 def _scales_of(r: Recipe, x, w, state):
     """The multipliers of x ``[M, K]`` and w ``[K, N]`` in recipe ``r``'s forward casts."""
     if r.scaling in ("tensor", "delayed"):
-        sx, sw, _, _ = _fp8._x_w_scales(r, x, w, state)
+        sx, sw, _, _ = _fp8.x_w_scales(r, x, w, state)
         return sx, sw
     if r.scaling == "row":
         sx = _scales.scale_from_amax(_scales.amax(x, 1), r.x_fmt, r.margin)

@@ -70,11 +70,6 @@ def scale_fields(stype: str, S):
     return f.exp, f.sig.astype(I32), f.nan
 
 
-#: the former names, still read by :mod:`jaxmma.gemm._block_kernel` (the layer test lists
-#: that module's use of them until it reads the names above)
-_half_units, _scale_fields = half_units, scale_fields
-
-
 def _dot(x, y):
     """``x [..., M, k] @ y [..., k, N]`` in float32, exact for these integer operands."""
     nb = x.ndim - 2

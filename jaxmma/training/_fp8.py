@@ -19,7 +19,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from ..gemm._gemm import matmul
+from ..gemm import matmul
 from . import _keys, _scales
 
 F32 = jnp.float32
@@ -42,7 +42,7 @@ def _cast_g(r, g, s, key):
     return _scales.cast(g, s, r.g_fmt, r.grad_rounding, key)
 
 
-def _x_w_scales(r, x, w, state):
+def x_w_scales(r, x, w, state):
     """Per-tensor scales of x and w, and their amax (current or from the history)."""
     ax, aw = _scales.amax(x), _scales.amax(w)
     if r.scaling == "delayed":
@@ -58,7 +58,7 @@ def _x_w_scales(r, x, w, state):
 
 def _forward(r, x, w, state):
     if r.scaling in ("tensor", "delayed"):
-        sx, sw, ax, aw = _x_w_scales(r, x, w, state)
+        sx, sw, ax, aw = x_w_scales(r, x, w, state)
         xq, wq = _scales.cast(x, sx, r.x_fmt), _scales.cast(w, sw, r.w_fmt)
         y = _gemm(r, r.forward, xq, wq, _inv(sx), _inv(sw))
         return y, (xq, wq, sx, sw, ax, aw)

@@ -17,7 +17,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from ..gemm._gemm import matmul
+from ..gemm import matmul
 from ..operands import _quant
 from . import _keys
 

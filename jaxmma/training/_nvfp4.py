@@ -25,7 +25,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from ..bits import _formats
-from ..gemm._gemm import matmul
+from ..gemm import matmul
 from ..operands import _quant
 from . import _keys
 

@@ -14,9 +14,9 @@ import math
 
 import jax.numpy as jnp
 
-from ..gemm._config import resolve
-from ..gemm._gemm import dot_general as _dot_general
-from ..gemm._gemm import matmul as _matmul
+from ..gemm import dot_general as _dot_general
+from ..gemm import matmul as _matmul
+from ..gemm import resolve
 from ..operands import _quant, _scaling
 from . import _fp8, _keys, _mx, _nvfp4, _scales
 
