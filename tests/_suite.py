@@ -49,7 +49,7 @@ def params(items, key, *, salt="", ids=None):
 
 
 #: the quick run keeps one in this many cases of a parametrized test (at least one)
-CASE_SHARE = 32
+CASE_SHARE = 64
 
 
 def thin(names):

@@ -2,7 +2,7 @@
 process for a seed, every item in the full sweep."""
 
 import pytest
-from _suite import params, sample, thin
+from _suite import CASE_SHARE, params, sample, thin
 
 ITEMS = [(g, i) for g in "abcd" for i in range(5)]
 
@@ -54,12 +54,12 @@ NAMES = [f"t.py::f[{i}]" for i in range(20)] + ["t.py::g[0]", "t.py::g[1]", "t.p
 def test_thin_keeps_a_share_of_each_function(monkeypatch):
     monkeypatch.delenv("JAXMMA_FULL", raising=False)
     seen = set()
-    for seed in range(40):
+    for seed in range(400):
         monkeypatch.setenv("JAXMMA_TEST_SEED", str(seed))
         kept = thin(NAMES)
         assert kept == thin(list(NAMES))  # the same draw in every process
         names = [NAMES[i] for i in kept]
-        assert sum(n.startswith("t.py::f[") for n in names) == 2  # ceil(20 / 16)
+        assert sum(n.startswith("t.py::f[") for n in names) == -(-20 // CASE_SHARE)
         assert sum(n.startswith("t.py::g[") for n in names) == 1
         assert "t.py::h" in names
         seen.update(kept)
