@@ -32,6 +32,7 @@ def _op_by_op(ins, entry, *args, **kwargs):
     return getattr(ins._implementation(), entry)(ins, *args, **kwargs)
 
 
+@pytest.mark.full  # make test within 5 minutes (9.5 s)
 def test_eager_call_gives_the_op_by_op_bits():
     ins, rng = _ins(), np.random.default_rng(1)
     A = _dense_a(rng, (2,))

@@ -50,6 +50,7 @@ def small():
     return x, w, g
 
 
+@pytest.mark.full  # make test within 5 minutes (7.2 s)
 def test_current_scaling_scales_and_gemms_are_the_hand_written_ones(small):
     x, w, g = small
     rec = recipes.current_scaling()

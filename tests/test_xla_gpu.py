@@ -351,6 +351,7 @@ def _replay_outputs(run, name):
         np.testing.assert_array_equal(got if s["whole"] else X.corner(got), want)
 
 
+@pytest.mark.full  # make test within 5 minutes (7.6 s)
 def test_replay_training_step_quick():
     """One bf16 SGD step (forward, dgrad, wgrad split into 16 slices, update) replayed:
     all five outputs have the GPU's SHA-256."""

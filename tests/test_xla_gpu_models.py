@@ -51,7 +51,6 @@ def _args(case):
     return [jnp.asarray(a) for a in XM.arrays(case, XM.inputs(case))]
 
 
-@pytest.mark.every_case
 @pytest.mark.parametrize("rec", RECORDS, ids=lambda r: f"{r[0]}-{r[1]['name']}")
 def test_every_output_is_the_gpus_or_refused(rec):
     """Outputs that the replay does not refuse have the GPU's SHA-256; the rest are
@@ -112,6 +111,7 @@ ELEMENTWISE = {
 }  # fmt: skip
 
 
+@pytest.mark.full  # make test within 5 minutes
 def test_elementwise_probes():
     """The table of docs/xla_gpu.md and the counts in _replay_ops.PROBED, recomputed
     from the captures (the same bits in every process)."""
@@ -135,6 +135,7 @@ def test_elementwise_probes():
             assert np.array_equal(X.output_bits(o)[~nan], g[~nan]) and nan.sum() > 0
 
 
+@pytest.mark.full  # make test within 5 minutes
 def test_max_probes_give_plus_zero():
     """probe-max1-*: rows of -0 with one +0 anywhere reduce to +0 (and all -0 to -0),
     as IEEE 754-2019 maximum gives in any order; gpu_replay reproduces every output."""
@@ -156,6 +157,7 @@ def test_max_probes_give_plus_zero():
             assert X.summary(X.output_bits(out))["sha256"] == meta["outputs"][0]["sha256"]
 
 
+@pytest.mark.full  # make test within 5 minutes
 def test_sum_probes_hold_no_order():
     """probe-sum*: each row sums to n - 2 (2^15 + n - 1 where the column is the anchor)
     in every process and emitter: the +-2^15 magnitude is absorbed by no f32 partial
