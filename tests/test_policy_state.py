@@ -12,6 +12,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from _raw_bits import bits as _bits
+from _raw_bits import same as _same
 from flax import linen as nn
 from flax import nnx
 
@@ -33,19 +35,6 @@ RECIPES = {
 
 def _f32(*shape):
     return jnp.asarray(RNG.standard_normal(shape).astype(np.float32))
-
-
-def _bits(x):
-    x = np.asarray(x)
-    return x.view({2: np.uint16, 4: np.uint32}[x.dtype.itemsize])
-
-
-def _same(a, b):
-    la, lb = jax.tree.leaves(a), jax.tree.leaves(b)
-    assert len(la) == len(lb)
-    for x, y in zip(la, lb, strict=True):
-        assert x.dtype == y.dtype and x.shape == y.shape
-        np.testing.assert_array_equal(_bits(x), _bits(y))
 
 
 def _differ(a, b):

@@ -9,6 +9,7 @@ import jax.numpy as jnp
 import ml_dtypes
 import numpy as np
 import pytest
+from _raw_bits import same as _same
 
 from jaxmma import quant, recipes
 from jaxmma.policy import Rule, stats, with_policy
@@ -19,19 +20,6 @@ M, K, H, N = 8, 48, 32, 16  # K = 48: the MX recipes pad it to their blocks
 
 def _f32(*shape, scale=1.0):
     return jnp.asarray((RNG.standard_normal(shape) * scale).astype(np.float32))
-
-
-def _bits(x):
-    x = np.asarray(x)
-    return x.view({1: np.uint8, 2: np.uint16, 4: np.uint32}[x.dtype.itemsize])
-
-
-def _same(a, b):
-    la, lb = jax.tree.leaves(a), jax.tree.leaves(b)
-    assert len(la) == len(lb)
-    for x, y in zip(la, lb, strict=True):
-        assert x.dtype == y.dtype and x.shape == y.shape
-        np.testing.assert_array_equal(_bits(x), _bits(y))
 
 
 PARAMS = {"embed": _f32(K, H, scale=0.2), "hidden": _f32(H, N, scale=0.05), "head": _f32(N, 4)}

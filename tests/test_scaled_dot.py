@@ -570,7 +570,7 @@ def test_stands_in_for_a_flax_dense_dot_general():
     cfg = [jax.nn.get_scaled_dot_general_config("mxfp8")] * 2
     dg = functools.partial(jaxmma.scaled_dot_general, configs=cfg)
     layer = nn.Dense(32, use_bias=False, dot_general=dg)
-    x = jax.random.normal(jax.random.key(0), (4, 64))
+    x = jax.random.normal(jax.random.key(0), (4, 64), jnp.float32)
     params = layer.init(jax.random.key(1), x)
     got = layer.apply(params, x)
     want = jaxmma.scaled_dot_general(
