@@ -85,10 +85,11 @@ def render(path: str, text: str, operand: str) -> None:
     plt.close(fig)
 
 
-def main(outdir: str) -> list[str]:
+def main(outdir: str, figures: dict | None = None) -> list[str]:
+    """Render ``figures`` (default: every one of FIGURES) and the metadata picture."""
     os.makedirs(outdir, exist_ok=True)
     out = []
-    for name, (text, operand) in FIGURES.items():
+    for name, (text, operand) in (FIGURES if figures is None else figures).items():
         path = os.path.join(outdir, name)
         render(path, text, operand)
         out.append(path)

@@ -500,6 +500,7 @@ def test_block_scaled_jit_vmap_grad():
     assert np.allclose(np.asarray(gA, np.float64), want.astype(jnp.float8_e4m3fn), rtol=0.07)
 
 
+@pytest.mark.full  # about 12 s of compiles; each form has its own checks in the quick run
 def test_nvfp4_gemm_same_bits_as_sm120_mma():
     """In MMA-Sim's models a B200 ``tcgen05.mma`` NVFP4 instruction and an RTX 50
     (``sm_120a``) ``mma.sync`` one compute alike (groups of 16, F = 35; both K = 64): an

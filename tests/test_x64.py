@@ -13,8 +13,9 @@
   against the same call here;
 * ``formats.encode`` / ``decode`` and the quantizers against the same call here.
 
-The quick run takes one of the golden forms and one of the other forms (drawn with
-``JAXMMA_TEST_SEED``, tests/_suite.py); the full sweep takes all of them.
+The quick run takes one of the golden forms, one of the other forms and three of the
+seven other parts of the sweep (drawn with ``JAXMMA_TEST_SEED``, tests/_suite.py); the full
+sweep takes all of them.
 """
 
 from __future__ import annotations
@@ -66,6 +67,17 @@ def golden_forms():
 def forms():
     """This run's forms without golden files: one in the quick run, all in the full sweep."""
     return sample(FORMS, lambda f: 0, salt="x64-forms")
+
+
+#: the parts of :func:`sweep`; the quick run takes one of each row, the full sweep all
+SECTIONS = [("forms", "gemm"), ("block", "sparse"), ("formats", "doubles", "double rules")]
+
+
+def sections() -> set:
+    """This run's parts of :func:`sweep` (the same in both processes: the seed and the
+    mode travel in the environment)."""
+    rows = [(name, i) for i, row in enumerate(SECTIONS) for name in row]
+    return {name for name, _ in sample(rows, lambda r: r[1], salt="x64-sweep")}
 
 
 def _golden_record(group, text):
@@ -162,7 +174,8 @@ def sweep() -> dict:
     from jaxmma.conformance import _compare, _vectors
 
     out = {}
-    for text, arch in forms():
+    take = sections()
+    for text, arch in forms() if "forms" in take else ():
         ins = jaxmma.instruction(text, arch=arch)
         for name, v in _compare.emulate(ins, _vectors.inputs(ins, 1, WARPS)).items():
             out[f"form|{text}|{arch}|{name}"] = _bits(v)
@@ -175,26 +188,31 @@ def sweep() -> dict:
         arch="sm_90",
         promote_every=2,
     )
-    out["dot_general-promote"] = _bits(dg(x, w, (((2,), (0,)), ((), ()))))
+    if "gemm" in take:
+        out["dot_general-promote"] = _bits(dg(x, w, (((2,), (0,)), ((), ()))))
     mx = (
         "mma.sync.aligned.m16n8k32.row.col.kind::mxf8f6f4.block_scale.scale_vec::1X"
         ".f32.e2m1.e4m3.f32.ue8m0"
     )
-    out["matmul-quantize-mx"] = _bits(jaxmma.matmul(x[0], w, instruction=mx))
+    if "block" in take:
+        out["matmul-quantize-mx"] = _bits(jaxmma.matmul(x[0], w, instruction=mx))
     # FMUL (the int32 multiply) in a scaled epilogue with alpha
     e4 = "mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32"
     sa, sb = jnp.float32(2.0**-130), jnp.float32(3.0)  # subnormal products included
-    scaled = jaxmma.matmul(x[0], w, instruction=e4, arch="sm_90", scale_a=sa, scale_b=sb)
-    out["matmul-scaled"] = _bits(scaled)
+    if "gemm" in take:
+        scaled = jaxmma.matmul(x[0], w, instruction=e4, arch="sm_90", scale_a=sa, scale_b=sb)
+        out["matmul-scaled"] = _bits(scaled)
     # sparse structure: prune (an argsort, int64 under x64) and an eager sparse mma
     sp = jaxmma.instruction(
         "mma.sp::ordered_metadata.sync.aligned.m16n8k32.row.col.f32.bf16.bf16.f32", arch="sm_90"
     )
-    pruned = jaxmma.sparse.prune(sp, x[0, :16, :32].astype(jnp.bfloat16))
-    c = jnp.zeros((16, 8), jnp.float32)
-    out["sparse-prune-mma"] = _bits(sp.mma(pruned, w[:32, :8].astype(jnp.bfloat16), c))
-    q = quant.quantize_nvfp4(x, global_scale=jnp.float32(0.5))
-    out["quantize_nvfp4"] = np.concatenate([_bits(q.elements).ravel(), _bits(q.scales).ravel()])
+    if "sparse" in take:
+        pruned = jaxmma.sparse.prune(sp, x[0, :16, :32].astype(jnp.bfloat16))
+        c = jnp.zeros((16, 8), jnp.float32)
+        out["sparse-prune-mma"] = _bits(sp.mma(pruned, w[:32, :8].astype(jnp.bfloat16), c))
+    if "block" in take:
+        q = quant.quantize_nvfp4(x, global_scale=jnp.float32(0.5))
+        out["quantize_nvfp4"] = np.concatenate([_bits(q.elements).ravel(), _bits(q.scales).ravel()])
 
     # formats: roundings of a spread of float32 values into element formats, in one program
     v = rng.standard_normal(512) * np.exp2(rng.integers(-30, 30, 512))
@@ -215,7 +233,7 @@ def sweep() -> dict:
             for f, r in cases
         ] + [formats.decode(f, jnp.arange(256, dtype=jnp.uint32)) for f in ("e5m2", "e2m3")]
 
-    for i, bits in enumerate(jax.jit(encode_all)(v, rbits)):
+    for i, bits in enumerate(jax.jit(encode_all)(v, rbits) if "formats" in take else ()):
         out[f"formats|{i}"] = _bits(bits)
 
     # doubles (docs/dtypes.md): rounded from float64 with x64 on; with x64 off rounded to
@@ -228,15 +246,19 @@ def sweep() -> dict:
             [1 + 2**-4 + 2**-40, -(1 + 2**-4 - 2**-40), 1e300, -1e-300, 0.0, -0.0],
         ]
     )
-    for fmt, rounding in (("bf16", "rn"), ("bf16", "rz"), ("e4m3", "rna"), ("e2m1", "rp")):
-        out[f"double|{fmt}|{rounding}"] = _bits(
-            formats.encode(fmt, d, rounding=rounding, saturate=fmt != "bf16")
+    if "doubles" in take:
+        for fmt, rounding in (("bf16", "rn"), ("bf16", "rz"), ("e4m3", "rna"), ("e2m1", "rp")):
+            out[f"double|{fmt}|{rounding}"] = _bits(
+                formats.encode(fmt, d, rounding=rounding, saturate=fmt != "bf16")
+            )
+        out["double|f32|rn"] = _bits(formats.encode("f32", d))
+        out["double|matmul"] = _bits(
+            jaxmma.matmul(
+                d[:256].reshape(16, 16), np.eye(16)[:, :8], instruction=BF16, arch="sm_90"
+            )
         )
-    out["double|f32|rn"] = _bits(formats.encode("f32", d))
-    out["double|matmul"] = _bits(
-        jaxmma.matmul(d[:256].reshape(16, 16), np.eye(16)[:, :8], instruction=BF16, arch="sm_90")
-    )
-    out.update(double_rule_sweep(d, rng))
+    if "double rules" in take:
+        out.update(double_rule_sweep(d, rng))
     return out
 
 
@@ -358,7 +380,9 @@ def test_x64_gives_the_same_bits(tmp_path):
     refused = [k for k in off if k.startswith("double|error|")]
     failures += [f"{k}: not a TypeError" for k in refused if bytes(off[k]) != b"TypeError"]
     assert not failures, "\n".join(failures)
-    assert len(off) == len(forms()) * 1 + 5 + 15 + 6 + 7 + 7 + 4
+    per_part = {"forms": len(forms()), "gemm": 2, "block": 2, "sparse": 1, "formats": 15}
+    per_part.update({"doubles": 6, "double rules": 7 + 7 + 4})
+    assert len(off) == sum(per_part[name] for name in sections())
 
 
 if __name__ == "__main__":  # the child process: x64 on
