@@ -33,9 +33,11 @@ $(DEMO_STAMP): pyproject.toml
 demo: $(DEMO_STAMP)
 	$(JAX_CACHE) XLA_FLAGS="$(FAST_XLA)" $(BIN)/python -m jaxmma
 
+# the type check of the public faces (pyproject.toml, [tool.mypy], names the modules)
 lint: $(STAMP)
 	$(BIN)/ruff check jaxmma tests benchmarks docs
 	$(BIN)/ruff format --check jaxmma tests benchmarks docs
+	$(BIN)/mypy
 
 # the quick run: one golden record per opcode and shape of each file, one case per family of
 # the heavy parametrizations (JAXMMA_TEST_SEED picks them: today's date unless set)
@@ -47,4 +49,4 @@ test-all: $(STAMP) lint
 	$(JAX_CACHE) $(BIN)/python -m pytest -n 2 --dist worksteal tests --full
 
 clean:
-	rm -rf $(VENV) .pytest_cache .ruff_cache .cache
+	rm -rf $(VENV) .pytest_cache .ruff_cache .mypy_cache .cache

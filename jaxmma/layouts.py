@@ -18,7 +18,7 @@ Example:
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import NamedTuple, cast
 
 import numpy as np
 
@@ -100,11 +100,11 @@ def operand_map(ins: Instruction, operand: str) -> OperandMap:
         mat, row, col = _frozen(*_split(nregs, lay.mat, lay.row, lay.col))
         return OperandMap(mat, row, col, _fragments.matrix_shape(ins, operand), lay.elem_bits)
     if ins.opcode.startswith("wmma"):
-        frag = operand if ins.opcode == "wmma.mma" else ins.form.frag
-        lay = _wmma.operand_layout(ins, frag)
-        row, col = _split(nregs, lay.row, lay.col)
+        frag = operand if ins.opcode == "wmma.mma" else cast(str, ins.form.frag)
+        wlay = _wmma.operand_layout(ins, frag)
+        row, col = _split(nregs, wlay.row, wlay.col)
         mat, row, col = _frozen(np.zeros_like(row), row, col)
-        return OperandMap(mat, row, col, (lay.rows, lay.cols), lay.elem_bits)
+        return OperandMap(mat, row, col, (wlay.rows, wlay.cols), wlay.elem_bits)
     if ins.opcode == "movmatrix":
         mv = _layouts.movmatrix_layout()
         lay = mv.src if operand == "a" else mv.dst

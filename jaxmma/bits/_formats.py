@@ -43,17 +43,19 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
-from typing import NamedTuple
+from typing import Any, Literal, NamedTuple, get_args
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
+from jax.typing import ArrayLike
 
 from ..util import _grad, _xla
 from . import _doubles
 
-ROUNDINGS = ("rn", "rna", "rz", "rm", "rp", "stochastic")
+Rounding = Literal["rn", "rna", "rz", "rm", "rp", "stochastic"]
+ROUNDINGS: tuple[str, ...] = get_args(Rounding)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -282,7 +284,7 @@ def _float_fields(f: Format, x) -> Fields:
     return Fields(sign, exp, sig, nan, inf)
 
 
-def fields(fmt: str, bits) -> Fields:
+def fields(fmt: str, bits: ArrayLike) -> Fields:
     """Splits raw element bits into sign, exponent and integer significand.
 
     Args:
@@ -426,7 +428,15 @@ _ENCODE_NO_DERIVATIVE = (
 )
 
 
-def encode(fmt: str, x, *, rounding="rn", saturate=False, random_bits=None, ftz=False):
+def encode(
+    fmt: str,
+    x: ArrayLike,
+    *,
+    rounding: Rounding = "rn",
+    saturate: bool = False,
+    random_bits: ArrayLike | None = None,
+    ftz: bool = False,
+) -> jax.Array:
     """Rounds values to a format and returns its bits (``cvt`` to a PTX element type).
 
     Args:
@@ -498,7 +508,7 @@ def _encode_bits(name: str, rounding: str, saturate: bool, ftz: bool, x, rbits):
     return out.astype(jnp.uint64 if f.bits == 64 else jnp.uint32)
 
 
-def decode(fmt: str, bits) -> jax.Array:
+def decode(fmt: str, bits: ArrayLike) -> jax.Array:
     """Returns the exact value of element bits.
 
     Args:
@@ -544,7 +554,7 @@ def _decode_bits(name: str, x):
     return lax.bitcast_convert_type(out, jnp.float32)
 
 
-def round_to_format(fmt: str, x, **kwargs) -> jax.Array:
+def round_to_format(fmt: str, x: ArrayLike, **kwargs: Any) -> jax.Array:
     """``decode(fmt, encode(fmt, x, **kwargs))``: ``x`` rounded onto the format's values.
 
     Differentiable with the straight-through estimator: the derivative is the identity's

@@ -18,6 +18,7 @@ import warnings
 
 import jax
 import jax.numpy as jnp
+from jax.typing import ArrayLike
 
 from ._formats import _dtype_of, get_format
 
@@ -48,7 +49,7 @@ def _shifts(bits: int, shape) -> jax.Array:
     return jnp.broadcast_to(jnp.arange(per, dtype=jnp.uint32) * jnp.uint32(bits), shape)
 
 
-def pack(elems, bits_per_elem: int) -> jax.Array:
+def pack(elems: ArrayLike, bits_per_elem: int) -> jax.Array:
     """Packs sub-word elements into 32-bit registers, lowest bits first.
 
     Args:
@@ -81,7 +82,7 @@ def pack(elems, bits_per_elem: int) -> jax.Array:
     return jnp.sum(e << _shifts(bits, e.shape), axis=-1, dtype=jnp.uint32)
 
 
-def unpack(regs, bits_per_elem: int) -> jax.Array:
+def unpack(regs: ArrayLike, bits_per_elem: int) -> jax.Array:
     """Splits 32-bit registers into sub-word elements, lowest bits first (inverse of pack).
 
     Args:
@@ -172,7 +173,7 @@ def _format_first(name: str, fmt, bits):
     return fmt, bits
 
 
-def container_from_bits(fmt: str, bits) -> jax.Array:
+def container_from_bits(fmt: str, bits: ArrayLike) -> jax.Array:
     """Places element bits in their ``kind::f8f6f4`` 8-bit container, padding zero.
 
     Args:
@@ -191,7 +192,7 @@ def container_from_bits(fmt: str, bits) -> jax.Array:
     return to_container(bits, fmt)
 
 
-def bits_from_container(fmt: str, byte) -> jax.Array:
+def bits_from_container(fmt: str, byte: ArrayLike) -> jax.Array:
     """Extracts element bits from a ``kind::f8f6f4`` 8-bit container, ignoring padding.
 
     Args:

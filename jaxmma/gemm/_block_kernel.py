@@ -112,10 +112,8 @@ class Tiles:
 
 
 #: tiling on the GPU: the fastest of ``benchmarks/block_scaled_gpu.py --tune`` on an H100
-#: (2026-11-26, NVFP4 4096^3 with the PTX fusion and the indicators in the values' dot:
-#: 32 x 64 over 4 warps, 3 stages, 7.09 ms; 2 stages 7.25; 64 x 32 7.28; 16 x 64 7.43;
-#: 32 x 128 or 64 x 64 over 8 warps 9.7). Static counts for sm_90a in
-#: benchmarks/PALLAS_NOTES.md
+#: (NVFP4 4096^3; the timings of each tiling are in benchmarks/RESULTS.md). Static counts
+#: for sm_90a in benchmarks/PALLAS_NOTES.md
 TILES = Tiles(bm=32, bn=64, num_stages=3)
 #: tiling of interpreted runs (small: a CPU runs every program of the grid in turn)
 INTERPRET_TILES = Tiles(bm=16, bn=16, group_m=0)

@@ -38,7 +38,7 @@ def covers(cfg, scales) -> bool:
     """Whether :func:`gemm_bits` computes this GEMM (a dense ``kind::mxf4*`` form, or a
     ``kind::mxf8f6f4`` (ue8m0) one off a GPU, without promotion, while :data:`MODE` allows
     it). On a GPU the per-step chain is the faster of the two for ``kind::mxf8f6f4``
-    (an H200 at 4096^3: 142 against 246 ms, the same bits), so it keeps it."""
+    (the same bits; the measurement is in benchmarks/RESULTS.md), so it keeps it."""
     if MODE != "auto" or scales is None or cfg.promote_every is not None:
         return False
     if _group_gemm.supports(cfg.ins):

@@ -117,7 +117,8 @@ def config(
     wgrad_instruction=None,
 ) -> Config:
     ins = resolve(instruction, arch)
-    if ins.atype == "f64" and not jax.config.jax_enable_x64:  # before any f64 array is made
+    x64 = jax.config.jax_enable_x64  # type: ignore[attr-defined]  # (a flag jax defines)
+    if ins.atype == "f64" and not x64:  # before any f64 array is made
         raise ValueError(f"instruction: {ins.text} computes in .f64{_errors.X64_HINT}")
     if promote_every is not None:
         if isinstance(promote_every, bool) or not isinstance(promote_every, (int, np.integer)):

@@ -18,7 +18,7 @@ import functools
 import math
 import warnings
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 import jax
 import jax.numpy as jnp
@@ -69,7 +69,7 @@ def _forward(cfg: Config, A, B, C, q):
         D = _executors.gemm_bits(cfg, Ab, Bb, None, scales=scales)
         return _epilogue.global_scaled(D, alpha, _prepare.c_bits(ins, C))
     D = _executors.gemm_bits(cfg, Ab, Bb, _prepare.c_bits(ins, C), scales=scales)
-    D = _values.from_bits(ins.dtype, D)
+    D = _values.from_bits(cast(str, ins.dtype), D)  # a GEMM's mma form has every type
     return D if alpha is None else D * alpha
 
 
@@ -258,15 +258,16 @@ def matmul(
     quantize, check, convert_inputs = fields["quantize"], fields["check"], fields["convert_inputs"]
     for name, x in (("A", A), ("B", B)):
         _values.check_numeric(x, name)
-    for name, x in (("C", C), ("scale_a", scale_a), ("scale_b", scale_b)):
-        _values.check_array_like(x, name)
+    for name, v in (("C", C), ("scale_a", scale_a), ("scale_b", scale_b)):
+        _values.check_array_like(v, name)
     _prepare.check_key(opts, key)
     if not ins.stype and convert_inputs is None:  # doubles: rounded once, in the GEMM's mode
         mode = None if opts is None else opts.input_rounding
-        A = _operands.float64_operand(ins, ins.atype, A, "A", mode)
-        B = _operands.float64_operand(ins, ins.btype, B, "B", mode)
+        atype, btype, ctype = cast(tuple[str, str, str], (ins.atype, ins.btype, ins.ctype))
+        A = _operands.float64_operand(ins, atype, A, "A", mode)
+        B = _operands.float64_operand(ins, btype, B, "B", mode)
         if C is not None and (opts is None or opts.epilogue is None):  # else: the epilogue's
-            C = _operands.float64_operand(ins, ins.ctype, C, "C")
+            C = _operands.float64_operand(ins, ctype, C, "C")
     C = _prepare.broadcast_c(C, A, B)
     if opts is not None or scale_a is not None or scale_b is not None:
         return _kernel.matmul(cfg, opts, A, B, C, scale_a, scale_b, key=key)

@@ -168,7 +168,7 @@ def check_structure(ins, A):
     _sparse.validate(ins, jnp.swapaxes(tiles, -2, -3))  # [..., M / m, K / k, m, k]
 
 
-def host_double(ins, x, name: str, fields):
+def host_double(ins, x, name: str, fields) -> jax.Array | np.ndarray:
     """dot_general's operand: host doubles as a NumPy float64 array (float32 where the
     quantizers take them), checked by the rule matmul applies; others as jax arrays."""
     if ins.stype:

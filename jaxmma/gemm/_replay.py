@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import math
 import warnings
+from collections.abc import Callable
+from typing import Any, Literal
 
 import jax
 import jax.numpy as jnp
@@ -172,7 +174,12 @@ def _eval(jaxpr, consts, args, plans):
 UNVERIFIED = ("raise", "compute")
 
 
-def gpu_replay(fn, compiled_text: str, *, unverified: str = "raise"):
+def gpu_replay(
+    fn: Callable[..., Any],
+    compiled_text: str,
+    *,
+    unverified: Literal["raise", "compute"] = "raise",
+) -> Callable[..., Any]:
     """``fn`` with each dot computed as the GPU module ``compiled_text`` computes it.
 
     Args:

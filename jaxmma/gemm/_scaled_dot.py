@@ -27,12 +27,16 @@ import dataclasses
 import functools
 import math
 import warnings
+from collections.abc import Sequence
+from typing import Any, Literal
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.typing import ArrayLike, DTypeLike
 
 from ..bits import _doubles, _formats
+from ..instructions._instruction import Instruction
 from ..operands import _quant, _scaling
 from . import _config, _gemm
 
@@ -219,7 +223,7 @@ def _is_float(x) -> bool:
 class _Matmul:
     """The static part of one scaled_matmul: instruction, formats, block."""
 
-    ins: object
+    ins: Instruction
     afmt: str
     bfmt: str
     block: int
@@ -280,15 +284,15 @@ def _scaled_matmul_jvp(cfg, primals, tangents):
 
 
 def scaled_matmul(
-    lhs,
-    rhs,
-    lhs_scales,
-    rhs_scales,
-    preferred_element_type=np.float32,
+    lhs: ArrayLike,
+    rhs: ArrayLike,
+    lhs_scales: ArrayLike,
+    rhs_scales: ArrayLike,
+    preferred_element_type: DTypeLike = np.float32,
     *,
-    instruction=None,
-    arch=None,
-):
+    instruction: str | Instruction | None = None,
+    arch: str | None = None,
+) -> jax.Array:
     """``jax.nn.scaled_matmul`` on a block-scaled ``mma.sync`` of ``sm_120a``, bit-exact.
 
     ``out[b, m, n] = sum_k (lhs[b, m, k] * lhs_scales[b, m, k // block]) *
@@ -448,7 +452,7 @@ def _pair(sides, *, instruction, arch, configs):
 class _Dot:
     """The static part of one scaled_dot_general on (B, M, K) x (B, N, K)."""
 
-    ins: object
+    ins: Instruction
     lhs: _Side
     rhs: _Side
 
@@ -524,18 +528,18 @@ def _normalize(x, contract, batch):
 
 
 def scaled_dot_general(
-    lhs,
-    rhs,
-    dimension_numbers,
-    preferred_element_type=np.float32,
-    configs=None,
-    implementation=None,
+    lhs: ArrayLike,
+    rhs: ArrayLike,
+    dimension_numbers: tuple[tuple[Any, Any], tuple[Any, Any]],
+    preferred_element_type: DTypeLike = np.float32,
+    configs: Sequence[Any] | None = None,
+    implementation: Any = None,
     *,
-    instruction=None,
-    arch=None,
-    grad="ste",
-    precision=None,
-):
+    instruction: str | Instruction | None = None,
+    arch: str | None = None,
+    grad: Literal["ste", "configs"] = "ste",
+    precision: Any = None,
+) -> jax.Array:
     """``jax.nn.scaled_dot_general`` on a block-scaled ``mma.sync`` of ``sm_120a``.
 
     Float inputs are quantized inside, per ``configs[0]`` (lhs) and ``configs[1]`` (rhs),

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
@@ -16,6 +16,8 @@ from . import _dispatch, _mma, _movement, _tcgen05, _wgmma, _wmma
 if TYPE_CHECKING:
     import jax
     from jax.typing import ArrayLike
+
+    from ..operands._quant import Quantized
 
 # opcode -> module that implements it
 _IMPLEMENTATIONS = {
@@ -137,13 +139,14 @@ class Instruction:
             raise ValueError(
                 f"idesc: only tcgen05.mma has an instruction descriptor, not {self.text}"
             )
+        # every tcgen05.mma form names its kind and its D, A and B types
         return _idesc.encode(
-            self.kind,
+            cast(str, self.kind),
             m=self.m,
             n=self.n,
-            dtype=self.dtype,
-            atype=self.atype,
-            btype=self.btype,
+            dtype=cast(str, self.dtype),
+            atype=cast(str, self.atype),
+            btype=cast(str, self.btype),
             stype=self.stype,
             satfinite=self.satfinite,
             negate_a=self.negate_a,
@@ -193,7 +196,9 @@ class Instruction:
             return _dispatch.call(self, "execute", args, kwargs)
         return _impl(self.opcode).execute(self, *args, **kwargs)
 
-    def mma(self, A: Any, B: Any, C: ArrayLike, **kwargs: Any) -> jax.Array:
+    def mma(
+        self, A: ArrayLike | Quantized, B: ArrayLike | Quantized, C: ArrayLike, **kwargs: Any
+    ) -> jax.Array:
         """Matrix level: ``D = A @ B + C`` with this instruction's exact arithmetic.
 
         Args:
@@ -355,7 +360,7 @@ def all_instructions(opcode: str | None = None, arch: str | None = None) -> tupl
             f.bitops or (None,),
             f.trans,
         ):
-            q = dict(satfinite=sat, rounding=rnd, bitop=bop, trans=tr)
+            q: dict[str, Any] = dict(satfinite=sat, rounding=rnd, bitop=bop, trans=tr)
             if f.opcode in ("wmma.load", "wmma.store"):
                 q["layout"] = al
             elif f.opcode in ("mma", "wmma.mma"):

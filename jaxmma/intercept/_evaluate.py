@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+from collections.abc import Callable
+from typing import Any, Literal, get_args
 
 import jax
 import numpy as np
@@ -23,9 +25,12 @@ from jax.extend import core as jcore
 from ..util import _jaxpr
 from . import _rules, _state, _stats, _targets
 
-UNMATCHED = ("keep", "error")
-UNUSED = ("error", "ignore")
-UNSUPPORTED = ("error", "keep")
+Unmatched = Literal["keep", "error"]
+Unused = Literal["error", "ignore"]
+Unsupported = Literal["error", "keep"]
+UNMATCHED: tuple[str, ...] = get_args(Unmatched)
+UNUSED: tuple[str, ...] = get_args(Unused)
+UNSUPPORTED: tuple[str, ...] = get_args(Unsupported)
 #: contractions jaxmma does not emulate: refused unless ``unsupported="keep"``
 OTHER_CONTRACTIONS = ("conv_general_dilated", "ragged_dot", "ragged_dot_general")
 #: calls evaluated inline (the same values; the jit boundary is dropped)
@@ -57,7 +62,7 @@ def _render(path) -> str:
 
 def _scope(name_stack) -> tuple:
     """The named scopes of a name stack, transformations (``jvp``, ``vmap``) left out."""
-    out = []
+    out: list[str] = []
     for s in getattr(name_stack, "stack", ()):
         if type(s).__name__ == "Scope":
             out.extend(p for p in str(s.name).split("/") if p)
@@ -267,8 +272,14 @@ def _evaluate(fn, run, args, kwargs, abstract=False):
 
 
 def with_policy(
-    fn, policy, *, unmatched="keep", unused="error", unsupported="error", stateful=False
-):
+    fn: Callable[..., Any],
+    policy: _rules.Policy,
+    *,
+    unmatched: Unmatched = "keep",
+    unused: Unused = "error",
+    unsupported: Unsupported = "error",
+    stateful: bool = False,
+) -> Callable[..., Any]:
     """``fn`` with each of its dots run on the jaxmma GEMM that ``policy`` chooses.
 
     At each call ``fn`` is traced to a jaxpr and evaluated with every ``dot_general``
@@ -370,7 +381,15 @@ def _policied(fn, policy, unmatched, unused, unsupported, stateful, stats):
     return run
 
 
-def stats(fn, policy, *, unmatched="keep", unused="error", unsupported="error", stateful=False):
+def stats(
+    fn: Callable[..., Any],
+    policy: _rules.Policy,
+    *,
+    unmatched: Unmatched = "keep",
+    unused: Unused = "error",
+    unsupported: Unsupported = "error",
+    stateful: bool = False,
+) -> Callable[..., tuple[Any, dict[str, Any]]]:
     """``fn`` under ``policy`` (as :func:`jaxmma.with_policy`), returning with its output
     the numerics statistics of each dot on a low-precision recipe.
 
@@ -415,7 +434,12 @@ def stats(fn, policy, *, unmatched="keep", unused="error", unsupported="error", 
     return _policied(fn, policy, unmatched, unused, unsupported, stateful, stats=True)
 
 
-def dots(fn, policy=None, *, unsupported="error"):
+def dots(
+    fn: Callable[..., Any],
+    policy: _rules.Policy | None = None,
+    *,
+    unsupported: Unsupported = "error",
+) -> Callable[..., list[_rules.Dot]]:
     """The dots of ``fn`` as a policy sees them, and the rule each one matches.
 
     ``dots(fn, policy)(*args, **kwargs)`` traces ``fn`` at the arguments (no GEMM runs)
@@ -443,7 +467,9 @@ def dots(fn, policy=None, *, unsupported="error"):
     return run
 
 
-def init_state(fn, policy, *, unsupported="error"):
+def init_state(
+    fn: Callable[..., Any], policy: _rules.Policy, *, unsupported: Unsupported = "error"
+) -> Callable[..., dict[str, Any]]:
     """The initial state of ``fn`` under ``policy``, for ``with_policy(fn, policy,
     stateful=True)``.
 

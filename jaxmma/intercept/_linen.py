@@ -14,8 +14,11 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Mapping
+from typing import Any
 
-from . import _evaluate
+import jax
+
+from . import _evaluate, _rules
 
 
 def _name(arg: str, value) -> str:
@@ -75,9 +78,16 @@ class LinenModel:
     """
 
     def __init__(
-        self, model, policy, *, collection="jaxmma", stream="jaxmma", unmatched="keep",
-        unused="error", unsupported="error",
-    ):  # fmt: skip
+        self,
+        model: Any,
+        policy: _rules.Policy,
+        *,
+        collection: str = "jaxmma",
+        stream: str = "jaxmma",
+        unmatched: _evaluate.Unmatched = "keep",
+        unused: _evaluate.Unused = "error",
+        unsupported: _evaluate.Unsupported = "error",
+    ) -> None:
         if not (callable(getattr(model, "init", None)) and callable(getattr(model, "apply", None))):
             raise TypeError(
                 f"model: expected a flax linen Module (with init and apply), got {model!r}"[:300]
@@ -85,7 +95,9 @@ class LinenModel:
         self.model, self.policy = model, policy
         self.collection = _name("collection", collection)
         self.stream = _name("stream", stream)
-        self.options = {"unmatched": unmatched, "unused": unused, "unsupported": unsupported}
+        self.options: dict[str, Any] = {
+            "unmatched": unmatched, "unused": unused, "unsupported": unsupported,
+        }  # fmt: skip
         # the policy and options are checked now, not at the first step
         _evaluate.with_policy(model.apply, policy, stateful=True, **self.options)
 
@@ -102,7 +114,7 @@ class LinenModel:
         key = rest.pop(self.stream, None)
         return key, rest or None
 
-    def init(self, rngs, *args, **kwargs) -> dict:
+    def init(self, rngs: Any, *args: Any, **kwargs: Any) -> dict:
         """``model.init(rngs, *args, **kwargs)`` with the policy's state added as
         ``variables[collection]``."""
         variables = dict(self.model.init(rngs, *args, **kwargs))
@@ -116,7 +128,14 @@ class LinenModel:
         state = _evaluate.init_state(fn, self.policy, unsupported=self.options["unsupported"])
         return {**variables, self.collection: state(variables, *args)}
 
-    def apply(self, variables, *args, rngs=None, mutable=False, **kwargs):
+    def apply(
+        self,
+        variables: Mapping[str, Any],
+        *args: Any,
+        rngs: Mapping[str, jax.Array] | None = None,
+        mutable: Any = False,
+        **kwargs: Any,
+    ) -> Any:
         """``model.apply(variables, *args, rngs=rngs, mutable=mutable, **kwargs)`` with its
         dots under the policy, the state from ``variables[collection]`` and the key from
         ``rngs[stream]``."""

@@ -14,10 +14,12 @@ cotangent: differentiate with respect to ``nnx.Any(nnx.Param, NnxState)`` and wr
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
+from typing import Any
 
 from flax import nnx
 
-from . import _evaluate
+from . import _evaluate, _rules
 
 
 class NnxState(nnx.Variable):
@@ -68,14 +70,24 @@ class NnxModel(nnx.Module):
     """
 
     def __init__(
-        self, model, policy, *args, rngs=None, stream="jaxmma", unmatched="keep",
-        unused="error", unsupported="error", **kwargs,
-    ):  # fmt: skip
+        self,
+        model: Any,
+        policy: _rules.Policy,
+        *args: Any,
+        rngs: nnx.Rngs | None = None,
+        stream: str = "jaxmma",
+        unmatched: _evaluate.Unmatched = "keep",
+        unused: _evaluate.Unused = "error",
+        unsupported: _evaluate.Unsupported = "error",
+        **kwargs: Any,
+    ) -> None:
         if not isinstance(stream, str) or not stream:
             raise TypeError(f"stream: expected a non-empty str, got {stream!r}")
         if rngs is not None and not isinstance(rngs, nnx.Rngs):
             raise TypeError(f"rngs: expected None or an nnx.Rngs, got {type(rngs).__name__}")
-        options = {"unmatched": unmatched, "unused": unused, "unsupported": unsupported}
+        options: dict[str, Any] = {
+            "unmatched": unmatched, "unused": unused, "unsupported": unsupported,
+        }  # fmt: skip
         _evaluate.with_policy(_call, policy, stateful=True, **options)  # checked now
         state = _evaluate.init_state(functools.partial(_call, **kwargs), policy,
                                      unsupported=unsupported)(model, *args)  # fmt: skip
@@ -84,10 +96,11 @@ class NnxModel(nnx.Module):
         self.rngs = rngs
         self.stream = stream
         self.deterministic = False
-        self._policy = functools.partial(_evaluate.with_policy, policy=policy, stateful=True,
-                                         **options)  # fmt: skip
+        self._policy: Callable[..., Any] = functools.partial(
+            _evaluate.with_policy, policy=policy, stateful=True, **options
+        )
 
-    def __call__(self, *args, **kwargs):
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
         key = None
         if not self.deterministic and self.rngs is not None:
             key = self.rngs[self.stream]()

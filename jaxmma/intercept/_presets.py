@@ -23,7 +23,7 @@ class Preset:
     library call it reproduces, with the page that holds the evidence)."""
 
     name: str
-    target: object
+    target: Gemm | _recipes.Recipe
     gpu: str
     models: str
 

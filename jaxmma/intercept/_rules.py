@@ -165,7 +165,8 @@ class Rule:
             (self.lhs_dtype, self.lhs_shape, dot.lhs),
             (self.rhs_dtype, self.rhs_shape, dot.rhs),
         ):
-            if dtypes is not None and np.dtype(op.dtype).name not in dtypes:
+            # __post_init__ keeps the dtypes as a tuple of names
+            if dtypes is not None and np.dtype(op.dtype).name not in dtypes:  # type: ignore[operator]
                 return False
             if shape is not None and (
                 len(shape) != len(op.shape)
@@ -175,7 +176,14 @@ class Rule:
         return self.where is None or bool(self.where(dot))
 
 
-def as_rules(policy) -> tuple:
+#: what a rule runs a dot on: a GEMM (:func:`jaxmma.policy.gemm`, a preset), a recipe, or
+#: ``"keep"``
+Target = _targets.Gemm | Recipe | str
+#: rules tried in order (a bare target matches every dot), or one rule, or one target
+Policy = Rule | Target | Sequence[Rule | Target]
+
+
+def as_rules(policy: Policy) -> tuple:
     """``policy`` as a tuple of ``(label, Rule)``.
 
     A policy is a sequence of rules, tried in order; a bare target in it (a
@@ -188,7 +196,7 @@ def as_rules(policy) -> tuple:
             "policy: expected a sequence of jaxmma.policy.Rule (or one rule, or one target: "
             f"a gemm, a recipe, a preset, 'keep'), got {type(policy).__name__}"
         )
-    items = (policy,) if one else tuple(policy)
+    items = (policy,) if one else tuple(policy)  # type: ignore[arg-type]  # a sequence
     if not items:
         raise ValueError("policy: expected at least one rule, got an empty sequence")
     out = []

@@ -10,8 +10,11 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import math
+from typing import Any
 
+import jax
 import jax.numpy as jnp
+from jax.typing import ArrayLike
 
 from ..gemm import dot_general as _dot_general
 from ..gemm import matmul as _matmul
@@ -41,14 +44,21 @@ class Gemm:
         """The keywords ``jaxmma.dot_general`` gets: instruction, arch and the options."""
         return {"instruction": self.instruction, "arch": self.arch, **dict(self.options)}
 
-    def __call__(self, lhs, rhs, dimension_numbers, *, key=None):
+    def __call__(
+        self,
+        lhs: ArrayLike,
+        rhs: ArrayLike,
+        dimension_numbers: tuple[tuple[Any, Any], tuple[Any, Any]],
+        *,
+        key: jax.Array | None = None,
+    ) -> jax.Array:
         """``jaxmma.dot_general`` on this GEMM (the accumulator's dtype); ``key`` for
         stochastic input rounding."""
         kw = self.kwargs if key is None else {**self.kwargs, "key": key}
         return _dot_general(lhs, rhs, dimension_numbers, **kw)
 
 
-def gemm(instruction: str, *, arch: str, **options) -> Gemm:
+def gemm(instruction: str, *, arch: str, **options: Any) -> Gemm:
     """A policy target: dots run as ``jaxmma.dot_general(..., instruction=instruction,
     arch=arch, **options)``.
 

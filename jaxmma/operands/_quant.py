@@ -33,11 +33,13 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+from typing import Any, Literal, get_args
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
+from jax.typing import ArrayLike
 
 from ..bits import _doubles, _formats, _values
 from ..util import _grad, _xla
@@ -45,8 +47,10 @@ from ..util import _grad, _xla
 U32 = jnp.uint32
 MX_FORMATS = ("e4m3", "e5m2", "e3m2", "e2m3", "e2m1")
 SCALE_FORMATS = ("ue8m0", "ue4m3")
-SCALE_ROUNDINGS = ("floor", "ceil", "nearest")
-ELEMENT_ROUNDINGS = ("rn", "stochastic")
+ScaleRounding = Literal["floor", "ceil", "nearest"]
+ElementRounding = Literal["rn", "stochastic"]
+SCALE_ROUNDINGS: tuple[str, ...] = get_args(ScaleRounding)
+ELEMENT_ROUNDINGS: tuple[str, ...] = get_args(ElementRounding)
 NVFP4_BLOCK = 16
 #: NVIDIA's NVFP4 global scale divides the tensor's amax by e2m1 max x e4m3 max.
 NVFP4_GLOBAL_DIVISOR = 6 * 448  # 2688
@@ -435,7 +439,9 @@ def _scaled_bits(fmt: str, x, e, rounding: str, rbits, saturate: bool):
 
 # ---------------------------------------------------------------------------------------
 # MX
-def shared_exponent(amax, fmt: str, scale_rounding: str = "floor"):
+def shared_exponent(
+    amax: ArrayLike, fmt: str, scale_rounding: ScaleRounding = "floor"
+) -> jax.Array:
     """The ue8m0 scale exponent of blocks with largest magnitude ``amax`` (float32).
 
     ``floor``: the OCP MX rule ``floor(log2(amax)) - emax_elem`` (emax_elem: the exponent
@@ -470,14 +476,14 @@ def _shared_exponent(amax, fmt: str, scale_rounding: str):
 
 
 def quantize_mx(
-    x,
+    x: ArrayLike,
     fmt: str,
     *,
     axis: int = -1,
     block: int = 32,
-    scale_rounding: str = "floor",
-    rounding: str = "rn",
-    key=None,
+    scale_rounding: ScaleRounding = "floor",
+    rounding: ElementRounding = "rn",
+    key: jax.Array | None = None,
     saturate: bool = True,
 ) -> Quantized:
     """Quantize to an MX format: ``ue8m0`` power-of-two scales, one per ``block``.
@@ -544,7 +550,7 @@ def _quantize_mx(x, rbits, *, fmt, axis, block, scale_rounding, rounding, satura
 
 # ---------------------------------------------------------------------------------------
 # NVFP4
-def nvfp4_global_scale(x):
+def nvfp4_global_scale(x: ArrayLike) -> jax.Array:
     """NVIDIA's per-tensor NVFP4 scale: ``amax / (6 * 448)`` rounded to nearest float32.
 
     ``amax`` is the largest finite magnitude of ``x``; all-zero ``x`` gives 1.0, and a
@@ -590,14 +596,14 @@ def _by_global_divisor(sig, exp):
 
 
 def quantize_nvfp4(
-    x,
+    x: ArrayLike,
     *,
     axis: int = -1,
     block: int = NVFP4_BLOCK,
-    global_scale=None,
-    scale_rounding: str = "nearest",
-    rounding: str = "rn",
-    key=None,
+    global_scale: ArrayLike | None = None,
+    scale_rounding: ScaleRounding = "nearest",
+    rounding: ElementRounding = "rn",
+    key: jax.Array | None = None,
     saturate: bool = True,
 ) -> Quantized:
     """Quantize to NVFP4: e2m1 elements, a ue4m3 scale per 16, one float32 global scale.
@@ -840,7 +846,7 @@ def _dequantize_tangent(primals, tangents):
     return out, unit * jnp.broadcast_to(dg, out.shape)
 
 
-def fake_quantize_mx(x, fmt: str, **kwargs) -> jax.Array:
+def fake_quantize_mx(x: ArrayLike, fmt: str, **kwargs: Any) -> jax.Array:
     """``dequantize(quantize_mx(x, fmt, **kwargs))`` with a straight-through derivative.
 
     The value is exactly the round trip; the derivative with respect to ``x`` is the
@@ -863,7 +869,7 @@ def fake_quantize_mx(x, fmt: str, **kwargs) -> jax.Array:
     return _grad.straight_through(lambda v: dequantize(quantize_mx(v, fmt, **kwargs)), x)
 
 
-def fake_quantize_nvfp4(x, **kwargs) -> jax.Array:
+def fake_quantize_nvfp4(x: ArrayLike, **kwargs: Any) -> jax.Array:
     """``dequantize(quantize_nvfp4(x, **kwargs))`` with a straight-through derivative (as
     :func:`fake_quantize_mx`; ``kwargs`` as for :func:`quantize_nvfp4`). The global
     scale is computed from ``x`` (or given) and treated as a constant."""

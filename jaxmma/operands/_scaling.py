@@ -31,6 +31,7 @@ scale of its dense k block, which is block ``i // (K / 2 / SFA_N)`` for every me
 from __future__ import annotations
 
 import operator
+from typing import cast
 
 import jax
 import jax.numpy as jnp
@@ -38,6 +39,7 @@ import numpy as np
 
 from ..bits import _packing, _values
 from ..models._scaled import check_ins as _check_ins
+from ..spec._view import InstructionView
 from . import _layouts
 from ._quant import Quantized, check_quantized, raw_bits
 
@@ -49,21 +51,21 @@ BYTE_IDS = {1: (0, 1, 2, 3), 2: (0, 2), 4: (0,)}
 THREAD_IDS = {"a": (0, 1), "b": (0, 1, 2, 3)}
 
 
-def num_blocks(ins) -> int:
+def num_blocks(ins: InstructionView) -> int:
     """``SFA_N = SFB_M``: scale blocks along k (1, 2 or 4 for ``scale_vec::1X/2X/4X``)."""
     _check_ins(ins)
-    return SCALE_VECS[ins.form.scale_vec]
+    return SCALE_VECS[cast(str, ins.form.scale_vec)]  # a str once check_ins passes
 
 
-def scale_shapes(ins) -> tuple[tuple[int, int], tuple[int, int]]:
+def scale_shapes(ins: InstructionView) -> tuple[tuple[int, int], tuple[int, int]]:
     """Trailing shapes of ``scale_A`` (``M x SFA_N``) and ``scale_B`` (``SFB_M x N``)."""
     nblk = num_blocks(ins)
     return (ins.m, nblk), (nblk, ins.n)
 
 
-def block_size(ins) -> int:
+def block_size(ins: InstructionView) -> int:
     """Dense k columns of A (rows of B) that one scale covers: ``K / SFA_N``."""
-    return ins.k // num_blocks(ins)
+    return cast(int, ins.k) // num_blocks(ins)  # block-scaled forms have a k
 
 
 # ---------------------------------------------------------------------------------------
@@ -80,7 +82,7 @@ def _static_id(name: str, value, allowed, ins) -> int:
             index = operator.index(value)
         except TypeError:
             index = None
-    if index not in allowed:
+    if index is None or index not in allowed:
         raise ValueError(
             f"{name}={value!r} is not valid for {ins.text} (Table 37, "
             f"scale_vec::{ins.form.scale_vec}); allowed: {', '.join(map(str, allowed))}"
@@ -234,7 +236,9 @@ def _quantized_scales(ins, op: str, q, name: str):
     return _quant_raw_bits(_check_quantized(q, name))[1]
 
 
-def as_operands(ins, qa, qb):
+def as_operands(
+    ins: InstructionView, qa: Quantized, qb: Quantized
+) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array]:
     """Quantized A and B -> ``(A_bits, B_bits, SA, SB)`` for ``ins.mma``.
 
     Args:

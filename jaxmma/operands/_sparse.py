@@ -67,15 +67,17 @@ import contextvars
 import functools
 import operator
 import warnings
-from typing import NamedTuple
+from typing import Literal, NamedTuple
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
+from jax.typing import ArrayLike
 
 from ..bits import _values
 from ..spec._spec import Form
+from ..spec._view import InstructionView
 from ..util import _errors, _xla
 from . import _fragments, _layouts
 
@@ -118,7 +120,7 @@ class checked:
       ...     d = ins(a, b, c, e, selector=0)
     """
 
-    def __init__(self, enabled: bool = True):
+    def __init__(self, enabled: bool = True) -> None:
         if not isinstance(enabled, (bool, np.bool_)):
             raise TypeError(f"enabled: expected True or False, got {enabled!r}")
         self._token = _DEFAULT_CHECK.set(bool(enabled))
@@ -126,10 +128,10 @@ class checked:
     def __repr__(self) -> str:
         return f"checked({_DEFAULT_CHECK.get()})"
 
-    def __enter__(self):
+    def __enter__(self) -> checked:
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> Literal[False]:
         _DEFAULT_CHECK.reset(self._token)
         return False
 
@@ -282,6 +284,7 @@ def _geometry_of(ins) -> _Geometry:
     fmt = _layouts.metadata_format(shape=ins.shape, atype=ins.atype)
     slots, width, pattern = _SLOTS[fmt.chunk_size]
     ordered = ins.sparse == "sp::ordered_metadata"
+    valid: tuple[int, ...]
     if fmt.chunk_size == 2:
         valid = NIBBLES_TF32
     else:
@@ -640,7 +643,13 @@ def _check_nibbles(geo: _Geometry, tab: _Tables, nib, bad, selector: int) -> Non
     _fail(bad, message, {"nib": nib}, traced=True)
 
 
-def metadata_indices(ins, e, selector=None, *, check=None):
+def metadata_indices(
+    ins: InstructionView,
+    e: ArrayLike,
+    selector: int | None = None,
+    *,
+    check: bool | None = None,
+) -> jax.Array:
     """Decode the metadata registers of ``mma.sp`` into the dense column of each stored
     element of A (PTX ISA 9.7.14.6.1-2, ``docs/layouts.md``).
 
@@ -897,7 +906,7 @@ def _ins_first(name: str, old: str, ins, A):
     return ins, A
 
 
-def prune(ins, A):
+def prune(ins: InstructionView, A: ArrayLike) -> jax.Array:
     """Make a dense matrix follow the sparsity pattern of ``ins``, keeping the largest.
 
     In every chunk of every row the ``keep`` slots of largest magnitude stay (2 of 4
@@ -925,7 +934,7 @@ def prune(ins, A):
     return _prune_core(geo.slots, geo.width, _how(geo), A, _mag_mask(geo))
 
 
-def validate(ins, A) -> None:
+def validate(ins: InstructionView, A: ArrayLike) -> None:
     """Check that a dense matrix follows the sparsity pattern of ``ins``.
 
     Zero means ``+0``/``-0`` of the element format (NaN is non-zero; raw bits ignore the
@@ -949,7 +958,14 @@ def validate(ins, A) -> None:
     _compress(geo, A, "A", traced_check=True)
 
 
-def compress(ins, A, selector=0, *, registers: bool = True, check=None):
+def compress(
+    ins: InstructionView,
+    A: ArrayLike,
+    selector: int | None = 0,
+    *,
+    registers: bool = True,
+    check: bool | None = None,
+) -> tuple[jax.Array, jax.Array]:
     """Compress a dense sparse matrix into its stored values and metadata registers.
 
     The stored slots of a chunk are its non-zero slots, completed (where a chunk has fewer)
@@ -1006,7 +1022,14 @@ def compress(ins, A, selector=0, *, registers: bool = True, check=None):
     return values, e
 
 
-def decompress(ins, values, e=None, selector=0, *, check=None):
+def decompress(
+    ins: InstructionView,
+    values: ArrayLike,
+    e: ArrayLike | None = None,
+    selector: int | None = 0,
+    *,
+    check: bool | None = None,
+) -> jax.Array:
     """Expand stored values and metadata registers into the dense matrix.
 
     Args:
@@ -1028,7 +1051,7 @@ def decompress(ins, values, e=None, selector=0, *, check=None):
     """
     if _is_instruction(e) and not _is_instruction(ins):
         _deprecated_order("decompress", "decompress(values, e, ins, ...)")
-        ins, values, e = e, ins, values
+        ins, values, e = e, ins, values  # type: ignore[assignment]  # the old order
     geo = _geometry(ins)
     values = jnp.asarray(values)
     if geo.opcode == "tcgen05.mma":
@@ -1037,7 +1060,8 @@ def decompress(ins, values, e=None, selector=0, *, check=None):
                 f"values: expected the compressed matrix [..., M, {geo.k // 2}] for "
                 f"{geo.text}, got {tuple(values.shape)}"
             )
-        return _scatter(values, metadata_indices(ins, e, selector, check=check), geo.k)
+        idx = metadata_indices(ins, e, selector, check=check)  # type: ignore[arg-type]
+        return _scatter(values, idx, geo.k)
     nregs = ins.nregs["a"]
     if values.ndim >= 2 and values.shape[-2:] == (32, nregs):
         values = _fragments.unfragment(ins, "a", values)
@@ -1047,5 +1071,6 @@ def decompress(ins, values, e=None, selector=0, *, check=None):
             f"matrix [..., {geo.m}, {geo.k // 2}] for {geo.text}, "
             f"got {tuple(values.shape)}"
         )
-    idx = metadata_indices(ins, e, selector, check=check)
+    # e=None: metadata_indices raises the ValueError that names e
+    idx = metadata_indices(ins, e, selector, check=check)  # type: ignore[arg-type]
     return _scatter(values, idx, geo.k)

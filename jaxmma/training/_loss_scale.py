@@ -5,14 +5,19 @@ back afterwards; static or dynamic (halved on a non-finite gradient, doubled aft
 
 from __future__ import annotations
 
+from typing import Any, TypeVar
+
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.typing import ArrayLike
 
 F32 = jnp.float32
+#: a pytree of gradients
+Tree = TypeVar("Tree")
 
 
-def scale_loss(loss, scale):
+def scale_loss(loss: jax.Array, scale: ArrayLike) -> jax.Array:
     """``loss * scale`` (differentiate this)."""
     for name, x in (("loss", loss), ("scale", scale)):
         dt = getattr(x, "dtype", None)
@@ -22,13 +27,13 @@ def scale_loss(loss, scale):
     return loss * jnp.asarray(scale, F32).astype(jnp.result_type(loss))
 
 
-def unscale(grads, scale):
+def unscale(grads: Tree, scale: ArrayLike) -> Tree:
     """Every gradient divided by ``scale``."""
     s = jnp.asarray(scale, F32)
     return jax.tree.map(lambda g: (g / s.astype(g.dtype)).astype(g.dtype), grads)
 
 
-def all_finite(tree):
+def all_finite(tree: Any) -> jax.Array:
     """True (a bool array) where every leaf of ``tree`` is finite."""
     leaves = [jnp.all(jnp.isfinite(x)) for x in jax.tree.leaves(tree)]
     return jnp.all(jnp.stack(leaves)) if leaves else jnp.bool_(True)
@@ -42,13 +47,15 @@ def _positive_number(name, x, low):
         raise ValueError(f"{name}: expected a float > {low}, got {x!r}")
 
 
-def dynamic_init(scale: float = 2.0**15):
+def dynamic_init(scale: float = 2.0**15) -> dict[str, jax.Array]:
     """The state of dynamic loss scaling: ``{"scale": f32, "good": int32}``."""
     _positive_number("scale", scale, 0)
     return {"scale": jnp.asarray(scale, F32), "good": jnp.zeros((), jnp.int32)}
 
 
-def dynamic_update(state, grads, *, period: int = 2000, factor: float = 2.0):
+def dynamic_update(
+    state: dict[str, jax.Array], grads: Any, *, period: int = 2000, factor: float = 2.0
+) -> tuple[jax.Array, dict[str, jax.Array]]:
     """``(finite, next_state)``: halve (``/ factor``) on a non-finite gradient, grow
     (``* factor``) after ``period`` finite steps in a row. Skip the update where
     ``finite`` is False."""

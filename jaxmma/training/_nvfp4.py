@@ -44,7 +44,7 @@ def _sylvester(n: int) -> np.ndarray:
 HADAMARD = (_sylvester(BLOCK) / 4).astype(np.float32)
 
 
-def quantize_2d(w):
+def quantize_2d(w: jax.Array) -> tuple[_quant.Quantized, _quant.Quantized]:
     """NVFP4 ``w [K, N]`` with one ue4m3 scale per 16 x 16 block, as the B operand
     (blocked along K, ``axis=-2``), and the same tensor transposed, ``[N, K]``, as the B
     operand of ``G @ w^T`` (blocked along N): two :class:`Quantized` of the same bits.
@@ -78,7 +78,7 @@ def quantize_2d(w):
     return qw, qwt
 
 
-def hadamard_rows(x, signs):
+def hadamard_rows(x: jax.Array, signs: jax.Array) -> jax.Array:
     """``x [M, C]`` with every 16 rows multiplied by ``H diag(signs)`` (an orthogonal
     16 x 16 matrix): ``hadamard_rows(x)^T hadamard_rows(y) == x^T y`` exactly in reals."""
     if jnp.ndim(x) != 2 or jnp.shape(x)[0] % BLOCK:

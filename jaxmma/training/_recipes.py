@@ -11,14 +11,20 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
+from collections.abc import Callable, Sequence
+from typing import Literal, get_args
 
+import jax
 import jax.numpy as jnp
+from jax.typing import ArrayLike
 
 from ..gemm import dot_general as _dot_general
 from ..gemm import matmul as _matmul
 from ..gemm import resolve
 from ..operands import _quant, _scaling
+from ..operands._quant import ScaleRounding
 from . import _fp8, _keys, _mx, _nvfp4, _scales
+from ._scales import GradRounding
 
 F32 = jnp.float32
 FP8 = "mma.sync.aligned.m16n8k32.row.col.f32.{a}.{b}.f32"
@@ -30,10 +36,14 @@ NVFP4 = (
 MXFP8 = "tcgen05.mma.cta_group::1.kind::mxf8f6f4.block_scale.block32.m128n256k32.f32.{a}.{b}.ue8m0"
 MXFP4 = "tcgen05.mma.cta_group::1.kind::mxf4.block_scale.block32.m128n256k64.f32.e2m1.e2m1.ue8m0"
 SCALINGS = ("none", "tensor", "delayed", "row", "block", "nvfp4", "mx")
-AMAX_COMPUTE = ("max", "most_recent")
+AmaxCompute = Literal["max", "most_recent"]
+AMAX_COMPUTE: tuple[str, ...] = get_args(AmaxCompute)
 #: the block-scaled recipes: they pad M, K and N with zeros (:meth:`Recipe.pad_to`)
 PADDED = ("nvfp4", "mx", "block")
-FP8_FORMATS = ("e4m3", "e5m2")
+Fp8Format = Literal["e4m3", "e5m2"]
+FP8_FORMATS: tuple[str, ...] = get_args(Fp8Format)
+#: the state of delayed scaling (:meth:`Recipe.init`)
+State = dict[str, jax.Array]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -60,14 +70,21 @@ class Recipe:
     source: str = ""
     scale_rounding: str = "floor"  # MX recipes: how the ue8m0 block scales are rounded
 
-    def init(self):
+    def init(self) -> State | None:
         """The recipe's state: delayed scaling's amax histories ``{"x", "w", "g"}``
         (float32 ``[history]``, zeros: the first step uses scale 1); None otherwise."""
         if self.scaling != "delayed":
             return None
         return {k: jnp.zeros((self.history,), F32) for k in ("x", "w", "g")}
 
-    def matmul(self, x, w, state=None, *, key=None):
+    def matmul(
+        self,
+        x: ArrayLike,
+        w: ArrayLike,
+        state: State | None = None,
+        *,
+        key: jax.Array | None = None,
+    ) -> jax.Array:
         """``x [..., K] @ w [K, N]`` -> float32 ``[..., N]`` under this recipe.
 
         Args:
@@ -130,9 +147,12 @@ class Recipe:
         if self.scaling == "block":
             return _fp8.GROUP
         texts = dict.fromkeys((self.forward, self.dgrad, self.wgrad))
-        return math.lcm(*(resolve(t, self.arch).k for t in texts))
+        # padded recipes name all three texts, of forms that have a k
+        return math.lcm(*(resolve(t, self.arch).k for t in texts))  # type: ignore[arg-type]
 
-    def dot_general(self, state=None, *, key=None):
+    def dot_general(
+        self, state: State | None = None, *, key: jax.Array | None = None
+    ) -> Callable[..., jax.Array]:
         """A ``jax.lax.dot_general`` stand-in running this recipe (the ``dot_general=``
         of flax's ``nn.Dense``): ``lhs [..., K]`` contracted with ``rhs [K, N]`` on
         ``dimension_numbers`` ``(((lhs.ndim - 1,), (0,)), ((), ()))``."""
@@ -241,8 +261,17 @@ def bf16(*, arch: str = "sm_90", instruction: str = BF16) -> Recipe:
                   source="baseline")  # fmt: skip
 
 
-def current_scaling(*, arch="sm_90", promote_every=4, margin=0, x_fmt="e4m3", w_fmt="e4m3",
-                    g_fmt="e5m2", grad_rounding="rn", instructions=None) -> Recipe:  # fmt: skip
+def current_scaling(
+    *,
+    arch: str = "sm_90",
+    promote_every: int | None = 4,
+    margin: int = 0,
+    x_fmt: Fp8Format = "e4m3",
+    w_fmt: Fp8Format = "e4m3",
+    g_fmt: Fp8Format = "e5m2",
+    grad_rounding: GradRounding = "rn",
+    instructions: Sequence[str] | None = None,
+) -> Recipe:
     """Per-tensor current scaling (torchao float8 "tensorwise": one scale per tensor from
     its own amax, computed at each step): forward e4m3 x e4m3, dgrad e5m2 x e4m3, wgrad
     e4m3 x e5m2, the backward reusing the forward's e4m3 x and w.
@@ -257,9 +286,19 @@ def current_scaling(*, arch="sm_90", promote_every=4, margin=0, x_fmt="e4m3", w_
     )  # fmt: skip
 
 
-def delayed_scaling(*, history=16, amax_compute="max", margin=0, arch="sm_90",
-                    promote_every=4, x_fmt="e4m3", w_fmt="e4m3", g_fmt="e5m2",
-                    grad_rounding="rn", instructions=None) -> Recipe:  # fmt: skip
+def delayed_scaling(
+    *,
+    history: int = 16,
+    amax_compute: AmaxCompute = "max",
+    margin: int = 0,
+    arch: str = "sm_90",
+    promote_every: int | None = 4,
+    x_fmt: Fp8Format = "e4m3",
+    w_fmt: Fp8Format = "e4m3",
+    g_fmt: Fp8Format = "e5m2",
+    grad_rounding: GradRounding = "rn",
+    instructions: Sequence[str] | None = None,
+) -> Recipe:
     """Transformer Engine's delayed scaling ("HYBRID": e4m3 forward, e5m2 backward): the
     scale of each tensor at step t is ``fmax / amax / 2**margin`` with ``amax`` the max
     (``amax_compute="max"``) or the latest (``"most_recent"``) of an amax history of the
@@ -274,8 +313,17 @@ def delayed_scaling(*, history=16, amax_compute="max", margin=0, arch="sm_90",
     )  # fmt: skip
 
 
-def rowwise(*, arch="sm_90", promote_every=4, margin=0, x_fmt="e4m3", w_fmt="e4m3",
-            g_fmt="e5m2", grad_rounding="rn", instructions=None) -> Recipe:  # fmt: skip
+def rowwise(
+    *,
+    arch: str = "sm_90",
+    promote_every: int | None = 4,
+    margin: int = 0,
+    x_fmt: Fp8Format = "e4m3",
+    w_fmt: Fp8Format = "e4m3",
+    g_fmt: Fp8Format = "e5m2",
+    grad_rounding: GradRounding = "rn",
+    instructions: Sequence[str] | None = None,
+) -> Recipe:
     """torchao float8 "rowwise": one scale per row of A and per column of B of each GEMM
     (along its K), applied as ``torch._scaled_mm``'s row-wise epilogue; each backward
     GEMM quantizes its operands along its own K from the high-precision x, w and G."""
@@ -286,7 +334,13 @@ def rowwise(*, arch="sm_90", promote_every=4, margin=0, x_fmt="e4m3", w_fmt="e4m
     )  # fmt: skip
 
 
-def blockwise(*, arch="sm_90", margin=0, grad_rounding="rn", instructions=None) -> Recipe:
+def blockwise(
+    *,
+    arch: str = "sm_90",
+    margin: int = 0,
+    grad_rounding: GradRounding = "rn",
+    instructions: Sequence[str] | None = None,
+) -> Recipe:
     """DeepSeek-V3's fine-grained fp8 (arXiv:2412.19437, section 3.3): e4m3 for every
     tensor; activations and gradients in 1 x 128 tiles, weights in 128 x 128 blocks;
     each 128-wide K group promoted to f32 with its two scales (the cuBLASLt block-scale
@@ -299,8 +353,13 @@ def blockwise(*, arch="sm_90", margin=0, grad_rounding="rn", instructions=None) 
     )  # fmt: skip
 
 
-def nvfp4(*, arch="sm_100a", instruction=NVFP4, grad_rounding="stochastic",
-          hadamard=True) -> Recipe:  # fmt: skip
+def nvfp4(
+    *,
+    arch: str = "sm_100a",
+    instruction: str = NVFP4,
+    grad_rounding: GradRounding = "stochastic",
+    hadamard: bool = True,
+) -> Recipe:
     """NVIDIA's NVFP4 pretraining recipe (arXiv:2509.25149): e2m1 with a ue4m3 scale per
     16 and a float32 scale per tensor in fprop, dgrad and wgrad; weights in 16 x 16
     blocks, activations and gradients 1 x 16 along K; a 16 x 16 random Hadamard transform
@@ -321,8 +380,9 @@ def nvfp4(*, arch="sm_100a", instruction=NVFP4, grad_rounding="stochastic",
     )  # fmt: skip
 
 
-def _mx_recipe(name, source, *, arch, instructions, x_fmt, w_fmt, g_fmt, formats,
-               scale_rounding, grad_rounding, arg="instructions") -> Recipe:  # fmt: skip
+def _mx_recipe(name, source, *, arch, instructions: tuple[str, str, str], x_fmt, w_fmt,
+               g_fmt, formats, scale_rounding, grad_rounding,
+               arg="instructions") -> Recipe:  # fmt: skip
     for n, v in (("x_fmt", x_fmt), ("w_fmt", w_fmt), ("g_fmt", g_fmt)):
         _choice(n, v, formats)
     _choice("scale_rounding", scale_rounding, _quant.SCALE_ROUNDINGS)
@@ -357,8 +417,16 @@ def _three(instructions, default):
     return tuple(instructions)
 
 
-def mxfp8(*, arch="sm_100a", x_fmt="e4m3", w_fmt="e4m3", g_fmt="e4m3", scale_rounding="floor",
-          grad_rounding="rn", instructions=None) -> Recipe:  # fmt: skip
+def mxfp8(
+    *,
+    arch: str = "sm_100a",
+    x_fmt: Fp8Format = "e4m3",
+    w_fmt: Fp8Format = "e4m3",
+    g_fmt: Fp8Format = "e4m3",
+    scale_rounding: ScaleRounding = "floor",
+    grad_rounding: GradRounding = "rn",
+    instructions: Sequence[str] | None = None,
+) -> Recipe:
     """MXFP8 training (OCP MX v1.0; torchao's MX linear layer): every GEMM of the layer
     on MXFP8 operands, each quantized along that GEMM's K in blocks of 32 with a ue8m0
     scale (``scale_rounding``: ``"floor"``, the OCP rule and torchao's
@@ -381,8 +449,13 @@ def mxfp8(*, arch="sm_100a", x_fmt="e4m3", w_fmt="e4m3", g_fmt="e4m3", scale_rou
     )  # fmt: skip
 
 
-def mxfp4(*, arch="sm_100a", instruction=MXFP4, scale_rounding="floor",
-          grad_rounding="rn") -> Recipe:  # fmt: skip
+def mxfp4(
+    *,
+    arch: str = "sm_100a",
+    instruction: str = MXFP4,
+    scale_rounding: ScaleRounding = "floor",
+    grad_rounding: GradRounding = "rn",
+) -> Recipe:
     """MXFP4 training (OCP MX v1.0; torchao's MX linear layer with ``float4_e2m1fn_x2``):
     :func:`mxfp8`'s GEMMs and blocks with e2m1 elements, on ``instruction`` for all three
     (default the ``tcgen05.mma kind::mxf4`` form of sm_100a; sm_120a's block-scaled

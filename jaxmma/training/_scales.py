@@ -8,19 +8,24 @@ amax is 0 or not finite (docs/recipes.md).
 
 from __future__ import annotations
 
+from typing import Any, Literal, get_args
+
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.typing import ArrayLike
 
 from ..bits import _formats
 
 F32 = jnp.float32
 #: the largest finite value of each fp8 element format
 FMAX = {"e4m3": float.fromhex("0x1.cp8"), "e5m2": float.fromhex("0x1.cp15")}  # 448, 57344
-ROUNDINGS = ("rn", "stochastic")
+#: rounding of the gradients
+GradRounding = Literal["rn", "stochastic"]
+ROUNDINGS: tuple[str, ...] = get_args(GradRounding)
 
 
-def amax(x, axis=None):
+def amax(x: ArrayLike, axis: int | tuple[int, ...] | None = None) -> jax.Array:
     """max |x| over ``axis`` (keepdims), float32; NaN/Inf ignored."""
     ints = axis if isinstance(axis, tuple) else (axis,)
     if axis is not None and not all(
@@ -32,7 +37,7 @@ def amax(x, axis=None):
     return jnp.max(a, axis=axis, keepdims=axis is not None)
 
 
-def scale_from_amax(a, fmt: str, margin: int = 0):
+def scale_from_amax(a: jax.Array, fmt: str, margin: int = 0) -> jax.Array:
     """``fmax / a / 2**margin`` (float32); 1 where ``a`` is 0 or not finite."""
     if fmt not in FMAX:
         raise ValueError(f"fmt: expected one of {', '.join(FMAX)}, got {fmt!r}")
@@ -50,7 +55,7 @@ def cast(x, scale, fmt: str, rounding: str = "rn", key=None):
 
     ``rounding="stochastic"`` draws ``jax.random.bits(key, x.shape, uint32)``."""
     y = jnp.asarray(x, F32) * scale
-    kw = {"rounding": rounding, "saturate": True}
+    kw: dict[str, Any] = {"rounding": rounding, "saturate": True}
     if rounding == "stochastic":
         kw["random_bits"] = jax.random.bits(key, y.shape, jnp.uint32)
     y = jax.lax.stop_gradient(y)

@@ -9,6 +9,7 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.typing import ArrayLike
 
 from ..bits import _formats
 from . import _scales
@@ -35,7 +36,7 @@ class Stats(NamedTuple):
     size: jax.Array
 
 
-def stats(x, fmt: str, scale=1.0) -> Stats:
+def stats(x: ArrayLike, fmt: str, scale: ArrayLike = 1.0) -> Stats:
     """Counts what a cast of ``x * scale`` to ``fmt`` loses at both ends of its range.
 
     ``x * scale`` is computed in float32 and rounded to nearest (ties to even) as the

@@ -18,7 +18,7 @@ import jax
 
 
 @functools.partial(jax.custom_jvp, nondiff_argnums=(1,))
-def no_derivative(x, message: str):
+def no_derivative(x: jax.Array, message: str) -> jax.Array:
     """``x`` unchanged; differentiating through it raises ``TypeError(message)``."""
     return x
 
