@@ -330,6 +330,12 @@ def _split_reduces(comps, parent: Computation, fusion: Instr, nb: int, f32: bool
                     and _adds(comps, u)
                 ):
                     found.append((user, u, comp))
+                elif u.opcode == "reduce" and _adds(comps, u) and user.operands[i] != fusion.name:
+                    raise ValueError(  # partials summed after a bitcast: not guessed
+                        f"%{fusion.name}: its output reaches %{u.name} in %{user.name} through "
+                        f"%{user.operands[i]}, other than as the operand of one split-K reduce: "
+                        "not understood"
+                    )
                 else:
                     other.append(f"%{u.name} ({u.opcode}) in %{user.name}")
     if found:
