@@ -8,7 +8,9 @@ rounded to its own output type, once :mod:`._replay_ops` has found that XLA:GPU 
 it with the same bits (an operation that an output depends on and whose GPU bits are not
 established is refused at trace time, or computed with a warning if asked). Dots are
 matched to the module's GEMM fusions by their operand types, batch sizes, ``{M, N}`` and
-K, in the order the jaxpr lists them (docs/xla_gpu.md says what this covers).
+K, in the order the jaxpr lists them, where that pairing cannot be wrong; a GEMM fusion
+the reader refuses refuses the dots it may compute, and only the outputs that depend on
+them (docs/xla_gpu.md says what this covers).
 """
 
 from __future__ import annotations
@@ -272,24 +274,29 @@ def gpu_replay(fn, compiled_text: str, *, unverified: str = "raise"):
         ``scan``, ``while`` or ``cond``).
       compiled_text: ``jax.jit(fn).lower(*args).compile().as_text()`` from an sm_90 GPU
         (XLA:GPU's Triton GEMM fusions, docs/xla_gpu.md).
-      unverified: ``"raise"`` (the default): a ``ValueError`` at trace time when an
-        output of ``fn`` depends on an operation whose XLA:GPU bits are not established
-        (a transcendental function, a float reduction, a division, a multiply that may
-        be contracted into an FMA, a bf16 result that may be kept in f32, ...), naming
-        each such operation, where it is and why; ``"compute"``: compute them as JAX
-        does on the default backend and warn (``UserWarning``) which they are.
+      unverified: what happens to an output that depends on an operation whose XLA:GPU
+        bits are not established (a dot whose GEMM fusion the reader refuses or cannot
+        pair, a transcendental function, a float reduction, a division, a multiply that
+        may be contracted into an FMA, a bf16 result that may be kept in f32, ...):
+        ``"raise"`` (the default): a ``ValueError`` at trace time naming each such
+        operation, where it is and why, and which outputs it reaches (outputs that do
+        not depend on one do not make it raise); ``"omit"``: every other output is
+        computed and each refused output is replaced by a :class:`jaxmma.Unverified`
+        (its index and reasons; it cannot be used as an array: converting it raises
+        the ``ValueError``); ``"compute"``: compute them as JAX does on the default
+        backend and warn (``UserWarning``) which they are.
 
     Returns:
       A function of the same arguments as ``fn`` returning ``fn``'s outputs, computed
       on the default backend: the dots with the GPU module's bits, every other
       operation as JAX computes it there (the same bits as the GPU's where it was not
-      refused), one operation at a time.
+      refused), one operation at a time; with ``unverified="omit"``, refused outputs
+      are :class:`jaxmma.Unverified` instead.
 
     Raises:
-      ValueError: malformed module text, a dot or reduce the reader does not cover,
-        dots of ``fn`` and GEMM fusions of the module that do not pair up, an output
-        that depends on an operation whose GPU bits are not established (unless
-        ``unverified="compute"``), an unknown ``unverified``.
+      ValueError: malformed module text (at once); at trace time an output that
+        depends on a refused operation (``unverified="raise"``), a dot inside a loop or
+        conditional, an unknown ``unverified``.
 
     Example:
       >>> import jax.numpy as jnp, jaxmma
