@@ -327,8 +327,7 @@ def _split_reduces(comps, parent: Computation, fusion: Instr, nb: int, f32: bool
                     and dims[0] < nb
                     and f32
                     and user.operands[i] == fusion.name
-                    and _adds(comps, u)
-                ):
+                ):  # a reduce of another kind than one add is refused by _reduce_order
                     found.append((user, u, comp))
                 elif u.opcode == "reduce" and _adds(comps, u) and user.operands[i] != fusion.name:
                     raise ValueError(  # partials summed after a bitcast: not guessed
