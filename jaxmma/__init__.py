@@ -9,6 +9,7 @@ from . import recipes as recipes
 from . import sparse as sparse
 from .gemm import DefaultArchWarning as DefaultArchWarning
 from .gemm import GemmOptions as GemmOptions
+from .gemm import Unverified as Unverified
 from .gemm import dot_general as dot_general
 from .gemm import gpu_replay as gpu_replay
 from .gemm import matmul as matmul
@@ -27,6 +28,7 @@ __all__ = [
     "DefaultArchWarning",
     "GemmOptions",
     "Instruction",
+    "Unverified",
     "all_instructions",
     "dot_general",
     "formats",

@@ -34,6 +34,7 @@ from ._gemm import DefaultArchWarning as DefaultArchWarning
 from ._gemm import dot_general as dot_general
 from ._gemm import matmul as matmul
 from ._hlo import dots as xla_gpu_dots
+from ._replay import Unverified as Unverified
 from ._replay import gpu_replay as gpu_replay
 from ._scaled_dot import FORMS as SCALED_FORMS
 from ._scaled_dot import scaled_dot_general as scaled_dot_general
@@ -41,6 +42,7 @@ from ._scaled_dot import scaled_matmul as scaled_matmul
 
 __all__ = [
     "SCALED_FORMS",
+    "Unverified",
     "DefaultArchWarning",
     "GemmOptions",
     "dot_general",

@@ -236,6 +236,8 @@ class GemmOptions:
       epilogue, alpha, beta, out_dtype: where C enters and how the result reaches the
         output type.
       convert_inputs: ``"f16"``: fp8 inputs converted exactly for an f16 instruction.
+      pad_k: K extended with +0 elements to this length before the split (XLA:GPU's K
+        padding).
       quantize: block-scaled forms: ``quantize(x, axis=...)`` for float A and B.
       check: sparse forms: check a traced A's structure when the program runs.
 
@@ -272,6 +274,7 @@ class GemmOptions:
     beta: float | None = None
     out_dtype: DTypeLike | None = None
     convert_inputs: str | None = None
+    pad_k: int | None = None
     quantize: Callable[..., Any] | None = None
     check: bool | None = None
 

@@ -130,6 +130,7 @@ def matmul(
     beta: float | None = None,
     out_dtype: DTypeLike | None = None,
     convert_inputs: str | None = None,
+    pad_k: int | None = None,
     scale_a: ArrayLike | None = None,
     scale_b: ArrayLike | None = None,
 ) -> jax.Array:
@@ -218,6 +219,10 @@ def matmul(
       convert_inputs: ``"f16"``: A and B are fp8 arrays (``float8_e4m3fn`` /
         ``float8_e5m2``) converted exactly to f16 for an f16 ``instruction``: the path
         Triton takes for fp8 dots with ``mma.sync`` on sm_90 (docs/xla_gpu.md).
+      pad_k: K extended with +0 elements (of A's columns and B's rows) to ``pad_k``
+        before anything else: what XLA:GPU computes where it pads a dot's K to a
+        multiple of its split (docs/xla_gpu.md); the zeros move where the slices and
+        k-steps fall. At least K; a ``ValueError`` otherwise.
       scale_a, scale_b: float32 fp8 scales beside A and B; their shapes name the recipe:
         per-tensor ``()``, row-wise ``[M, 1]`` / ``[1, N]``, DeepSeek-V3 block
         ``[M, ceil(K/128)]`` / ``[ceil(K/128), ceil(N/128)]`` (docs/gemm.md).
@@ -249,7 +254,7 @@ def matmul(
         wgrad_instruction=wgrad_instruction, split_k=split_k, k_tile=k_tile,
         split_rule=split_rule, split_reduce=split_reduce, input_rounding=input_rounding,
         epilogue=epilogue, alpha=alpha, beta=beta, out_dtype=out_dtype,
-        convert_inputs=convert_inputs, quantize=quantize, check=check,
+        convert_inputs=convert_inputs, quantize=quantize, check=check, pad_k=pad_k,
     )  # fmt: skip
     fields = merge(options, given, rounding)
     cfg, opts = validate(**fields)
@@ -269,6 +274,8 @@ def matmul(
         if C is not None and (opts is None or opts.epilogue is None):  # else: the epilogue's
             C = _operands.float64_operand(ins, ctype, C, "C")
     C = _prepare.broadcast_c(C, A, B)
+    if opts is not None and opts.pad_k is not None:
+        A, B = pad_k_operands(A, B, opts.pad_k)
     if opts is not None or scale_a is not None or scale_b is not None:
         return _kernel.matmul(cfg, opts, A, B, C, scale_a, scale_b, key=key)
     q = None
@@ -283,6 +290,22 @@ def matmul(
         if ins.sparse and (check or not _errors.is_traced(A)):
             _prepare.check_structure(ins, A)
     return _gemm_values(cfg, A, B, C, q)
+
+
+def pad_k_operands(A, B, pad_k: int):
+    """A ``[..., M, K]`` and B ``[..., K, N]`` with +0 elements appended to K up to
+    ``pad_k`` (the ``pad_k`` option); a ValueError naming it where K is longer."""
+    A, B = jnp.asarray(A), jnp.asarray(B)
+    K = A.shape[-1] if A.ndim else 0
+    if A.ndim < 2 or B.ndim < 2 or B.shape[-2] != K:
+        return A, B  # the shape check that follows names the mismatch
+    if pad_k < K:
+        raise ValueError(f"pad_k: K = {K} is longer than pad_k = {pad_k}")
+    if pad_k == K:
+        return A, B
+    A = jnp.pad(A, [(0, 0)] * (A.ndim - 1) + [(0, pad_k - K)])
+    B = jnp.pad(B, [(0, 0)] * (B.ndim - 2) + [(0, pad_k - K), (0, 0)])
+    return A, B
 
 
 def dot_general(

@@ -215,6 +215,14 @@ class DotPlan:
         return (tuple(sorted(self.types)), self.batch, tuple(sorted((self.M, self.N))), self.K)
 
 
+class Unread(ValueError):
+    """A GEMM fusion whose bits are not read, where its dot's signature is known."""
+
+    def __init__(self, message: str, signature: tuple):
+        super().__init__(message)
+        self.signature = signature
+
+
 def _called(ins: Instr, comps: dict) -> Computation:
     name = ins.attr("calls")
     if name is None or name.lstrip("%") not in comps:
@@ -266,36 +274,76 @@ def _reachable(comp: Computation, name: str) -> list:
 LAYOUT_OPS = ("bitcast", "copy", "reshape", "transpose")
 
 
-def _reduce_of(comps, parent: Computation, fusion: Instr):
-    """The split-K reduce fed by ``fusion``: ``(user fusion, reduce, its computation)``,
-    or None when nothing reduces the fusion's output. A reduce reached any other way
-    (after a bitcast or a transpose, a convert, an add) is a ValueError: not understood."""
-    found = None
+def _layout_ok(ins: Instr) -> bool:
+    """Whether ``ins`` has the default (descending, row-major) layout or none shown."""
+    m = re.search(r"\]\{([\d,]*)\}", ins.type)
+    if not m:
+        return True
+    dims = [int(d) for d in m.group(1).split(",") if d]
+    return dims == sorted(dims, reverse=True)
+
+
+def _adds(comps, red: Instr) -> bool:
+    """Whether ``red`` reduces with one add (a sum)."""
+    body = comps.get((red.attr("to_apply") or "").lstrip("%"))
+    return body is not None and [i.opcode for i in body.order if i.opcode != "parameter"] == ["add"]
+
+
+def _split_reduces(comps, parent: Computation, fusion: Instr, nb: int, f32: bool):
+    """The split-K reduces of ``fusion``'s output: ``[(user fusion, reduce, its
+    computation), ...]``, empty when its output is not reduced over a batch dimension
+    (a dot XLA did not split: its users read the dot's values).
+
+    A split-K reduce is a ``reduce`` in a fusion reading the GEMM fusion's output
+    (directly or through bitcasts) as the parameter it reduces, over one batch
+    dimension of the dot, of f32 partials. Every such reduce must be over the same
+    dimension; where one is found, any other use of the partials (a reduce of another
+    kind, an elementwise use of the parameter, a use outside a fusion) is a ValueError:
+    not understood."""
     values, todo = [fusion.name], [fusion.name]
-    while todo:  # the fusion's output and its layout changes
+    while todo:  # the fusion's output and its bitcasts
         for u in parent.users(todo.pop()):
-            if u.opcode in LAYOUT_OPS and u.name not in values:
+            if u.opcode == "bitcast" and u.name not in values and _layout_ok(u):
                 values.append(u.name)
                 todo.append(u.name)
+    found, other = [], []
     for user in parent.order:
-        if user.opcode != "fusion" or not set(user.operands) & set(values):
+        if not set(user.operands) & set(values) or user.name in values:
+            continue
+        if user.opcode != "fusion":
+            other.append(f"%{user.name} ({user.opcode})")
             continue
         comp = _called(user, comps)
         for p in comp.order:
             i = _index(p) if p.opcode == "parameter" else -1
             if i < 0 or i >= len(user.operands) or user.operands[i] not in values:
                 continue
-            for r in _reachable(comp, p.name):
-                if r.opcode != "reduce":
-                    continue
-                if user.operands[i] == fusion.name and r.operands[:1] == (p.name,):
-                    if found is None:
-                        found = (user, r, comp)
-                        continue
-                raise ValueError(
-                    f"%{fusion.name}: its output reaches %{r.name} in %{user.name} other "
-                    "than as the operand of one split-K reduce: not understood"
-                )
+            for u in comp.users(p.name):
+                dims = u.dims("dimensions")
+                if (
+                    u.opcode == "reduce"
+                    and u.operands[:1] == (p.name,)
+                    and len(dims) == 1
+                    and dims[0] < nb
+                    and f32
+                    and user.operands[i] == fusion.name
+                ):  # a reduce of another kind than one add is refused by _reduce_order
+                    found.append((user, u, comp))
+                elif u.opcode == "reduce" and _adds(comps, u) and user.operands[i] != fusion.name:
+                    raise ValueError(  # partials summed after a bitcast: not guessed
+                        f"%{fusion.name}: its output reaches %{u.name} in %{user.name} through "
+                        f"%{user.operands[i]}, other than as the operand of one split-K reduce: "
+                        "not understood"
+                    )
+                else:
+                    other.append(f"%{u.name} ({u.opcode}) in %{user.name}")
+    if found:
+        if len({r.dims("dimensions") for _, r, _ in found}) != 1 or other:
+            names = [f"%{r.name} in %{u.name}" for u, r, _ in found]
+            raise ValueError(
+                f"%{fusion.name}: its split-K partials are reduced by {names} and also "
+                f"read by {other or 'reduces over other dimensions'}: not understood"
+            )
     return found
 
 
@@ -343,23 +391,218 @@ def _reduce_order(comps, user: Instr, red: Instr, comp: Computation, S: int, whe
     )
 
 
-def dots(text: str) -> list:
-    """One :class:`DotPlan` per dot of the compiled module ``text``, in module order."""
+def _reduced_type(red: Instr, comp: Computation, where: str) -> str:
+    """The format the split-K sum reaches its users in: the type of the conversions
+    that are its only users, or f32 where it is used as it is (a root, an elementwise
+    use); a ValueError where both happen (two values of one dot)."""
+    users = comp.users(red.name)
+    kinds = {TYPES.get(u.dtype, u.dtype) if u.opcode == "convert" else "f32" for u in users}
+    if not users:
+        kinds = {"f32"}
+    if len(kinds) != 1:
+        raise ValueError(
+            f"{where}: the split-K sum %{red.name} is used both converted and as it is "
+            f"({sorted(kinds)}): two values of one dot, not covered"
+        )
+    return kinds.pop()
+
+
+#: operations between a GEMM fusion's parameter and its dot that keep a +0 element +0
+#: (so that zeros XLA appended to K stay zeros): conversions between floats, and
+#: ``maximum`` with a broadcast constant 0 (a fused ReLU)
+_KEEPS_ZERO = ("convert", "maximum")
+
+
+def _to_parameter(comp: Computation, name: str):
+    """The parameter that the dot operand ``name`` of a GEMM computation reads, through
+    operations that keep +0 elements +0 and the shape; None otherwise."""
+    ins = comp.instrs.get(name)
+    while ins is not None and ins.opcode != "parameter":
+        if ins.opcode not in _KEEPS_ZERO:
+            return None
+        rest = [comp.instrs.get(o) for o in ins.operands[1:]]
+        if ins.opcode == "maximum" and not all(_is_zero(comp, r) for r in rest):
+            return None
+        nxt = comp.instrs.get(ins.operands[0])
+        if nxt is None or nxt.shape != ins.shape:
+            return None
+        ins = nxt
+    return ins
+
+
+def _is_zero(comp: Computation, ins) -> bool:
+    """``ins`` is the constant +0 or a broadcast of it."""
+    while ins is not None and ins.opcode == "broadcast":
+        ins = comp.instrs.get(ins.operands[0])
+    return ins is not None and ins.opcode == "constant" and ins.args in ("0", "0.0")
+
+
+def _physical(ins: Instr) -> tuple:
+    """``(sizes in memory order, major first; position of each logical dimension)`` of
+    ``ins``'s array (its layout ``{minor, ..., major}``; none shown: row-major)."""
+    shape = ins.shape
+    m = re.search(r"\]\{([\d,]*)", ins.type)
+    minor = [int(d) for d in m.group(1).split(",") if d] if m else []
+    if sorted(minor) != list(range(len(shape))):
+        minor = list(range(len(shape)))[::-1]
+    major = minor[::-1]
+    return tuple(shape[d] for d in major), {d: i for i, d in enumerate(major)}
+
+
+def _pad_of(comps, parent: Computation, name: str):
+    """``(pad instruction, its computation, bitcast-free source)`` where the value
+    ``name`` of ``parent`` is a ``pad`` (or a fusion whose root is one) seen through
+    bitcasts; None otherwise."""
+    ins = parent.instrs.get(name)
+    while ins is not None and ins.opcode == "bitcast":
+        ins = parent.instrs.get(ins.operands[0])
+    if ins is None:
+        return None
+    index = None
+    if ins.opcode == "get-tuple-element":  # one output of a multi-output fusion
+        m = re.search(r"index=(\d+)", ins.attrs)
+        index = int(m.group(1)) if m else None
+        ins = parent.instrs.get(ins.operands[0]) if m else None
+        if ins is None or ins.opcode != "fusion":
+            return None
+    if ins.opcode == "pad" and index is None:
+        return ins, parent
+    if ins.opcode == "fusion":
+        comp = _called(ins, comps)
+        root = comp.order[-1] if comp.order else None
+        if root is not None and index is not None:
+            ok = root.opcode == "tuple" and index < len(root.operands)
+            root = comp.instrs.get(root.operands[index]) if ok else None
+        if root is not None and root.opcode == "pad":
+            return root, comp
+    return None
+
+
+def _k_padding(comps, parent, fusion, comp, dot, split_at, where):
+    """``(K, padded K)`` where XLA appended +0 elements to the dot's K before its GEMM
+    fusion, else None.
+
+    Seen in the module as a ``pad`` (alone or the root of a loop fusion) with +0 high
+    padding on one dimension, bitcast into the GEMM fusion's operand so that the padded
+    dimension is exactly the operand's K (its split dimension and the slice, when XLA
+    split K). Both operands must be padded alike, and nothing but conversions and a
+    ReLU may stand between the fusion's parameters and the dot (each keeps a +0 +0).
+    A pad of another form on K is a ValueError; a pad of M or N is not K padding (the
+    dot's M or N then differ from the function's, and the dot is not paired)."""
+    lb, rb = dot.dims("lhs_batch_dims"), dot.dims("rhs_batch_dims")
+    lc, rc = dot.dims("lhs_contracting_dims"), dot.dims("rhs_contracting_dims")
+    reads = []
+    for op, bd, cd in ((dot.operands[0], lb, lc), (dot.operands[1], rb, rc)):
+        group = ([bd[split_at]] if split_at is not None else []) + [cd[0]]
+        param = _to_parameter(comp, op)
+        i = _index(param) if param is not None else -1
+        found = (
+            _pad_of(comps, parent, fusion.operands[i]) if 0 <= i < len(fusion.operands) else None
+        )
+        if found is None:
+            reads.append(None)
+            continue
+        pad, pcomp = found
+        cfg = [tuple(int(x) for x in d.split("_")) for d in (pad.attr("padding") or "").split("x")]
+        shape, pos = _physical(pad)  # bitcasts keep the bytes: compare in memory order
+        g, gpos = _physical(param)
+        padded = [pos[j] for j, c in enumerate(cfg) if any(c)]
+        at = [gpos[d] for d in group]
+        lo, hi = at[0], at[-1] + 1
+        if at != list(range(lo, hi)):
+            reads.append(None)  # the split and the slice not adjacent in memory
+            continue
+        maps = (
+            len(padded) == 1
+            and len(cfg) == len(shape)
+            and (
+                math.prod(shape[: padded[0]]) == math.prod(g[:lo])
+                and shape[padded[0]] == math.prod(g[lo:hi])
+                and math.prod(shape[padded[0] + 1 :]) == math.prod(g[hi:])
+            )
+        )
+        if not maps:
+            if any(
+                math.prod(shape[:j]) < math.prod(g[:hi])
+                and math.prod(shape[: j + 1]) > math.prod(g[:lo])
+                for j in padded
+            ):
+                raise ValueError(
+                    f"{where}: the operand %{fusion.operands[i]} is padded by %{pad.name} "
+                    f"(padding={pad.attr('padding')}) across its K in a way not understood"
+                )
+            reads.append(None)
+            continue
+        padded = [j for j, c in enumerate(cfg) if any(c)]
+        c = cfg[padded[0]]
+        value = pcomp.instrs.get(pad.operands[1]) if len(pad.operands) > 1 else None
+        if len(c) != 2 or c[0] != 0 or c[1] <= 0 or not _is_zero(pcomp, value):
+            raise ValueError(
+                f"{where}: %{pad.name} pads K with padding={pad.attr('padding')} and value "
+                f"{value.args if value is not None else '?'}: only +0 elements appended "
+                "to K are covered"
+            )
+        n = pad.shape[padded[0]]
+        reads.append((n - c[1], n))
+    if reads[0] is None and reads[1] is None:
+        return None
+    if reads[0] != reads[1]:
+        raise ValueError(
+            f"{where}: K is padded on one operand only or unalike ({reads}): not understood"
+        )
+    return reads[0]
+
+
+@dataclasses.dataclass(frozen=True)
+class Refusal:
+    """A dot of the module whose bits are not read: ``fusion`` (the GEMM fusion, custom
+    call or dot), ``op_name`` (its metadata), ``reason`` (the ValueError's text), and
+    ``mn``: the sorted ``(M, N)`` of its dot where the text shows them, else None (it
+    could then be any dot of the function); ``signature``: as DotPlan's, where the
+    reader read the dot's shapes, split and K padding before it refused."""
+
+    fusion: str
+    op_name: str
+    reason: str
+    mn: tuple | None
+    signature: tuple | None = None
+
+    def could_be(self, signature: tuple) -> bool:
+        """Whether it may be the GEMM of a dot with ``signature`` (see DotPlan): its own
+        signature where the reader got that far, else its ``{M, N}``, else any."""
+        if self.signature is not None:
+            return self.signature == signature
+        return self.mn is None or self.mn == tuple(signature[2])
+
+
+def _mn(dot: Instr, comp: Computation):
+    """Sorted ``(M, N)`` of ``dot``'s free dimensions, or None where not readable."""
+    try:
+        lhs, rhs = (comp.instrs[o] for o in dot.operands[:2])
+        lb, rb = dot.dims("lhs_batch_dims"), dot.dims("rhs_batch_dims")
+        lc, rc = dot.dims("lhs_contracting_dims"), dot.dims("rhs_contracting_dims")
+        M = math.prod(d for i, d in enumerate(lhs.shape) if i not in lb and i not in lc)
+        N = math.prod(d for i, d in enumerate(rhs.shape) if i not in rb and i not in rc)
+    except (KeyError, ValueError):
+        return None
+    return tuple(sorted((M, N)))
+
+
+def read(text: str) -> list:
+    """One :class:`DotPlan` or :class:`Refusal` per dot of the compiled module ``text``:
+    library GEMM calls first, then the GEMM fusions in module order, then dots outside
+    them. Malformed text raises (nothing can be read from it)."""
     comps, _ = parse(text)
-    fused = set()
-    plans = []
+    out = []
     gemm_comps = set()
     for c in comps.values():
         for ins in c.order:
-            if ins.opcode == "fusion":
-                fused.add((ins.attr("calls") or "").lstrip("%"))
             if ins.opcode == "custom-call":
                 target = ins.attr("custom_call_target") or ""
                 if "gemm" in target.lower() or "matmul" in target.lower():
-                    raise ValueError(
+                    out.append(Refusal(ins.name, ins.op_name(), (
                         f"%{ins.name}: a library GEMM call ({target}) is not covered: only "
-                        "XLA's Triton GEMM fusions are"
-                    )
+                        "XLA's Triton GEMM fusions are"), None))  # fmt: skip
     for c in comps.values():
         for ins in c.order:
             if ins.opcode != "fusion":
@@ -367,14 +610,34 @@ def dots(text: str) -> list:
             cfg = _fusion_config(ins)
             if cfg.get("kind") in GEMM_KINDS:
                 gemm_comps.add((ins.attr("calls") or "").lstrip("%"))
-                plans.append(_plan(comps, c, ins, cfg))
+                try:
+                    out.append(_plan(comps, c, ins, cfg))
+                except Unread as e:
+                    out.append(Refusal(ins.name, ins.op_name(), str(e), None, e.signature))
+                except ValueError as e:
+                    called = comps.get((ins.attr("calls") or "").lstrip("%"))
+                    ds = [i for i in called.order if i.opcode == "dot"] if called else []
+                    mn = _mn(ds[0], called) if len(ds) == 1 else None
+                    out.append(Refusal(ins.name, ins.op_name(), str(e), mn))
     for c in comps.values():
         for ins in c.order:
             if ins.opcode == "dot" and c.name not in gemm_comps:
-                raise ValueError(
-                    f"%{ins.name} (in {c.name}): a dot outside a Triton GEMM fusion is not "
-                    "covered (its emitter's arithmetic is not modelled)"
+                why = (
+                    f"%{ins.name} (in {c.name}): a dot outside a Triton GEMM fusion is "
+                    "not covered (its emitter's arithmetic is not modelled)"
                 )
+                out.append(Refusal(ins.name, ins.op_name(), why, _mn(ins, c)))
+    return out
+
+
+def dots(text: str) -> list:
+    """One :class:`DotPlan` per dot of the compiled module ``text``, in module order; the
+    first dot not understood raises its ValueError (:func:`read` returns a
+    :class:`Refusal` for each instead)."""
+    plans = read(text)
+    for p in plans:
+        if isinstance(p, Refusal):
+            raise ValueError(p.reason)
     return plans
 
 
@@ -414,33 +677,53 @@ def _plan(comps, parent: Computation, fusion: Instr, cfg: dict) -> DotPlan:
     S, split_at, order, emitter, out = 1, None, None, "no split", TYPES.get(dot.dtype)
     if out is None:
         raise ValueError(f"{where}: a dot with {dot.dtype} output is not covered")
-    found = _reduce_of(comps, parent, fusion)
-    if found is not None:
-        user, red, rcomp = found
-        (d,) = red.dims("dimensions") or (None,)
-        if d is None or d >= nb or dot.dtype != "f32":
-            raise ValueError(
-                f"{where}: %{red.name} in %{user.name} reduces its output over dimension "
-                f"{red.dims('dimensions')}, not a split-K batch dimension"
-            )
-        S, split_at = out_shape[d], d
-        order, emitter = _reduce_order(comps, user, red, rcomp, S, where)
-        out = "f32"
-        for c in rcomp.users(red.name):
-            if c.opcode == "convert" and c.dtype in TYPES:
-                out = TYPES[c.dtype]
+    found = _split_reduces(comps, parent, fusion, nb, dot.dtype == "f32")
+    if found:
+        split_at = found[0][1].dims("dimensions")[0]
+        S = out_shape[split_at]
     batch = tuple(out_shape[i] for i in range(nb) if i != split_at)
     lfree = [i for i in range(len(lhs.shape)) if i not in lb and i not in lc]
     rfree = [i for i in range(len(rhs.shape)) if i not in rb and i not in rc]
     M = math.prod(lhs.shape[i] for i in lfree)
     N = math.prod(rhs.shape[i] for i in rfree)
     K = lhs.shape[lc[0]] * S
-    opts = _chain(where, a, b, warps, tile, dot)
+    padded = _k_padding(comps, parent, fusion, comp, dot, split_at, where)
+    if padded is not None:
+        if padded[1] != K:
+            raise ValueError(f"{where}: K padded to {padded[1]}, the dot reads {K}: not understood")
+        K = padded[0]
+    sig = (tuple(sorted((a, b))), batch, tuple(sorted((M, N))), K)
+    try:
+        after = [u for u in _reachable(comp, dot.name) if u.opcode not in LAYOUT_OPS]
+        if after:
+            raise ValueError(
+                f"{where}: {', '.join(f'%{u.name} ({u.opcode})' for u in after)} computes "
+                f"on %{dot.name}'s result inside the GEMM fusion (an epilogue): not covered"
+            )
+        if found:
+            reads = []
+            for user, red, rcomp in found:
+                order_i, emitter_i = _reduce_order(comps, user, red, rcomp, S, where)
+                reads.append((order_i, emitter_i, _reduced_type(red, rcomp, where)))
+            if len({(str(o), t) for o, _, t in reads}) != 1:
+                raise ValueError(
+                    f"{where}: its split-K partials are reduced by "
+                    f"{[f'%{r.name} in %{u.name}' for u, r, _ in found]} in different "
+                    f"orders or to different types ({[(e, t) for _, e, t in reads]}): one "
+                    "dot, two values, not covered"
+                )
+            order, emitter, out = reads[0]
+            emitter = " and ".join(dict.fromkeys(e for _, e, _ in reads))
+        opts = _chain(where, a, b, warps, tile, dot)
+    except ValueError as e:
+        raise Unread(str(e), sig) from None
+    if padded is not None:
+        opts["pad_k"] = padded[1]
     if S > 1:
         opts.update(split_k=S, split_rule="xla", split_reduce=order)
     opts["out_dtype"] = {"f32": "float32", "bf16": "bfloat16", "f16": "float16"}.get(out)
     if opts["out_dtype"] is None:
-        raise ValueError(f"{where}: an output of type {out} is not covered")
+        raise Unread(f"{where}: an output of type {out} is not covered", sig)
     return DotPlan(
         fusion.name, dot.op_name() or fusion.op_name(), (a, b), batch, M, N, K, S, order,
         emitter, warps, out, opts,

@@ -9,6 +9,8 @@ validated once at trace time with the argument named in every error:
   away from zero, as XLA:GPU's Triton GEMMs round f32 to tf32);
 * ``convert_inputs="f16"``: fp8 inputs converted exactly to f16 for an f16 instruction
   (Triton's ``mma.sync`` path for fp8 on sm_90, docs/xla_gpu.md);
+* ``pad_k``: K extended with +0 elements to ``pad_k`` before it is cut into slices (XLA:GPU
+  pads a dot's K to a multiple of its split, docs/xla_gpu.md);
 * the epilogue (``epilogue``, ``alpha``, ``beta``, ``out_dtype``): where C enters and with
   which roundings the result reaches the output type (:mod:`._epilogue`).
 
@@ -47,6 +49,7 @@ class KernelOptions:
     beta: float | None = None
     out_dtype: str | None = None  # "f32", "bf16", "f16" or None (the accumulator's)
     convert_inputs: str | None = None  # "f16": fp8 inputs converted exactly to f16
+    pad_k: int | None = None  # K extended with +0 elements to pad_k (XLA:GPU's K padding)
 
     @property
     def splits(self) -> bool:
@@ -110,13 +113,14 @@ def kernel_options(
     beta=None,
     out_dtype=None,
     convert_inputs=None,
+    pad_k=None,
 ) -> KernelOptions | None:
     """Validated :class:`KernelOptions` for instruction ``ins``; None when every option
     is at its default (the GEMM then runs exactly as without options)."""
     given = dict(
         split_k=split_k, k_tile=k_tile, split_rule=split_rule, split_reduce=split_reduce,
         input_rounding=input_rounding, epilogue=epilogue, alpha=alpha, beta=beta,
-        out_dtype=out_dtype, convert_inputs=convert_inputs,
+        out_dtype=out_dtype, convert_inputs=convert_inputs, pad_k=pad_k,
     )  # fmt: skip
     if all(v is None for v in given.values()):
         return None
@@ -179,6 +183,12 @@ def kernel_options(
                 f"convert_inputs, input_rounding: the fp8 -> f16 conversion is exact; "
                 f"input_rounding={input_rounding!r} contradicts it (give one of them)"
             )
+    if pad_k is not None:
+        if not _is_int(pad_k):
+            raise TypeError(f"pad_k: expected None or a positive int, got {pad_k!r}")
+        if pad_k < 1:
+            raise ValueError(f"pad_k: expected a positive length of K, got {pad_k}")
+        pad_k = int(pad_k)
     if epilogue not in EPILOGUES:
         raise ValueError(f"epilogue: expected one of {list(EPILOGUES)}, got {epilogue!r}")
     if ins.dtype not in ("f32", "f16"):
@@ -211,5 +221,5 @@ def kernel_options(
         raise ValueError("epilogue: 'rounded' rounds to the output type; give out_dtype too")
     return KernelOptions(
         S, k_tile, rule, red, input_rounding, epilogue, _scalar("alpha", alpha),
-        _scalar("beta", beta), out, convert_inputs,
+        _scalar("beta", beta), out, convert_inputs, pad_k,
     )  # fmt: skip

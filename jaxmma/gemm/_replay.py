@@ -8,7 +8,9 @@ rounded to its own output type, once :mod:`._replay_ops` has found that XLA:GPU 
 it with the same bits (an operation that an output depends on and whose GPU bits are not
 established is refused at trace time, or computed with a warning if asked). Dots are
 matched to the module's GEMM fusions by their operand types, batch sizes, ``{M, N}`` and
-K, in the order the jaxpr lists them (docs/xla_gpu.md says what this covers).
+K, in the order the jaxpr lists them, where that pairing cannot be wrong; a GEMM fusion
+the reader refuses refuses the dots it may compute, and only the outputs that depend on
+them (docs/xla_gpu.md says what this covers).
 """
 
 from __future__ import annotations
@@ -88,27 +90,73 @@ def signature(eqn) -> tuple:
 
 
 def match(eqns: list, plans: list) -> list:
-    """For each dot equation, the first unused plan with its signature."""
-    used = [False] * len(plans)
-    out = []
-    for i, e in enumerate(eqns):
-        sig = signature(e)
-        j = next((j for j, p in enumerate(plans) if not used[j] and p.signature() == sig), None)
-        if j is None:
-            raise ValueError(
-                f"compiled_text: dot {i} of fn (formats {sig[0]}, batch {sig[1]}, M x N "
-                f"{sig[2]}, K = {sig[3]}) has no GEMM fusion in the module (fusions: "
-                f"{[(p.fusion, p.signature()) for p in plans if not used[plans.index(p)]]})"
+    """For each dot equation, the first unused plan with its signature (every plan read;
+    a ValueError where a dot or a plan is left without its partner)."""
+    paired = pair(eqns, plans)
+    for i, p in enumerate(paired):
+        if isinstance(p, str):
+            raise ValueError(f"compiled_text: dot {i} of fn: {p}")
+    return paired
+
+
+def pair(eqns: list, entries: list) -> list:
+    """Per dot equation, the :class:`._hlo.DotPlan` that computes it, or the reason (a
+    str) why none is paired.
+
+    ``entries`` is :func:`._hlo.read`'s list. Dots are paired with GEMM fusions of the
+    same signature (formats, batch sizes, ``{M, N}``, K) in the order both list them,
+    and only where that pairing cannot be wrong: the module holds as many read fusions
+    of the signature as ``fn`` holds dots of it, and no refused fusion that could have
+    it. Otherwise every dot of that signature is refused: which fusion computes which
+    is not known (a refused fusion may be one of them; XLA may have merged or removed
+    dots)."""
+    plans = [p for p in entries if isinstance(p, _hlo.DotPlan)]
+    refused = [r for r in entries if isinstance(r, _hlo.Refusal)]
+    sigs = [signature(e) for e in eqns]
+    out: list = [None] * len(eqns)
+    for sig in dict.fromkeys(sigs):
+        idx = [i for i, s in enumerate(sigs) if s == sig]
+        cand = [p for p in plans if p.signature() == sig]
+        maybe = [r for r in refused if r.could_be(sig)]
+        shown = f"(formats {sig[0]}, batch {sig[1]}, M x N {sig[2]}, K = {sig[3]})"
+        if maybe:
+            why = "; ".join(r.reason for r in maybe)
+            if not cand and len(maybe) == len(idx) and all(r.signature == sig for r in maybe):
+                reason = f"its GEMM fusion is refused: {why}"
+            else:
+                reason = (
+                    f"a dot {shown} that the GEMM fusions {[p.fusion for p in cand]} or the "
+                    f"refused {[r.fusion for r in maybe]} may compute; which is not known, "
+                    f"and the refused are not read: {why}"
+                )
+        elif len(cand) != len(idx):
+            reason = (
+                f"{len(idx)} dot(s) of fn {shown} and {len(cand)} GEMM fusion(s) of the "
+                f"module with that signature {[p.fusion for p in cand]}: not paired (the "
+                "module was not compiled from this function and these shapes, or XLA "
+                "merged or removed dots)"
             )
-        used[j] = True
-        out.append(plans[j])
-    left = [p.fusion for p, u in zip(plans, used, strict=True) if not u]
-    if left:
-        raise ValueError(
-            f"compiled_text: GEMM fusions {left} match no dot of fn: the module was not "
-            "compiled from this function and these argument shapes"
-        )
+        else:
+            for i, p in zip(idx, cand, strict=True):
+                out[i] = p
+            continue
+        for i in idx:
+            out[i] = reason
     return out
+
+
+def problem(eqn, plan) -> str | None:
+    """Why ``plan`` cannot compute ``eqn`` (checked before anything runs), or None."""
+    (lc, _), _ = eqn.params["dimension_numbers"]
+    if len(lc) != 1:
+        return f"{plan.fusion}: a dot contracting {len(lc)} dimensions is not covered"
+    out_aval = eqn.outvars[0].aval
+    out = FORMATS.get(out_aval.dtype.name)
+    if out not in ("f32", "bf16", "f16"):
+        return f"{plan.fusion}: a dot with {out_aval.dtype} output is not covered"
+    if out != plan.out:
+        return f"{plan.fusion}: fn's dot gives {out}, the module converts its result to {plan.out}"
+    return None
 
 
 def replay_dot(eqn, plan, lhs, rhs):
@@ -140,7 +188,10 @@ def replay_dot(eqn, plan, lhs, rhs):
     return D.reshape(shape).astype(out_aval.dtype)
 
 
-def _eval(jaxpr, consts, args, plans):
+def _eval(jaxpr, consts, args, plans: dict):
+    """Evaluate ``jaxpr``; ``plans`` maps each dot equation (by id) to its plan, or to
+    None where it is refused (then computed as JAX computes it: ``"compute"`` mode, or
+    ``"omit"`` mode where no returned output reads it)."""
     env = {}
 
     def read(v):
@@ -153,8 +204,8 @@ def _eval(jaxpr, consts, args, plans):
     for e in jaxpr.eqns:
         ins = [read(v) for v in e.invars]
         name = e.primitive.name
-        if name == "dot_general":
-            outs = [replay_dot(e, next(plans), *ins)]
+        if name == "dot_general" and plans.get(id(e)) is not None:
+            outs = [replay_dot(e, plans[id(e)], *ins)]
         elif name in _replay_ops.MINMAX_REDUCE:
             outs = [ieee_minmax(e, *ins)]
         elif (
@@ -171,7 +222,49 @@ def _eval(jaxpr, consts, args, plans):
     return [read(v) for v in jaxpr.outvars]
 
 
-UNVERIFIED = ("raise", "compute")
+class Unverified:
+    """An output of ``gpu_replay(fn, text, unverified="omit")`` whose XLA:GPU bits are
+    not established, in the place of its value: ``index`` (its position among ``fn``'s
+    flattened outputs) and ``reasons`` (each operation it depends on that was refused:
+    what, where, why). It holds no value: converting it to an array (``jnp.asarray``,
+    ``np.asarray``, arithmetic through JAX) raises a ``ValueError`` with the reasons.
+    A pytree node without leaves, so the returned function jits."""
+
+    __slots__ = ("index", "reasons")
+
+    def __init__(self, index: int, reasons: tuple):
+        self.index = index
+        self.reasons = tuple(reasons)
+
+    def message(self) -> str:
+        lines = [f"output {self.index} of fn is not reproduced (gpu_replay refused it):"]
+        return "\n".join(lines + [f"  - {r}" for r in self.reasons])
+
+    def __repr__(self) -> str:
+        return f"Unverified(index={self.index}, reasons={list(self.reasons)!r})"
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, Unverified) and (self.index, self.reasons) == (
+            other.index,
+            other.reasons,
+        )
+
+    def __hash__(self) -> int:
+        return hash((self.index, self.reasons))
+
+    def __array__(self, *args, **kwargs):
+        raise ValueError(self.message())
+
+    def __jax_array__(self):
+        raise ValueError(self.message())
+
+
+jax.tree_util.register_pytree_node(
+    Unverified, lambda u: ((), (u.index, u.reasons)), lambda aux, _: Unverified(*aux)
+)
+
+
+UNVERIFIED = ("raise", "compute", "omit")
 
 
 def gpu_replay(
@@ -188,24 +281,29 @@ def gpu_replay(
         ``scan``, ``while`` or ``cond``).
       compiled_text: ``jax.jit(fn).lower(*args).compile().as_text()`` from an sm_90 GPU
         (XLA:GPU's Triton GEMM fusions, docs/xla_gpu.md).
-      unverified: ``"raise"`` (the default): a ``ValueError`` at trace time when an
-        output of ``fn`` depends on an operation whose XLA:GPU bits are not established
-        (a transcendental function, a float reduction, a division, a multiply that may
-        be contracted into an FMA, a bf16 result that may be kept in f32, ...), naming
-        each such operation, where it is and why; ``"compute"``: compute them as JAX
-        does on the default backend and warn (``UserWarning``) which they are.
+      unverified: what happens to an output that depends on an operation whose XLA:GPU
+        bits are not established (a dot whose GEMM fusion the reader refuses or cannot
+        pair, a transcendental function, a float reduction, a division, a multiply that
+        may be contracted into an FMA, a bf16 result that may be kept in f32, ...):
+        ``"raise"`` (the default): a ``ValueError`` at trace time naming each such
+        operation, where it is and why, and which outputs it reaches (outputs that do
+        not depend on one do not make it raise); ``"omit"``: every other output is
+        computed and each refused output is replaced by a :class:`jaxmma.Unverified`
+        (its index and reasons; it cannot be used as an array: converting it raises
+        the ``ValueError``); ``"compute"``: compute them as JAX does on the default
+        backend and warn (``UserWarning``) which they are.
 
     Returns:
       A function of the same arguments as ``fn`` returning ``fn``'s outputs, computed
       on the default backend: the dots with the GPU module's bits, every other
       operation as JAX computes it there (the same bits as the GPU's where it was not
-      refused), one operation at a time.
+      refused), one operation at a time; with ``unverified="omit"``, refused outputs
+      are :class:`jaxmma.Unverified` instead.
 
     Raises:
-      ValueError: malformed module text, a dot or reduce the reader does not cover,
-        dots of ``fn`` and GEMM fusions of the module that do not pair up, an output
-        that depends on an operation whose GPU bits are not established (unless
-        ``unverified="compute"``), an unknown ``unverified``.
+      ValueError: malformed module text (at once); at trace time an output that
+        depends on a refused operation (``unverified="raise"``), a dot inside a loop or
+        conditional, an unknown ``unverified``.
 
     Example:
       >>> import jax.numpy as jnp, jaxmma
@@ -217,24 +315,37 @@ def gpu_replay(
     """
     if unverified not in UNVERIFIED:
         raise ValueError(f"unverified: expected one of {UNVERIFIED}, got {unverified!r}")
-    plans = _hlo.dots(compiled_text)
+    entries = _hlo.read(compiled_text)
     facts = _hlo.emitters(compiled_text)
 
     def run(*args):
         closed, shape = jax.make_jaxpr(fn, return_shape=True)(*args)
-        findings, per_output = _replay_ops.check(closed, facts)
+        eqns = _dot_eqns(closed.jaxpr, [])
+        paired = pair(eqns, entries)
+        plans, refused = {}, {}
+        for e, p in zip(eqns, paired, strict=True):
+            why = p if isinstance(p, str) else problem(e, p)
+            plans[id(e)] = None if why else p
+            if why:
+                refused[id(e)] = why
+        findings, per_output = _replay_ops.check(closed, facts, refused)
         if any(per_output):
             text = _replay_ops.message(findings, per_output)
             if unverified == "raise":
                 raise ValueError(text)
-            warnings.warn(
-                text.replace("Pass unverified='compute' to compute", "Computed"),
-                stacklevel=2,
-            )
-        eqns = _dot_eqns(closed.jaxpr, [])
-        order = iter(match(eqns, plans))
+            if unverified == "compute":
+                text = text[: text.rindex("Pass unverified=")]
+                warnings.warn(
+                    text + "Computed them as JAX does on this backend (docs/xla_gpu.md).",
+                    stacklevel=2,
+                )
         flat = jax.tree.leaves(args)
-        outs = _eval(closed.jaxpr, closed.consts, flat, order)
+        outs = _eval(closed.jaxpr, closed.consts, flat, plans)
+        if unverified == "omit":
+            outs = [
+                Unverified(i, tuple(str(f) for f in findings if f in t)) if t else o
+                for i, (o, t) in enumerate(zip(outs, per_output, strict=True))
+            ]
         return jax.tree.unflatten(jax.tree.structure(shape), outs)
 
     return run

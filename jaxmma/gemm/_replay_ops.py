@@ -177,9 +177,10 @@ class _State:
     unrounded-in-a-fusion product (``prod``: may be contracted into an FMA) or a
     rounded bf16 / f16 result (``lowp``: may be kept in f32), its known values."""
 
-    def __init__(self, facts=None):
+    def __init__(self, facts=None, dots=None):
         self.taint, self.prod, self.lowp, self.vals = {}, {}, {}, {}
         self.facts = facts  # the module's _hlo.Emitters, or None: assume the worst
+        self.dots = dots or {}  # id(dot equation) -> why no GEMM fusion computes it
 
     def get(self, table, v, default=None):
         if isinstance(v, jcore.Literal):
@@ -243,7 +244,8 @@ def _walk(jaxpr, consts, st: _State, findings: list):
                     st.vals[vo] = st.values(vi)
             continue
         if name == "dot_general":
-            pass  # computed by the module's plan
+            if id(e) in st.dots:  # else computed by the module's plan
+                reasons.append("no GEMM fusion of the module is read for it: " + st.dots[id(e)])
         elif sub:
             inner_findings = []
             for j in sub:
@@ -391,12 +393,13 @@ def _convert(e, st) -> list:
     return []
 
 
-def check(closed_jaxpr, facts=None) -> tuple:
+def check(closed_jaxpr, facts=None, dots=None) -> tuple:
     """``(findings, per_output)`` of a closed jaxpr: every refused equation, and per
     output the findings it depends on (an empty set: the output is exact). ``facts``:
     the GPU module's :class:`._hlo.Emitters` (None: every emitter is assumed to
-    contract and to reduce max / min in an unknown way)."""
-    st = _State(facts)
+    contract and to reduce max / min in an unknown way); ``dots``: the dot equations
+    (by ``id``) that no read GEMM fusion computes, each with the reason."""
+    st = _State(facts, dots)
     findings: list = []
     jaxpr = closed_jaxpr.jaxpr
     _walk(jaxpr, closed_jaxpr.consts, st, findings)
@@ -418,7 +421,8 @@ def message(findings, per_output, where: str = "fn") -> str:
         outs = [i for i, t in enumerate(per_output) if f in t]
         lines.append(f"  - {f} (outputs {outs})")
     lines.append(
-        "Pass unverified='compute' to compute them as JAX does on this backend, with a "
-        "warning (docs/xla_gpu.md)."
+        "Pass unverified='omit' to get the other outputs (each refused one replaced by a "
+        "jaxmma.Unverified naming its reasons), or unverified='compute' to compute them "
+        "as JAX does on this backend, with a warning (docs/xla_gpu.md)."
     )
     return "\n".join(lines)
