@@ -593,7 +593,7 @@ def read(text: str) -> list:
     library GEMM calls first, then the GEMM fusions in module order, then dots outside
     them. Malformed text raises (nothing can be read from it)."""
     comps, _ = parse(text)
-    out = []
+    out: list[DotPlan | Refusal] = []
     gemm_comps = set()
     for c in comps.values():
         for ins in c.order:

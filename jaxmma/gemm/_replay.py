@@ -192,7 +192,7 @@ def _eval(jaxpr, consts, args, plans: dict):
     """Evaluate ``jaxpr``; ``plans`` maps each dot equation (by id) to its plan, or to
     None where it is refused (then computed as JAX computes it: ``"compute"`` mode, or
     ``"omit"`` mode where no returned output reads it)."""
-    env = {}
+    env: dict = {}
 
     def read(v):
         return v.val if isinstance(v, jcore.Literal) else env[v]
@@ -232,7 +232,7 @@ class Unverified:
 
     __slots__ = ("index", "reasons")
 
-    def __init__(self, index: int, reasons: tuple):
+    def __init__(self, index: int, reasons: tuple) -> None:
         self.index = index
         self.reasons = tuple(reasons)
 
@@ -243,7 +243,7 @@ class Unverified:
     def __repr__(self) -> str:
         return f"Unverified(index={self.index}, reasons={list(self.reasons)!r})"
 
-    def __eq__(self, other) -> bool:
+    def __eq__(self, other: object) -> bool:
         return isinstance(other, Unverified) and (self.index, self.reasons) == (
             other.index,
             other.reasons,
