@@ -622,10 +622,8 @@ def _match_tcgen05(word: str) -> tuple[Form, dict]:
 
 # ------------------------------------------------------------------------------- operands
 def _elem_bits(fmt: str, kind: str | None) -> int:
-    if fmt in ("e4m3", "e5m2", "e3m2", "e2m3") or (
-        fmt == "e2m1" and kind in ("f8f6f4", "mxf8f6f4")
-    ):
-        return 8
+    if fmt in _spec.F8F6F4 and (fmt != "e2m1" or kind in ("f8f6f4", "mxf8f6f4")):
+        return 8  # fp8, and fp6 / fp4 in their byte containers
     return {
         "f16": 16,
         "bf16": 16,
