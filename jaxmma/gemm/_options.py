@@ -24,7 +24,7 @@ import dataclasses
 import jax.numpy as jnp
 import numpy as np
 
-from ..bits import F8F6F4, FORMATS
+from ..bits import DTYPES, F8F6F4
 
 #: how K is cut into slices (docs/gemm.md, "Split-K")
 SPLIT_RULES = ("cublas", "cutlass", "xla")
@@ -35,7 +35,7 @@ INPUT_ROUNDINGS = ("rn", "rna", "rz", "stochastic")
 #: accumulator rounded to the output type first, then C added in f32 and rounded again)
 EPILOGUES = (None, "f32", "rounded")
 #: output dtype name -> output format
-OUT_DTYPES = {FORMATS[fmt].dtype: fmt for fmt in ("f32", "bf16", "f16")}
+OUT_DTYPES = {DTYPES[fmt].name: fmt for fmt in ("f32", "bf16", "f16")}
 
 
 @dataclasses.dataclass(frozen=True)
