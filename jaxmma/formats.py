@@ -1,12 +1,12 @@
 """Element formats of PTX ISA 9.7.14.2-3: decode, encode with every rounding, packing."""
 
-from .bits._formats import FORMATS as FORMATS
+from .bits import FORMATS as FORMATS
+from .bits import Format as Format
+from .bits import get_format as get_format
 from .bits._formats import Fields as Fields
-from .bits._formats import Format as Format
 from .bits._formats import decode as decode
 from .bits._formats import encode as encode
 from .bits._formats import fields as fields
-from .bits._formats import get_format as get_format
 from .bits._formats import round_to_format as round_to_format
 from .bits._packing import bits_from_container as from_container
 from .bits._packing import container_from_bits as to_container

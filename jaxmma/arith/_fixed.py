@@ -38,7 +38,7 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
-from ..bits import _formats, _wide
+from ..bits import OUT_FORMATS, _formats, _wide
 from ..util import _xla
 from . import _numerics
 from ._numerics import BlockModel
@@ -226,7 +226,7 @@ def round_sum(neg, mag, unit, dtype: str, model: BlockModel):
     ``model.f32_mantissa`` bits; f16 to nearest even; subnormals; overflow to Inf; a zero
     result is +0), in 32-bit operations.
     """
-    out = _numerics.OUT_FORMATS[dtype]
+    out = OUT_FORMATS[dtype]
     man = out.man
     cut = 0
     if dtype == "f32" and model.f32_mantissa < man:

@@ -14,13 +14,10 @@ from __future__ import annotations
 import jax.numpy as jnp
 from jax import lax
 
-from ..bits._wide import BF16, F16, F32
+from ..bits import CANONICAL_NAN, OUT_FORMATS
 from ..util import _xla
 
 I32 = jnp.int32
-#: the NaN the hardware's adds and conversions produce
-CANONICAL_NAN = {"f32": 0x7FFFFFFF, "f16": 0x7FFF, "bf16": 0x7FFF}
-OUT_FORMATS = {"f32": F32, "f16": F16, "bf16": BF16}
 
 
 def i32(v: int):

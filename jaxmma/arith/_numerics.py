@@ -19,12 +19,10 @@ from typing import NamedTuple
 
 import jax.numpy as jnp
 
-from ..bits import _formats, _wide
+from ..bits import CANONICAL_NAN, OUT_FORMATS, _formats, _wide
 from ._int32 import convert_bits, ieee_add_f32
 
 U32 = jnp.uint32
-CANONICAL_NAN = {"f32": 0x7FFFFFFF, "f16": 0x7FFF, "bf16": 0x7FFF}
-OUT_FORMATS = {"f32": _wide.F32, "f16": _wide.F16, "bf16": _wide.BF16}
 
 
 class Terms(NamedTuple):

@@ -51,6 +51,7 @@ import numpy as np
 from jax import lax
 from jax.typing import ArrayLike
 
+from ..spec import _spec
 from ..util import _grad, _xla
 from . import _doubles
 
@@ -148,6 +149,20 @@ FORMATS: dict[str, Format] = {
         _int("s32", 32, True, "int32"),
     )
 }  # fmt: skip
+
+# ---------------------------------------------------------------------------------------
+# The registry: what the other floors know of the formats, read from here (``jaxmma.bits``)
+#: the fp8 element formats, and those of ``kind::f8f6f4`` (fp8, fp6, fp4), in the spec's
+#: order: the spec's own type lists (:mod:`jaxmma.spec._spec`), written there once
+FP8: tuple[str, ...] = _spec.F8
+F8F6F4: tuple[str, ...] = _spec.F8F6F4
+#: format -> the JAX dtype of exactly its values (ml_dtypes' name, ``Format.dtype``)
+DTYPES: dict[str, np.dtype] = {n: jnp.dtype(f.dtype) for n, f in FORMATS.items() if f.dtype}
+#: dtype name -> format: the inverse of :data:`DTYPES`
+FORMAT_OF_DTYPE: dict[str, str] = {f.dtype: n for n, f in FORMATS.items() if f.dtype}
+#: block-scale format -> the dtype whose byte holds it (a ue4m3 scale in a float8_e4m3fn
+#: byte, its sign bit ignored)
+SCALE_DTYPES: dict[str, np.dtype] = {"ue8m0": DTYPES["ue8m0"], "ue4m3": DTYPES["e4m3"]}
 
 
 class Fields(NamedTuple):

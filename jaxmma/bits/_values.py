@@ -15,18 +15,11 @@ from jax import lax
 from ..util import _errors, _xla
 from . import _formats
 
-# format -> the jnp dtype whose bits are the element's bits
+#: format -> the jnp dtype whose bits are the element's bits: the registry's dtype of the
+#: formats that fill their bytes, float32 for ``.tf32``
 DTYPES = {
-    "f16": jnp.float16,
-    "bf16": jnp.bfloat16,
-    "tf32": jnp.float32,
-    "f32": jnp.float32,
-    "f64": jnp.float64,
-    "e4m3": jnp.float8_e4m3fn,
-    "e5m2": jnp.float8_e5m2,
-    "s32": jnp.int32,
-    "s8": jnp.int8,
-    "u8": jnp.uint8,
+    fmt: _formats.DTYPES["f32" if fmt == "tf32" else fmt]
+    for fmt in ("f16", "bf16", "tf32", "f32", "f64", *_formats.FP8, "s32", "s8", "u8")
 }
 UNSIGNED = (np.uint8, np.uint16, np.uint32, np.uint64)
 

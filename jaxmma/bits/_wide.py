@@ -17,6 +17,7 @@ import jax.numpy as jnp
 from jax import lax
 
 from ..util import _xla
+from . import _formats
 
 LIMB = 16
 MASK = 0xFFFF
@@ -168,10 +169,25 @@ class FloatFormat(NamedTuple):
     def nbits(self) -> int:
         return 1 + self.exp + self.man
 
+    @property
+    def canonical_nan(self) -> int:
+        """The NaN the hardware's sums, adds and conversions write: sign clear, every
+        exponent and mantissa bit set (f32 ``0x7FFFFFFF``, f16 / bf16 ``0x7FFF``)."""
+        return (1 << (self.nbits - 1)) - 1
 
-F32 = FloatFormat(23, 8, 127)
-F16 = FloatFormat(10, 5, 15)
-BF16 = FloatFormat(7, 8, 127)
+
+def _out(name: str) -> FloatFormat:
+    f = _formats.FORMATS[name]
+    return FloatFormat(f.mant_bits, f.exp_bits, f.bias)
+
+
+F32 = _out("f32")
+F16 = _out("f16")
+BF16 = _out("bf16")
+#: the output (accumulator) formats of the floating forms
+OUT_FORMATS: dict[str, FloatFormat] = {"f32": F32, "f16": F16, "bf16": BF16}
+#: the canonical NaN of each output format (:attr:`FloatFormat.canonical_nan`)
+CANONICAL_NAN: dict[str, int] = {n: f.canonical_nan for n, f in OUT_FORMATS.items()}
 
 
 def round_to_float(

@@ -48,7 +48,7 @@ from jax import lax
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import triton as plgpu
 
-from ..bits import _formats
+from ..bits import CANONICAL_NAN, _formats
 from ..models import _group_gemm
 from ..models._table import GROUP, GROUP_E_ZERO, GROUP_F
 from ..util import _xla
@@ -58,7 +58,6 @@ F32 = jnp.float32
 F16 = jnp.float16
 I32 = jnp.int32
 U32 = jnp.uint32
-CANONICAL_NAN = 0x7FFFFFFF
 STEP_GROUPS = _group_gemm.STEP_GROUPS
 _LO = _formats.FORMATS["e2m1"].min_exp  # a half unit is 2**_LO
 #: the exponent of a scale whose significand is 0: its groups never reach e_max
@@ -416,7 +415,7 @@ def _operands(ins, A, B, C, SA, SB):
     nan = jnp.any(na, axis=-1)[..., :, None] | jnp.any(nb, axis=-2)[..., None, :]
     ci = lax.bitcast_convert_type(C, I32)
     nan = nan | ((ci & 0x7FFFFFFF) > 0x7F800000)
-    ci = jnp.where(nan, I32(CANONICAL_NAN), ci)
+    ci = jnp.where(nan, I32(CANONICAL_NAN["f32"]), ci)
     K = A.shape[-1]
     g, block = K // GROUP, K // SA.shape[-1]
     a = va * jnp.repeat(sa, block, axis=-1).astype(F32)

@@ -45,22 +45,15 @@ from jax import lax
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import triton as plgpu
 
+from ..bits import CANONICAL_NAN, FP8, _values
 from . import _partition, _recipes, _triton_ops
 
 F32 = jnp.float32
 EXECUTORS = ("auto", "native", "emulate")
 #: element dtypes the kernel feeds to its dots
-_DTYPES = {
-    "bf16": jnp.bfloat16,
-    "f16": jnp.float16,
-    "e4m3": jnp.float8_e4m3fn,
-    "e5m2": jnp.float8_e5m2,
-    "tf32": jnp.float32,
-}
-FP8 = ("e4m3", "e5m2")
+_DTYPES = {fmt: _values.DTYPES[fmt] for fmt in ("bf16", "f16", *FP8, "tf32")}
 #: the bits of a tf32 register the model reads (the low 13 are ignored)
 TF32_MASK = 0xFFFFE000
-CANONICAL_NAN = 0x7FFFFFFF
 
 
 @dataclasses.dataclass(frozen=True)
@@ -279,7 +272,7 @@ def _kernel(
         if factors == 2:
             d = _triton_ops.ffma(d, jnp.broadcast_to(sa_ref[...], shape), neg0)
     bits = lax.bitcast_convert_type(d, jnp.int32)
-    d_ref[...] = jnp.where(d != d, jnp.int32(CANONICAL_NAN), bits)  # NaN: the model's NaN
+    d_ref[...] = jnp.where(d != d, jnp.int32(CANONICAL_NAN["f32"]), bits)  # NaN: the model's NaN
 
 
 def _loop(n: int, body, init):

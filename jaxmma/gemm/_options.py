@@ -24,6 +24,8 @@ import dataclasses
 import jax.numpy as jnp
 import numpy as np
 
+from ..bits import DTYPES, F8F6F4
+
 #: how K is cut into slices (docs/gemm.md, "Split-K")
 SPLIT_RULES = ("cublas", "cutlass", "xla")
 #: orders in which the f32 partials are added (a nested tuple of slice indices also works)
@@ -32,7 +34,8 @@ INPUT_ROUNDINGS = ("rn", "rna", "rz", "stochastic")
 #: where C enters: None (the chain's start), "f32" (one f32 epilogue), "rounded" (the
 #: accumulator rounded to the output type first, then C added in f32 and rounded again)
 EPILOGUES = (None, "f32", "rounded")
-OUT_DTYPES = {"float32": "f32", "bfloat16": "bf16", "float16": "f16"}
+#: output dtype name -> output format
+OUT_DTYPES = {DTYPES[fmt].name: fmt for fmt in ("f32", "bf16", "f16")}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -165,7 +168,7 @@ def kernel_options(
                 f"input_rounding: expected None or one of {list(INPUT_ROUNDINGS)}, got "
                 f"{input_rounding!r}"
             )
-        if ins.atype not in ("f16", "bf16", "tf32", "e4m3", "e5m2", "e3m2", "e2m3", "e2m1"):
+        if ins.atype not in ("f16", "bf16", "tf32", *F8F6F4):
             raise ValueError(
                 f"input_rounding: only float element types are rounded; {ins.text} takes "
                 f".{ins.atype} inputs"

@@ -51,7 +51,7 @@ import numpy as np
 from jax import lax
 
 from ..arith import _fixed, _int32, _numerics
-from ..bits import _formats
+from ..bits import CANONICAL_NAN, FP8, OUT_FORMATS, _formats
 from ..models import _table
 from ..util import _xla
 from . import _partition
@@ -143,7 +143,7 @@ def plan(cfg) -> Plan | None:
     ins = cfg.ins
     if ins.opcode not in ("mma", "wgmma.mma_async") or ins.sparse or ins.stype or ins.kind:
         return None
-    if ins.atype not in ("bf16", "f16", "tf32", "e4m3", "e5m2"):
+    if ins.atype not in ("bf16", "f16", "tf32", *FP8):
         return None
     if ins.dtype not in ("f32", "f16") or ins.ctype != ins.dtype:
         return None  # (mixed C / D types chain through a conversion: the XLA path)
@@ -162,7 +162,7 @@ def plan(cfg) -> Plan | None:
     if gen == 90 and ins.shape == "m8n8k4":
         return None
     k = ins.k
-    fp8 = ins.atype in _table.FP8 and not wgmma  # wgmma fp8: one chain, C first
+    fp8 = ins.atype in FP8 and not wgmma  # wgmma fp8: one chain, C first
     if fp8:
         if gen != 90 or ins.dtype != "f32" or ins.ctype != "f32":
             return None
@@ -319,10 +319,10 @@ def _block(p: Plan, refs, s, j: int, c, c_fmt: str):
     else:
         bits = _int32.round_bits(neg, mag, unit, p.dtype, p.f32_mantissa, nearest=p.dtype == "f16")
 
-    out = _numerics.OUT_FORMATS[p.dtype]
+    out = OUT_FORMATS[p.dtype]
     inf_bits = I32(((1 << out.exp) - 1) << out.man)
     neg_inf = _int32.i32((((1 << out.exp) - 1) << out.man) | (1 << (out.nbits - 1)))
-    nan_bits = I32(_int32.CANONICAL_NAN[p.dtype])
+    nan_bits = I32(CANONICAL_NAN[p.dtype])
 
     def with_inf(bits, c):  # the codes of C and the products summed as the engine does
         _, _, _, _, c_neg, c_nan, c_inf = _int32.c_fields(c, c_fmt)

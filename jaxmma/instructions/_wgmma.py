@@ -35,7 +35,6 @@ from ..models import _models
 from ..models._wgmma import INTEGER
 from ..util import _shapes
 
-FP8 = ("e4m3", "e5m2")
 #: the sign bit of each floating input format (tf32: the f32 register's)
 SIGN_BIT = {"f16": 15, "bf16": 15, "tf32": 31, "e4m3": 7, "e5m2": 7}
 

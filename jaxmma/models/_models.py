@@ -21,10 +21,10 @@ import jax.numpy as jnp
 import numpy as np
 
 from ..arith import _float64, _integer, _numerics
-from ..bits import _formats, _packing
+from ..bits import F8F6F4, FP8, _formats, _packing
 from . import _scaled, _tcgen05, _wgmma
 from ._chain import chain
-from ._table import F8F6F4, FP8, block_model, family
+from ._table import block_model, family
 
 
 def gather_rows(B, sparse_idx):

@@ -11,11 +11,7 @@ kernel-neutral core of :mod:`jaxmma.arith`.
 from __future__ import annotations
 
 from ..arith._numerics import BlockModel
-
-#: fp8 element types
-FP8 = ("e4m3", "e5m2")
-#: element types of kind::f8f6f4
-F8F6F4 = ("e4m3", "e5m2", "e3m2", "e2m3", "e2m1")
+from ..bits import F8F6F4, FP8
 
 
 def family(n: int) -> int:

@@ -15,10 +15,10 @@ from __future__ import annotations
 import jax.numpy as jnp
 
 from ..arith import _integer, _numerics
-from ..bits import _formats, _packing
+from ..bits import F8F6F4, _formats, _packing
 from . import _scaled
 from ._chain import chain
-from ._table import F8F6F4, tcgen05_block_model
+from ._table import tcgen05_block_model
 
 
 def _fields(ins, fmt: str, bits):

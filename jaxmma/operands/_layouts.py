@@ -39,6 +39,9 @@ from typing import NamedTuple
 
 import numpy as np
 
+from ..bits import F8F6F4, FORMATS, _values
+from ..spec import _spec
+
 __all__ = [
     "Layout",
     "MetadataFormat",
@@ -292,61 +295,62 @@ def _quad_pair(lane, *, operand: str, layout: str, ctype: str, nelem: int):
 
 
 # ---------------------------------------------------------------------------------------
-# The forms whose fragments this module knows (9.7.14.1-2, 9.7.14.5.14, 9.7.14.6.3)
+# The forms whose fragments this module knows: the spec's mma and mma.sp forms (9.7.14.1-2,
+# 9.7.14.5.14, 9.7.14.6.3), read from its table
 class _Group(NamedTuple):
     types: tuple[str, ...]  # atype and btype (any mix within the group)
     ctypes: tuple[str, ...]
     kinds: tuple[str | None, ...]
 
 
-_F8F6F4 = ("e4m3", "e5m2", "e3m2", "e2m3", "e2m1")
-_G_F16 = _Group(("f16",), ("f16", "f32"), (None,))
-_G_BF16 = _Group(("bf16",), ("f32",), (None,))
-_G_TF32 = _Group(("tf32",), ("f32",), (None,))
-_G_F64 = _Group(("f64",), ("f64",), (None,))
-_G_I8 = _Group(("s8", "u8"), ("s32",), (None,))
-_G_I4 = _Group(("s4", "u4"), ("s32",), (None,))
-_G_B1 = _Group(("b1",), ("s32",), (None,))
-_G_F8 = _Group(("e4m3", "e5m2"), ("f16", "f32"), (None,))
-_G_F8_SP = _Group(("e4m3", "e5m2"), ("f32",), (None,))
-_G_F8F6F4 = _Group(_F8F6F4, ("f16", "f32"), ("f8f6f4",))
-_G_MXF8F6F4 = _Group(_F8F6F4, ("f32",), ("mxf8f6f4",))
-_G_MXF4 = _Group(("e2m1",), ("f32",), ("mxf4", "mxf4nvf4"))
-
-_FORMS: dict[tuple[bool, str], tuple[_Group, ...]] = {
-    (False, "m8n8k4"): (_G_F16, _G_F64),
-    (False, "m8n8k16"): (_G_I8,),
-    (False, "m8n8k32"): (_G_I4,),
-    (False, "m8n8k128"): (_G_B1,),
-    (False, "m16n8k4"): (_G_TF32, _G_F64),
-    (False, "m16n8k8"): (_G_F16, _G_BF16, _G_TF32, _G_F64),
-    (False, "m16n8k16"): (_G_F16, _G_BF16, _G_F64, _G_I8, _G_F8),
-    (False, "m16n8k32"): (_G_I8, _G_I4, _G_F8, _G_F8F6F4, _G_MXF8F6F4),
-    (False, "m16n8k64"): (_G_I4, _G_MXF4),
-    (False, "m16n8k128"): (_G_B1,),
-    (False, "m16n8k256"): (_G_B1,),
-    (True, "m16n8k8"): (_G_TF32,),
-    (True, "m16n8k16"): (_G_F16, _G_BF16, _G_TF32),
-    (True, "m16n8k32"): (_G_F16, _G_BF16, _G_I8),
-    (True, "m16n8k64"): (_G_I8, _G_F8_SP, _G_F8F6F4, _G_MXF8F6F4, _G_I4),
-    (True, "m16n8k128"): (_G_I4, _G_MXF4),
-}
-_KINDS = ("f8f6f4", "mxf8f6f4", "mxf4", "mxf4nvf4")
-
-# Bits of one element slot in a register (e2m1 is 4 bits only under kind::mxf4*).
-_BITS = {"f16": 16, "bf16": 16, "tf32": 32, "f32": 32, "s32": 32, "f64": 64, "b1": 1}
-_BITS.update(dict.fromkeys(("s8", "u8", *_F8F6F4), 8))
-_BITS.update(dict.fromkeys(("s4", "u4"), 4))
+def _in_order(values, order: tuple) -> tuple:
+    return tuple(sorted(values, key=order.index))
 
 
-def _elem_bits(dtype: str, kind: str | None) -> int:
-    if dtype == "e2m1" and kind in ("mxf4", "mxf4nvf4"):
-        return 4
-    return _BITS[dtype]
+def _spec_groups() -> dict[tuple[bool, str], tuple[_Group, ...]]:
+    """``(sparse, shape)`` -> the groups of the spec's ``mma`` forms of that shape: element
+    types that A and B may mix under one kind, with their accumulator types; kinds with
+    the same types and accumulators (``mxf4``, ``mxf4nvf4``) share a group.
+
+    Types in the registry's order; in a shape, the groups of no kind first (16- to 64-bit
+    floats, integers, fp8), then those of each kind; shapes by ``m``, ``n``, ``k``."""
+    mma = [f for f in _spec.FORMS if f.opcode == "mma"]
+    kinds, names = _unique(f.kind for f in mma), tuple(FORMATS)
+    parts: dict[tuple[bool, str, str | None], list[tuple[set, set]]] = {}
+    for f in mma:  # the types an a/b pair joins, and their accumulators
+        found = parts.setdefault((f.sparse is not None, f.shape, f.kind), [])
+        pair = {f.atype, f.btype}
+        joined = [p for p in found if p[0] & pair]
+        types = pair.union(*(p[0] for p in joined))
+        ctypes = {f.ctype}.union(*(p[1] for p in joined))
+        found[:] = [p for p in found if not p[0] & pair] + [(types, ctypes)]
+    merged: dict[tuple[bool, str], dict[tuple, list]] = {}
+    for (sparse, shape, kind), found in parts.items():
+        for types, ctypes in found:
+            key = (_in_order(types, names), _in_order(ctypes, names))
+            merged.setdefault((sparse, shape), {}).setdefault(key, []).append(kind)
+    out = {}
+    for sparse, shape in sorted(merged, key=lambda k: (k[0], _parse_shape(k[1]))):
+        groups = [
+            _Group(t, c, _in_order(ks, kinds)) for (t, c), ks in merged[(sparse, shape)].items()
+        ]
+        groups.sort(
+            key=lambda g: (kinds.index(g.kinds[0]), g.types[0] in F8F6F4, names.index(g.types[0]))
+        )
+        out[(sparse, shape)] = tuple(groups)
+    return out
 
 
 def _unique(values) -> tuple:
     return tuple(dict.fromkeys(values))
+
+
+_FORMS = _spec_groups()
+
+
+def _elem_bits(dtype: str, kind: str | None) -> int:
+    """Bits of one element slot in a register (e2m1 is 4 bits only under kind::mxf4*)."""
+    return _values.container_bits(dtype, kind)
 
 
 def _kind_name(kind) -> str:
@@ -470,7 +474,7 @@ def mma_layout(
 def _mma_table(operand, shape, atype, btype, ctype, alayout, blayout, sparse, kind) -> Layout:
     m, n, k = _parse_shape(shape)
     if operand == "c":
-        nelem, bits = m * n // 32, _BITS[ctype]
+        nelem, bits = m * n // 32, _elem_bits(ctype, None)
     elif operand == "a":
         nelem, bits = m * (k // 2 if sparse else k) // 32, _elem_bits(atype, kind)
     else:
@@ -530,7 +534,7 @@ _META = {
         (("s8", "u8"), _meta_pair_rows, 4, (0, 1)),
     ),
     "m16n8k64": (
-        (("s8", "u8", *_F8F6F4), _meta_all, 4, (0,)),
+        (("s8", "u8", *F8F6F4), _meta_all, 4, (0,)),
         (("s4", "u4"), _meta_pair_rows, 8, (0, 1)),
     ),
     "m16n8k128": ((("s4", "u4", "e2m1"), _meta_all, 8, (0,)),),

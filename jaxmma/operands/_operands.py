@@ -12,18 +12,15 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ..bits import _doubles, _formats, _packing, _values
+from ..bits import DTYPES, F8F6F4, FORMATS, _doubles, _formats, _packing, _values
 from ..util import _xla
 
 #: element formats without a NaN or Inf, or narrower than 16 bits: a float input is
 #: rounded to nearest and clamped to the largest finite value (``cvt.rn.satfinite``)
-SATURATE = ("e4m3", "e5m2", "e3m2", "e2m3", "e2m1", "s8", "u8", "s4", "u4")
-#: element formats without a dtype of their own that ml_dtypes spells exactly
-NARROW_DTYPES = {
-    "e3m2": jnp.float6_e3m2fn,
-    "e2m3": jnp.float6_e2m3fn,
-    "e2m1": jnp.float4_e2m1fn,
-}
+SATURATE = (*F8F6F4, "s8", "u8", "s4", "u4")
+#: the formats narrower than a byte whose values an ml_dtypes dtype holds (fp6, fp4): not
+#: their bits (a byte each), so a float input is converted, never bit-cast
+NARROW_DTYPES = {fmt: DTYPES[fmt] for fmt in F8F6F4 if FORMATS[fmt].bits < 8}
 UNSIGNED = (np.uint8, np.uint16, np.uint32, np.uint64)
 
 

@@ -41,11 +41,11 @@ import numpy as np
 from jax import lax
 from jax.typing import ArrayLike
 
-from ..bits import _doubles, _formats, _values
+from ..bits import CANONICAL_NAN, F8F6F4, _doubles, _formats, _values
 from ..util import _grad, _xla
 
 U32 = jnp.uint32
-MX_FORMATS = ("e4m3", "e5m2", "e3m2", "e2m3", "e2m1")
+MX_FORMATS = F8F6F4
 SCALE_FORMATS = ("ue8m0", "ue4m3")
 ScaleRounding = Literal["floor", "ceil", "nearest"]
 ElementRounding = Literal["rn", "stochastic"]
@@ -923,5 +923,5 @@ def _dequantize(q: Quantized) -> jax.Array:
     mag = _f32_rounded(e.sig * s.sig * g.sig, e.exp + s.exp + g.exp)
     mag = jnp.where(inf, U32(0x7F800000), mag)
     bits = mag | ((e.sign ^ g.sign) << U32(31))
-    bits = jnp.where(nan, U32(0x7FFFFFFF), bits)
+    bits = jnp.where(nan, U32(CANONICAL_NAN["f32"]), bits)
     return lax.bitcast_convert_type(bits, jnp.float32)

@@ -37,7 +37,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ..bits import _packing, _values
+from ..bits import SCALE_DTYPES, _packing, _values
 from ..models._scaled import check_ins as _check_ins
 from ..spec._view import InstructionView
 from . import _layouts
@@ -175,7 +175,7 @@ def scale_matrix(ins, name: str, S, want):
             f"{name}: required by {ins.text} (raw .{ins.stype} bits of trailing shape {want})"
         )
     S = jnp.asarray(S)
-    fmt = {"ue8m0": jnp.float8_e8m0fnu, "ue4m3": jnp.float8_e4m3fn}[ins.stype]
+    fmt = SCALE_DTYPES[ins.stype]
     if S.dtype == jnp.dtype(fmt):
         S = jax.lax.bitcast_convert_type(S, jnp.uint8)
     elif not jnp.issubdtype(S.dtype, jnp.unsignedinteger):

@@ -75,7 +75,7 @@ import numpy as np
 from jax import lax
 from jax.typing import ArrayLike
 
-from ..bits import _values
+from ..bits import CANONICAL_NAN, FORMATS, FP8, _values
 from ..spec._spec import Form
 from ..spec._view import InstructionView
 from ..util import _errors, _xla
@@ -711,9 +711,9 @@ def _mag_mask(geo: _Geometry) -> np.ndarray:
         m = 0x7FFF
     elif a == "tf32":
         m = 0x7FFFFFFF
-    elif a in ("e4m3", "e5m2"):
+    elif a in FP8:
         m = 0x7F
-    elif a in ("e3m2", "e2m3"):  # kind::f8f6f4 container: element in bits [5:0]
+    elif FORMATS[a].bits == 6:  # kind::f8f6f4 container: element in bits [5:0]
         m = 0x1F
     elif a == "e2m1":  # bits [5:2] of the kind::f8f6f4 container, [3:0] under kind::mxf4*
         m = 0x7 if geo.kind in ("mxf4", "mxf4nvf4") else 0x1C
@@ -877,7 +877,7 @@ def matrix_operands(ins, A_bits, metadata, *, check=None, rows: bool = False):
 
 #: The bits of D in a row whose A is invalid (traced inputs, no check): the canonical NaN
 #: of the output format; ``.s32`` has no NaN and gets -2**31.
-POISON = {"f32": 0x7FFFFFFF, "f16": 0x7FFF, "s32": 0x80000000}
+POISON = {"f32": CANONICAL_NAN["f32"], "f16": CANONICAL_NAN["f16"], "s32": 0x80000000}
 
 
 def poison_rows(ins, D, bad):

@@ -19,7 +19,7 @@ from ._spec import Form
 ARCH_NUMBERS = (70, 72, 75, 80, 86, 87, 89, 90, 100, 101, 103, 110, 120, 121)
 NEWEST = 120  # default arch: sm_120, or sm_120a for architecture-specific forms
 
-FLOAT_TYPES = ("f16", "bf16", "tf32", "f32", "f64", "e4m3", "e5m2", "e3m2", "e2m3", "e2m1")
+FLOAT_TYPES = ("f16", "bf16", "tf32", "f32", "f64", *_spec.F8F6F4)
 INT_TYPES = ("s8", "u8", "s4", "u4", "b1", "s32")
 SCALE_TYPES = ("ue8m0", "ue4m3")
 ELEMENT_TYPES = FLOAT_TYPES + INT_TYPES
@@ -622,10 +622,8 @@ def _match_tcgen05(word: str) -> tuple[Form, dict]:
 
 # ------------------------------------------------------------------------------- operands
 def _elem_bits(fmt: str, kind: str | None) -> int:
-    if fmt in ("e4m3", "e5m2", "e3m2", "e2m3") or (
-        fmt == "e2m1" and kind in ("f8f6f4", "mxf8f6f4")
-    ):
-        return 8
+    if fmt in _spec.F8F6F4 and (fmt != "e2m1" or kind in ("f8f6f4", "mxf8f6f4")):
+        return 8  # fp8, and fp6 / fp4 in their byte containers
     return {
         "f16": 16,
         "bf16": 16,

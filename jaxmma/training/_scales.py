@@ -15,11 +15,11 @@ import jax.numpy as jnp
 import numpy as np
 from jax.typing import ArrayLike
 
-from ..bits import _formats
+from ..bits import DTYPES, FORMATS, FP8, _formats
 
 F32 = jnp.float32
 #: the largest finite value of each fp8 element format
-FMAX = {"e4m3": float.fromhex("0x1.cp8"), "e5m2": float.fromhex("0x1.cp15")}  # 448, 57344
+FMAX = {fmt: FORMATS[fmt].max for fmt in FP8}  # 448, 57344
 #: rounding of the gradients
 GradRounding = Literal["rn", "stochastic"]
 ROUNDINGS: tuple[str, ...] = get_args(GradRounding)
@@ -69,7 +69,7 @@ def cast(x, scale, fmt: str, rounding: str = "rn", key=None):
 
 
 #: the fp8 formats' JAX dtypes: one byte per element, no second conversion in the GEMM
-ELEMENT_DTYPES = {"e4m3": jnp.float8_e4m3fn, "e5m2": jnp.float8_e5m2}
+ELEMENT_DTYPES = {fmt: DTYPES[fmt] for fmt in FP8}
 
 
 def blocks(x, rows: int, cols: int):

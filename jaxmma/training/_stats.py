@@ -11,11 +11,11 @@ import jax.numpy as jnp
 import numpy as np
 from jax.typing import ArrayLike
 
-from ..bits import _formats
+from ..bits import FP8, _formats
 from . import _scales
 
 #: the element formats :func:`stats` takes
-FORMATS = ("e4m3", "e5m2", "e2m1")
+FORMATS = (*FP8, "e2m1")
 
 
 class Stats(NamedTuple):
