@@ -263,8 +263,20 @@ class DotPlan:
     out: str
     options: dict
 
+    #: per operand of the dot, the entry parameters (by number) its values depend on
+    #: (the module's data flow, :func:`sources`); None where not read
+    sources: tuple | None = dataclasses.field(default=None, compare=False)
+
     def signature(self) -> tuple:
         return (tuple(sorted(self.types)), self.batch, tuple(sorted((self.M, self.N))), self.K)
+
+    def bits(self) -> tuple:
+        """What fixes the bits this plan gives a dot of its signature: two plans with the
+        same ``bits()`` give every such dot the same bits, whichever computes it."""
+        opts = dict(self.options)
+        if str(opts.get("instruction", "")).startswith("wgmma"):
+            opts["instruction"] = "wgmma k32"  # formatted with the function's own operands
+        return (self.signature(), self.out, repr(sorted(opts.items())))
 
 
 class Unread(ValueError):
@@ -866,9 +878,10 @@ def read(text: str) -> list:
     """One :class:`DotPlan` or :class:`Refusal` per dot of the compiled module ``text``:
     library GEMM calls first, then the GEMM fusions in module order, then dots outside
     them. Malformed text raises (nothing can be read from it)."""
-    comps, _ = parse(text)
+    comps, entry = parse(text)
     out: list[DotPlan | Refusal] = []
     gemm_comps = set()
+    flow = sources(text)
     for c in comps.values():
         for ins in c.order:
             if ins.opcode == "custom-call":
@@ -885,7 +898,10 @@ def read(text: str) -> list:
             if cfg.get("kind") in GEMM_KINDS:
                 gemm_comps.add((ins.attr("calls") or "").lstrip("%"))
                 try:
-                    out.append(_plan(comps, c, ins, cfg))
+                    plan = _plan(comps, c, ins, cfg)
+                    if c.name == entry and ins.name in flow:
+                        plan = dataclasses.replace(plan, sources=flow[ins.name])
+                    out.append(plan)
                 except Unread as e:
                     out.append(Refusal(ins.name, ins.op_name(), str(e), None, e.signature))
                 except ValueError as e:
@@ -901,6 +917,92 @@ def read(text: str) -> list:
                     "not covered (its emitter's arithmetic is not modelled)"
                 )
                 out.append(Refusal(ins.name, ins.op_name(), why, _mn(ins, c)))
+    return out
+
+
+#: HLO element type names of numpy's dtypes (the function's arguments and results)
+HLO_TYPES = {
+    "float32": "f32", "bfloat16": "bf16", "float16": "f16", "float64": "f64",
+    "float8_e4m3fn": "f8e4m3fn", "float8_e5m2": "f8e5m2", "int8": "s8", "int16": "s16",
+    "int32": "s32", "int64": "s64", "uint8": "u8", "uint16": "u16", "uint32": "u32",
+    "uint64": "u64", "bool": "pred",
+}  # fmt: skip
+
+
+def _types(text: str) -> list:
+    return [(t, tuple(int(d) for d in s.split(",") if d))
+            for t, s in re.findall(r"(\w+)\[([\d,]*)\]", text)]  # fmt: skip
+
+
+def entry_types(text: str) -> tuple:
+    """``(parameters, results)`` of the module's entry computation: each a list of
+    ``(HLO element type, shape)``, the parameters by number, the results flattened."""
+    comps, entry = parse(text)
+    comp = comps[entry]
+    params = sorted((_index(i), i) for i in comp.order if i.opcode == "parameter")
+    root = comp.instrs.get(comp.root) if comp.root else (comp.order[-1] if comp.order else None)
+    return (
+        [(i.dtype, i.shape) for _, i in params],
+        _types(root.type) if root is not None else [],
+    )
+
+
+def _flow(comps: dict, comp: Computation, params: list, memo: dict) -> dict:
+    """Per instruction of ``comp``, the entry parameters its value depends on (a
+    frozenset; a list of them for a tuple), given those of its parameters. Fusions are
+    followed inside (a multi-output fusion's outputs each depend on what they read);
+    anything else depends on all its operands."""
+    env: dict = {}
+
+    def of(name):
+        v = env.get(name, frozenset())
+        return frozenset().union(*v) if isinstance(v, list) else v
+
+    for ins in comp.order:
+        if ins.opcode == "parameter":
+            i = _index(ins)
+            env[ins.name] = params[i] if 0 <= i < len(params) else frozenset()
+        elif ins.opcode == "fusion" and (ins.attr("calls") or "").lstrip("%") in comps:
+            inner = comps[(ins.attr("calls") or "").lstrip("%")]
+            key = (inner.name, tuple(of(o) for o in ins.operands))
+            if key not in memo:
+                sub = _flow(comps, inner, list(key[1]), memo)
+                memo[key] = sub.get(inner.root or (inner.order[-1].name if inner.order else ""))
+            env[ins.name] = memo[key] if memo[key] is not None else frozenset()
+        elif ins.opcode == "tuple":
+            env[ins.name] = [of(o) for o in ins.operands]
+        elif ins.opcode == "get-tuple-element":
+            v = env.get(ins.operands[0]) if ins.operands else None
+            m = re.search(r"index=(\d+)", ins.attrs)
+            k = int(m.group(1)) if m else -1
+            env[ins.name] = v[k] if isinstance(v, list) and 0 <= k < len(v) else of(ins.operands[0])
+        else:
+            env[ins.name] = frozenset().union(*(of(o) for o in ins.operands))
+    return env
+
+
+def sources(text: str) -> dict:
+    """Per GEMM fusion of the entry computation (by name), per operand of its dot (lhs,
+    rhs), the entry parameters (by number) its values depend on."""
+    comps, entry = parse(text)
+    comp = comps[entry]
+    n = sum(1 for i in comp.order if i.opcode == "parameter")
+    memo: dict = {}
+    env = _flow(comps, comp, [frozenset({i}) for i in range(n)], memo)
+    out = {}
+    for ins in comp.order:
+        if ins.opcode != "fusion" or _fusion_config(ins).get("kind") not in GEMM_KINDS:
+            continue
+        inner = comps.get((ins.attr("calls") or "").lstrip("%"))
+        ds = [i for i in inner.order if i.opcode == "dot"] if inner else []
+        if len(ds) != 1:
+            continue
+        ops = []
+        for o in ins.operands:
+            v = env.get(o, frozenset())
+            ops.append(frozenset().union(*v) if isinstance(v, list) else v)
+        sub = _flow(comps, inner, ops, {})
+        out[ins.name] = tuple(sub.get(o, frozenset()) for o in ds[0].operands[:2])
     return out
 
 
