@@ -947,6 +947,38 @@ def entry_types(text: str) -> tuple:
     )
 
 
+def _topo(comp: Computation) -> list:
+    """``comp``'s instructions with each after its operands (the text's own order is not
+    relied on); a ValueError for an operand that is not in ``comp`` or a cycle."""
+    done: dict = {}
+    out = []
+    for first in comp.order:
+        stack = [(first, 0)]
+        while stack:
+            ins, k = stack.pop()
+            if done.get(ins.name) == 2:
+                continue
+            if k < len(ins.operands):
+                stack.append((ins, k + 1))
+                nxt = comp.instrs.get(ins.operands[k])
+                if nxt is None:
+                    raise ValueError(
+                        f"compiled_text: %{ins.name} reads %{ins.operands[k]}, which is not "
+                        f"in {comp.name}: malformed HLO"
+                    )
+                if done.get(nxt.name) == 1:
+                    raise ValueError(f"compiled_text: a cycle through %{nxt.name}: malformed HLO")
+                if done.get(nxt.name) is None:
+                    done[nxt.name] = 1
+                    stack.append((nxt, 0))
+            else:
+                done[ins.name] = 2
+                out.append(ins)
+            if k == 0 and done.get(ins.name) is None:
+                done[ins.name] = 1
+    return out
+
+
 def _flow(comps: dict, comp: Computation, params: list, memo: dict) -> dict:
     """Per instruction of ``comp``, the entry parameters its value depends on (a
     frozenset; a list of them for a tuple), given those of its parameters. Fusions are
@@ -958,7 +990,7 @@ def _flow(comps: dict, comp: Computation, params: list, memo: dict) -> dict:
         v = env.get(name, frozenset())
         return frozenset().union(*v) if isinstance(v, list) else v
 
-    for ins in comp.order:
+    for ins in _topo(comp):
         if ins.opcode == "parameter":
             i = _index(ins)
             env[ins.name] = params[i] if 0 <= i < len(params) else frozenset()
