@@ -474,13 +474,12 @@ def _root_dims(comp: Computation, dot: Instr):
     root = comp.instrs.get(comp.root) if comp.root else (comp.order[-1] if comp.order else None)
     if root is None:
         return None
-    out = []
+    out: list = []
     for d in range(len(root.shape)):
-        ins, e = root, d
-        while ins is not None and ins.name != dot.name:
-            nxt = _back(comp, ins, e) if ins.opcode in LAYOUT_OPS else None
-            ins, e = nxt if nxt is not None else (None, None)
-        out.append(e if ins is not None else None)
+        at: tuple | None = (root, d)
+        while at is not None and at[0].name != dot.name:
+            at = _back(comp, at[0], at[1]) if at[0].opcode in LAYOUT_OPS else None
+        out.append(at[1] if at is not None else None)
     return out
 
 
@@ -552,11 +551,8 @@ def _known(fusion: Instr, cfg: dict, comp: Computation, dot: Instr, where: str) 
             continue
         if len(ops) == 2 and ins.opcode == "multiply" and any(_pow2_const(comp, o) for o in ops):
             continue
-        if (
-            ins.opcode == "convert"
-            and ops[:1] != [None]
-            and (ops[0].dtype, ins.dtype) in WIDENING
-        ):  # fmt: skip
+        src = ops[0] if ops else None
+        if ins.opcode == "convert" and src is not None and (src.dtype, ins.dtype) in WIDENING:
             continue
         raise ValueError(
             f"{where}: %{ins.name} ({ins.opcode}) computes on %{dot.name}'s operands inside "

@@ -8,9 +8,11 @@ rounded to its own output type, once :mod:`._replay_ops` has found that XLA:GPU 
 it with the same bits (an operation that an output depends on and whose GPU bits are not
 established is refused at trace time, or computed with a warning if asked). Dots are
 matched to the module's GEMM fusions by their operand types, batch sizes, ``{M, N}`` and
-K, in the order the jaxpr lists them, where that pairing cannot be wrong; a GEMM fusion
-the reader refuses refuses the dots it may compute, and only the outputs that depend on
-them (docs/xla_gpu.md says what this covers).
+K, where that pairing cannot be wrong: the module is ``fn``'s (its entry parameters and
+results), the counts agree, and where the fusions' plans differ, data flow (never the
+text's order) tells which computes which; a GEMM fusion the reader refuses refuses the
+dots it may compute, and only the outputs that depend on them (docs/xla_gpu.md says
+what this covers).
 """
 
 from __future__ import annotations
@@ -139,8 +141,8 @@ def signature(eqn) -> tuple:
 
 
 def match(eqns: list, plans: list) -> list:
-    """For each dot equation, the first unused plan with its signature (every plan read;
-    a ValueError where a dot or a plan is left without its partner)."""
+    """For each dot equation, its plan as :func:`pair` pairs them without data flow
+    (every plan read; a ValueError where a dot is left without one)."""
     paired = pair(eqns, plans)
     for i, p in enumerate(paired):
         if isinstance(p, str):
