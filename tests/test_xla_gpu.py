@@ -483,7 +483,7 @@ def test_cpu_module_is_refused():
 def test_replay_refuses_another_function():
     _, meta, _ = record("pinned", "bf16-s32")
     x = jnp.ones((64, 2048), jnp.bfloat16)
-    with pytest.raises(ValueError, match="not compiled from this function"):
+    with pytest.raises(ValueError, match="not compiled from fn at these shapes"):
         jaxmma.gpu_replay(jnp.dot, meta["hlo"])(x, x.T)
 
 

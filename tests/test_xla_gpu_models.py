@@ -3,6 +3,7 @@ run on an H100 into ``tests/golden/xla/xla-models-*.npz``): every output is eith
 GPU's bits or refused with a reason, never silently different. Skipped until the
 captures exist."""
 
+import dataclasses
 import glob
 import json
 import os
@@ -16,6 +17,7 @@ import jaxmma
 from jaxmma.conformance import _xla_capture as X
 from jaxmma.conformance import _xla_models as XM
 from jaxmma.gemm import _hlo, _replay_ops
+from jaxmma.gemm import _replay as R
 
 GOLDEN = os.path.join(os.path.dirname(__file__), "golden", "xla")
 FILES = sorted(glob.glob(os.path.join(GOLDEN, "xla-models-*.npz")))
@@ -291,3 +293,190 @@ def test_sum_probes_hold_no_order():
                 if case.args[0].fmt == "bf16":
                     want = want.astype(jnp.bfloat16).astype(np.float32)
                 assert np.array_equal(probe[a], want), (name, a)
+
+
+# What the reader trusts (docs/xla_gpu.md): hand-edited copies of captured modules, each
+# showing something the captures never did. The replay must refuse what the edit
+# touches, or stay exact: never return a value other than the GPU's.
+
+
+def _text(name: str, run: str = "1") -> tuple:
+    meta = _meta(run, name)
+    return meta, meta["hlo"]
+
+
+def _sha(o) -> str:
+    return X.summary(X.output_bits(o))["sha256"]
+
+
+def _edit(text: str, old: str, new: str, count: int = 1) -> str:
+    assert text.count(old) >= count, old
+    return text.replace(old, new, count)
+
+
+def _entry_line(text: str, name: str) -> str:
+    return next(ln for ln in text.splitlines() if ln.lstrip().startswith(f"%{name} = "))
+
+
+def _outputs(meta, text, *args):
+    case = CASES[meta["name"]]
+    fn = jaxmma.gpu_replay(XM.function(case), text, unverified="omit")
+    out = fn(*(args or _args(case)))
+    return jax.tree.leaves(out, is_leaf=lambda x: isinstance(x, jaxmma.Unverified))
+
+
+def test_reordered_fusions_stay_exact():
+    """The ENTRY lines of two GEMM fusions of one signature swapped (the text's order is
+    no evidence): their plans give the same bits, so the step's two weights are still
+    the GPU's; the module's data flow is read in dependency order, not text order."""
+    meta, text = _text("model-mlp-step-f32")
+    a, b = _entry_line(text, "gemm_fusion_dot.2"), _entry_line(text, "gemm_fusion_dot.4")
+    edited = text.replace(a, "\0").replace(b, a).replace("\0", b)
+    assert edited != text
+    got, want = _hlo.read(edited), _hlo.read(text)
+    assert [p.fusion for p in got] != [p.fusion for p in want]
+    assert {p.fusion: p.sources for p in got} == {p.fusion: p.sources for p in want}
+    outs = _outputs(meta, edited)
+    assert isinstance(outs[0], jaxmma.Unverified)  # the loss: a float sum
+    assert [_sha(o) for o in outs[1:]] == [s["sha256"] for s in meta["outputs"][1:]]
+
+
+def _two_dots(x, a, b):
+    return x @ a, x @ b
+
+
+def _plan(fusion, sources, **opts):
+    base = dict(instruction=_hlo.TF32, arch="sm_90", input_rounding="rna", out_dtype="float32")
+    return _hlo.DotPlan(fusion, "", ("f32", "f32"), (), 16, 8, 64, opts.get("split_k", 1),
+                        opts.get("split_reduce"), "", 4, "f32", {**base, **opts},
+                        sources=sources)  # fmt: skip
+
+
+def test_plans_that_differ_are_paired_by_data_flow_only():
+    """Two dots of one signature (x @ a, x @ b) and two GEMM fusions with different
+    plans: each dot gets the plan whose operands depend on its own arguments, whatever
+    the fusions' order; where the module's data flow is not read, or does not tell the
+    two apart, or is not the function's, both dots are refused (a reason, not a guess)."""
+    args = [jnp.zeros((16, 64), jnp.float32), jnp.zeros((64, 8)), jnp.zeros((64, 8))]
+    closed = jax.make_jaxpr(_two_dots)(*args)
+    eqns = R._dot_eqns(closed.jaxpr, [])
+    deps: dict = {}
+    R.flows(closed.jaxpr, [frozenset({i}) for i in range(3)], deps)
+    split = dict(split_k=4, split_rule="xla", split_reduce="sequential")
+    pa, pb = _plan("fa", ({0}, {1}), **split), _plan("fb", ({2}, {0}))  # b's operands swapped
+    for entries in ([pa, pb], [pb, pa]):
+        assert R.pair(eqns, entries, deps) == [pa, pb]
+    twin = jax.make_jaxpr(lambda x, a, b: (x @ a, (x + x) @ a))(*args).jaxpr
+    twins: dict = {}
+    R.flows(twin, [frozenset({i}) for i in range(3)], twins)
+    for entries, why, (es, ds) in (
+        ([pa, dataclasses.replace(pb, sources=None)], "data flow was not read", (eqns, deps)),
+        ([pa, _plan("fb", ({0}, {3}))], "do not depend on the same arguments", (eqns, deps)),
+        ([pa, _plan("fb", ({1}, {0}))], "same arguments as this dot's",
+         (R._dot_eqns(twin, []), twins)),
+    ):  # fmt: skip
+        got = R.pair(es, entries, ds)
+        assert all(isinstance(g, str) and "different plans" in g for g in got), got
+        assert any(why in g for g in got), (why, got)
+    assert R.pair(eqns, [pa, pb], None)[0].startswith("the GEMM fusions")
+    same = _plan("fb", ({2}, {0}), **split)  # the same bits: any pairing is right
+    assert R.pair(eqns, [pa, same], {}) == [pa, same]
+
+
+def test_a_module_of_another_function_is_refused():
+    """The captured ReLU MLP's module, replayed for a function that also returns x: every
+    dot would pair by signature, but the module's results are not this function's, so
+    no fusion is known to compute its dots (refused, naming why); x itself is exact."""
+    meta, text = _text("model-mlp-relu-f32")
+    f = XM.function(CASES[meta["name"]])
+    out, x = jaxmma.gpu_replay(lambda *a: (f(*a), a[0]), text, unverified="omit")(
+        *_args(CASES[meta["name"]])
+    )
+    assert isinstance(out, jaxmma.Unverified) and not isinstance(x, jaxmma.Unverified)
+    assert any("not compiled from fn at these shapes" in r for r in out.reasons), out.reasons
+    # the same module with another entry shape: refused the same way
+    edited = text.replace("ENTRY %main.2 (x.1: f32[200,72]", "ENTRY %main.2 (x.1: f32[200,72]")
+    edited = _edit(edited, "%x.1 = f32[200,72]{1,0} parameter(0)",
+                   "%x.1 = f32[100,144]{1,0} parameter(0)")  # fmt: skip
+    (o,) = _outputs(meta, edited)
+    assert isinstance(o, jaxmma.Unverified)
+    assert any("f32[100,144]" in r for r in o.reasons), o.reasons
+
+
+#: edits of the captured ReLU MLP (both dots reproduced as captured), each something no
+#: capture shows, and the words of the refusal
+EDITS = {
+    "config value": ('"num_ctas":1', '"num_ctas":2', "num_ctas=2"),
+    "config field": ('"num_warps":"4"', '"num_warps":"4","split_k_mode":1',
+                     "block_level_fusion_config.split_k_mode"),
+    "warp specialization": ('"is_warp_specialization_allowed":false',
+                            '"is_warp_specialization_allowed":true',
+                            "is_warp_specialization_allowed=true"),
+    "fusion config key": ('"kind":"__triton_nested_gemm_fusion"',
+                          '"kind":"__triton_nested_gemm_fusion","new_key":0', "new_key"),
+    "dot attribute": ("rhs_contracting_dims={1}, metadata",
+                      "rhs_contracting_dims={1}, sparsity=L.1@2:4, metadata", "sparsity"),
+    "dot backend config": ('backend_config={"sizes":[', 'backend_config={"mode":1,"sizes":[',
+                           "backend config mode"),
+    "frontend attribute": ('frontend_attributes={xla.pdl_launch="true"}',
+                           'frontend_attributes={xla.pdl_launch="true",xla.other="1"}',
+                           "frontend attribute xla.other"),
+    "unknown GEMM kind": ('"kind":"__triton_nested_gemm_fusion"', '"kind":"__triton_gemm_v2"',
+                          "outside a Triton GEMM fusion"),
+    "prologue add": ("maximum(%parameter_0.1, %max.4)", "add(%parameter_0.1, %max.4)",
+                     "not traced to a parameter"),
+    "prologue max 0.5": ("%constant_6 = f32[] constant(0)", "%constant_6 = f32[] constant(0.5)",
+                         "(a prologue)"),
+    "swapped operands": ("fusion(%bitcast.3.0, %bitcast.2.0)", "fusion(%bitcast.2.0, %bitcast.3.0)",
+                         "inconsistent text"),
+}  # fmt: skip
+
+
+@pytest.mark.every_case  # each edit is its own assumption
+@pytest.mark.parametrize("edit", list(EDITS), ids=list(EDITS))
+def test_unseen_module_text_is_refused(edit):
+    """Each edit touches the GEMM fusions (all, or the second one); the reader refuses
+    each touched fusion with the reason and the replay refuses the output, never
+    returning other bits."""
+    meta, text = _text("model-mlp-relu-f32")
+    old, new, why = EDITS[edit]
+    edited = _edit(text, old, new, text.count(old))
+    refused = [e for e in _hlo.read(edited) if isinstance(e, _hlo.Refusal)]
+    assert refused and all(why in r.reason for r in refused), [r.reason for r in refused]
+    (o,) = _outputs(meta, edited)
+    assert isinstance(o, jaxmma.Unverified), edit
+    assert any(why in r for r in o.reasons), o.reasons
+
+
+def test_strided_split_is_refused():
+    """The first dot's x operand bitcast to [200, 4, 20] with layout {1,2,0}: the 4
+    slices would then be strided in memory (k = 4 j + s), not contiguous as the split
+    rule needs. Edited alike in the module and in the fusion's parameter, the text is
+    consistent, and the split is refused, not read as contiguous."""
+    meta, text = _text("model-mlp-relu-f32")
+    edited = _edit(
+        text, "%parameter_0 = f32[200,4,20]{2,1,0}", "%parameter_0 = f32[200,4,20]{1,2,0}"
+    )
+    edited = _edit(
+        edited, "%bitcast.1.0 = f32[200,4,20]{2,1,0}", "%bitcast.1.0 = f32[200,4,20]{1,2,0}"
+    )
+    refused = [e for e in _hlo.read(edited) if isinstance(e, _hlo.Refusal)]
+    assert [r.fusion for r in refused] == ["gemm_fusion_dot"]
+    assert "not shown to be contiguous" in refused[0].reason
+    (o,) = _outputs(meta, edited)
+    assert isinstance(o, jaxmma.Unverified)
+
+
+def test_split_dimension_is_mapped_through_the_root():
+    """The fp8 MLP's second GEMM fusion ends in a bitcast of its dot (layout {1,2,0} to
+    {2,1,0}): the reduce's dimension 0 is mapped through it to the dot's batch dimension
+    of 4 slices. Made a transpose that moves the slices elsewhere, the reduce no longer
+    reads a dimension of slices and the fusion is refused."""
+    meta, text = _text("model-mlp-fp8")
+    first = _hlo.read(text)[0]
+    assert isinstance(first, _hlo.DotPlan) and first.split == 4
+    comps, _ = _hlo.parse(text)
+    fusion = next(i for c in comps.values() for i in c.order if i.name == "gemm_fusion_dot.1")
+    comp = comps[fusion.attr("calls").lstrip("%")]
+    dot = next(i for i in comp.order if i.opcode == "dot")
+    assert _hlo._root_dims(comp, dot) == [0, 2, 1]

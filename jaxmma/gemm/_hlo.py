@@ -45,6 +45,35 @@ WGMMA8 = "wgmma.mma_async.sync.aligned.m64n64k32.f32.{a}.{b}"
 #: route, with another K order (docs/xla_gpu.md); other configurations are refused.
 FP8_ROUTES = {(4, (64, 16)): "wgmma", (4, (64, 32)): "wgmma", (2, (16, 8)): "f16"}
 
+#: what the captures show of a Triton fusion's backend config (docs/xla_gpu.md, "What the
+#: reader trusts"): the keys of ``fusion_backend_config``, and each field of its
+#: ``block_level_fusion_config`` with the values seen (None: any value; the reader reads
+#: it or it only schedules loads). A key, field or value outside these (another XLA
+#: release, a feature the captures never ran: warp specialization, several CTAs) refuses
+#: the fusion rather than being ignored.
+FUSION_FIELDS = ("block_level_fusion_config", "kind")
+BLOCK_FIELDS = {
+    "num_warps": None, "output_tiles": None, "is_tma_allowed": None, "num_stages": None,
+    "group_size": (0,), "is_warp_specialization_allowed": (False,), "num_ctas": (1,),
+    "num_tiles_per_pid": (0,), "waves_per_eu": (0,),
+}  # fmt: skip
+#: attributes of a GEMM fusion instruction, of its dot, and keys of the dot's own backend
+#: config (the Triton K tile, which does not move bits) and of the fusion's frontend
+#: attributes, as the captures show them; anything else refuses the fusion
+FUSION_ATTRS = ("kind", "calls", "metadata", "backend_config", "frontend_attributes")
+DOT_ATTRS = (
+    "lhs_batch_dims", "rhs_batch_dims", "lhs_contracting_dims", "rhs_contracting_dims",
+    "metadata", "backend_config", "operand_precision", "algorithm",
+)  # fmt: skip
+DOT_CONFIG = ("sizes",)
+FRONTEND = ("xla.pdl_launch", "xla.no_invariant_operands")
+#: operations a GEMM fusion may compute on its operands before the dot (a prologue)
+#: whose bits are those of the function's own operations: data movement, a ReLU
+#: (``maximum`` with 0), a product by a constant power of two (exact) and widening float
+#: conversions (exact). Anything else there (an add, a product by another value, a
+#: narrowing conversion) refuses the fusion: Triton's lowering of it is not measured.
+PROLOGUE_MOVE = ("parameter", "constant", "broadcast", "bitcast", "transpose", "reshape", "copy")
+
 
 @dataclasses.dataclass(frozen=True)
 class Instr:
@@ -91,12 +120,33 @@ class Instr:
         m = re.search(r'op_name="([^"]*)"', self.attrs)
         return m.group(1) if m else ""
 
+    def attr_keys(self) -> list:
+        """The names of the instruction's attributes (``key=value`` at the top level)."""
+        keys, depth, quote, start = [], 0, False, 0
+        s = self.attrs
+        for j, c in enumerate(s + ","):
+            if c == '"' and (j == 0 or s[j - 1] != "\\"):
+                quote = not quote
+            elif quote:
+                continue
+            elif c in "{([":
+                depth += 1
+            elif c in "})]":
+                depth -= 1
+            elif c == "," and depth == 0:
+                part = s[start:j].strip()
+                if part:
+                    keys.append(part.split("=", 1)[0].strip())
+                start = j + 1
+        return keys
+
 
 @dataclasses.dataclass
 class Computation:
     name: str
     instrs: dict
     order: list
+    root: str = ""  # the name of its ROOT instruction
 
     def users(self, name: str) -> list:
         return [i for i in self.order if name in i.operands]
@@ -176,6 +226,8 @@ def parse(text: str) -> tuple:
         ins = Instr(m.group(2), typ, op.group(1), operands, attrs, args.strip())
         cur.instrs[ins.name] = ins
         cur.order.append(ins)
+        if m.group(1):
+            cur.root = ins.name
     if cur is not None:
         raise ValueError(f"compiled_text: malformed HLO: computation {cur.name!r} is not closed")
     if entry is None:
@@ -211,8 +263,20 @@ class DotPlan:
     out: str
     options: dict
 
+    #: per operand of the dot, the entry parameters (by number) its values depend on
+    #: (the module's data flow, :func:`sources`); None where not read
+    sources: tuple | None = dataclasses.field(default=None, compare=False)
+
     def signature(self) -> tuple:
         return (tuple(sorted(self.types)), self.batch, tuple(sorted((self.M, self.N))), self.K)
+
+    def bits(self) -> tuple:
+        """What fixes the bits this plan gives a dot of its signature: two plans with the
+        same ``bits()`` give every such dot the same bits, whichever computes it."""
+        opts = dict(self.options)
+        if str(opts.get("instruction", "")).startswith("wgmma"):
+            opts["instruction"] = "wgmma k32"  # formatted with the function's own operands
+        return (self.signature(), self.out, repr(sorted(opts.items())))
 
 
 class Unread(ValueError):
@@ -289,7 +353,7 @@ def _adds(comps, red: Instr) -> bool:
     return body is not None and [i.opcode for i in body.order if i.opcode != "parameter"] == ["add"]
 
 
-def _split_reduces(comps, parent: Computation, fusion: Instr, nb: int, f32: bool):
+def _split_reduces(comps, parent: Computation, fusion: Instr, nb: int, f32: bool, rmap=None):
     """The split-K reduces of ``fusion``'s output: ``[(user fusion, reduce, its
     computation), ...]``, empty when its output is not reduced over a batch dimension
     (a dot XLA did not split: its users read the dot's values).
@@ -321,6 +385,23 @@ def _split_reduces(comps, parent: Computation, fusion: Instr, nb: int, f32: bool
             for u in comp.users(p.name):
                 dims = u.dims("dimensions")
                 if (
+                    rmap is not None
+                    and u.opcode == "reduce"
+                    and u.operands[:1] == (p.name,)
+                    and user.operands[i] == fusion.name
+                ):
+                    held = [rmap[d] if 0 <= d < len(rmap) else None for d in dims]
+                    if None in held and not _adds(comps, u):
+                        other.append(f"%{u.name} ({u.opcode}) in %{user.name}")
+                        continue
+                    if None in held:
+                        raise ValueError(
+                            f"%{fusion.name}: %{u.name} in %{user.name} reduces dimensions "
+                            f"{list(dims)} of its output, which the GEMM fusion's root "
+                            "does not show to be dimensions of its dot: not understood"
+                        )
+                    dims = tuple(held)
+                if (
                     u.opcode == "reduce"
                     and u.operands[:1] == (p.name,)
                     and len(dims) == 1
@@ -347,6 +428,201 @@ def _split_reduces(comps, parent: Computation, fusion: Instr, nb: int, f32: bool
     return found
 
 
+def _bitcast_dim(out: Instr, src: Instr, d: int):
+    """The dimension of ``src`` that dimension ``d`` of ``out = bitcast(src)`` holds
+    (a bitcast keeps the bytes: the same size at the same place in memory order), or
+    None where it holds no single dimension of ``src``."""
+    oshape, opos = _physical(out)
+    sshape, spos = _physical(src)
+    if not 0 <= d < len(out.shape) or oshape[opos[d]] == 1:
+        return None
+    p = opos[d]
+    before = math.prod(oshape[:p])
+    back = {q: dim for dim, q in spos.items()}
+    for q in range(len(sshape)):
+        if math.prod(sshape[:q]) == before and sshape[q] == oshape[p]:
+            return back[q]
+    return None
+
+
+def _back(comp: Computation, ins: Instr, d: int):
+    """``(instruction, dimension)`` one step towards the dot's operand: the operand of
+    ``ins`` and its dimension that dimension ``d`` of ``ins`` holds, through data
+    movement and elementwise operations; None where not shown."""
+    if ins.opcode == "transpose":
+        perm = ins.dims("dimensions")
+        src = comp.instrs.get(ins.operands[0])
+        return (src, perm[d]) if src is not None and d < len(perm) else None
+    if ins.opcode == "bitcast":
+        src = comp.instrs.get(ins.operands[0])
+        e = _bitcast_dim(ins, src, d) if src is not None else None
+        return (src, e) if e is not None else None
+    if ins.opcode in ("copy", "convert", "maximum", "multiply"):
+        srcs = [comp.instrs.get(o) for o in ins.operands]
+        main = [
+            x for x in srcs
+            if x is not None and x.shape == ins.shape and not _is_zero(comp, x)
+            and not _pow2_const(comp, x)
+        ]  # fmt: skip
+        return (main[0], d) if len(main) == 1 else None
+    return None
+
+
+def _root_dims(comp: Computation, dot: Instr):
+    """Per dimension of the GEMM fusion's root, the dimension of its dot it holds (None
+    where the root's layout operations do not show one)."""
+    root = comp.instrs.get(comp.root) if comp.root else (comp.order[-1] if comp.order else None)
+    if root is None:
+        return None
+    out: list = []
+    for d in range(len(root.shape)):
+        at: tuple | None = (root, d)
+        while at is not None and at[0].name != dot.name:
+            at = _back(comp, at[0], at[1]) if at[0].opcode in LAYOUT_OPS else None
+        out.append(at[1] if at is not None else None)
+    return out
+
+
+def _pow2_const(comp: Computation, ins) -> bool:
+    """``ins`` is a constant nonzero finite power of two, or a broadcast of one (a
+    product by it is exact inside the normal range)."""
+    while ins is not None and ins.opcode == "broadcast":
+        ins = comp.instrs.get(ins.operands[0])
+    if ins is None or ins.opcode != "constant":
+        return False
+    try:
+        v = float(ins.args)
+    except ValueError:
+        return False
+    return math.isfinite(v) and v != 0 and math.frexp(abs(v))[0] == 0.5
+
+
+#: exact float conversions (every value of the source is a value of the target)
+WIDENING = {
+    ("f8e4m3fn", "f16"), ("f8e4m3fn", "bf16"), ("f8e4m3fn", "f32"), ("f8e5m2", "f16"),
+    ("f8e5m2", "bf16"), ("f8e5m2", "f32"), ("bf16", "f32"), ("f16", "f32"),
+}  # fmt: skip
+
+
+def _same(v, allowed) -> bool:
+    return any(type(v) is type(a) and v == a for a in allowed)
+
+
+def _config_extra(cfg: dict) -> list:
+    """The keys, fields and values of a Triton fusion's backend config that the captures
+    do not show (:data:`FUSION_FIELDS`, :data:`BLOCK_FIELDS`)."""
+    extra = [k for k in cfg if k not in FUSION_FIELDS]
+    for k, v in cfg.get("block_level_fusion_config", {}).items():
+        if k not in BLOCK_FIELDS:
+            extra.append(f"block_level_fusion_config.{k}")
+        elif BLOCK_FIELDS[k] is not None and not _same(v, BLOCK_FIELDS[k]):
+            extra.append(f"{k}={json.dumps(v)}")
+    return extra
+
+
+def _known(fusion: Instr, cfg: dict, comp: Computation, dot: Instr, where: str) -> None:
+    """ValueError where the GEMM fusion shows anything the captures do not: a backend
+    config key or field, a config value, an attribute of the fusion or its dot, or an
+    operation computed on the dot's operands inside the fusion other than those whose
+    bits are the function's own (:data:`PROLOGUE_MOVE`, a ReLU, a product by a power of
+    two, a widening conversion)."""
+    extra = _config_extra(cfg)
+    extra += [f"the attribute {k}" for k in fusion.attr_keys() if k not in FUSION_ATTRS]
+    fe = fusion.attr("frontend_attributes") or ""
+    extra += [
+        f"the frontend attribute {k}"
+        for k in re.findall(r"([\w.\-]+)=", fe) if k not in FRONTEND
+    ]  # fmt: skip
+    extra += [f"%{dot.name}'s attribute {k}" for k in dot.attr_keys() if k not in DOT_ATTRS]
+    extra += [
+        f"%{dot.name}'s backend config {k}" for k in dot.backend_config() if k not in DOT_CONFIG
+    ]
+    if extra:
+        raise ValueError(
+            f"{where}: it shows {', '.join(extra)}, which the captured modules do not: not "
+            "covered (another XLA release, or a feature whose bits are not measured)"
+        )
+    after = {u.name for u in _reachable(comp, dot.name)} | {dot.name}
+    for ins in comp.order:
+        if ins.name in after or ins.opcode in PROLOGUE_MOVE:
+            continue
+        ops = [comp.instrs.get(o) for o in ins.operands]
+        if len(ops) == 2 and ins.opcode == "maximum" and any(_is_zero(comp, o) for o in ops):
+            continue
+        if len(ops) == 2 and ins.opcode == "multiply" and any(_pow2_const(comp, o) for o in ops):
+            continue
+        src = ops[0] if ops else None
+        if ins.opcode == "convert" and src is not None and (src.dtype, ins.dtype) in WIDENING:
+            continue
+        raise ValueError(
+            f"{where}: %{ins.name} ({ins.opcode}) computes on %{dot.name}'s operands inside "
+            "the GEMM fusion (a prologue): only data movement, a ReLU, a product by a power "
+            "of two and widening conversions are covered (Triton's lowering of other "
+            "arithmetic is not measured)"
+        )
+
+
+def _consistent(parent: Computation, fusion: Instr, comp: Computation, where: str) -> None:
+    """ValueError where the fusion's operands are not its computation's parameters (count,
+    element type, shape, layout) or its type is not its root's: inconsistent text."""
+    params = {_index(p): p for p in comp.order if p.opcode == "parameter"}
+    if sorted(params) != list(range(len(fusion.operands))):
+        raise ValueError(
+            f"{where}: {len(fusion.operands)} operands, parameters {sorted(params)} in "
+            f"%{comp.name}: inconsistent text"
+        )
+    root = comp.instrs.get(comp.root)
+    pairs = [(parent.instrs.get(o), params[i]) for i, o in enumerate(fusion.operands)]
+    for a, b in pairs + [(fusion, root)]:
+        if a is None or b is None or (a.dtype, _physical(a)) != (b.dtype, _physical(b)):
+            raise ValueError(
+                f"{where}: %{a.name if a else '?'} ({a.type if a else '?'}) is read as "
+                f"%{b.name if b else '?'} ({b.type if b else '?'}): inconsistent text"
+            )
+
+
+def _split_contiguous(parent, fusion, comp, dot, split_at: int, where: str) -> None:
+    """ValueError unless each operand's split (the dot's batch dimension of S slices and
+    its contracting dimension) is S contiguous slices of one dimension of the value the
+    GEMM fusion reads: traced from the dot back to the fusion's parameter, the split
+    dimension sits just above the slice in memory order, and the value the parameter is
+    a bitcast of holds one dimension of exactly S x slice elements there."""
+    lb, rb = dot.dims("lhs_batch_dims"), dot.dims("rhs_batch_dims")
+    lc, rc = dot.dims("lhs_contracting_dims"), dot.dims("rhs_contracting_dims")
+    for op, bd, cd in ((dot.operands[0], lb, lc), (dot.operands[1], rb, rc)):
+        ins = comp.instrs.get(op)
+        dims = [bd[split_at], cd[0]]
+        while ins is not None and ins.opcode != "parameter":
+            steps = [_back(comp, ins, d) for d in dims]
+            if None in steps or steps[0][0] is not steps[1][0]:
+                ins = None
+                break
+            ins, dims = steps[0][0], [e for _, e in steps]
+        i = _index(ins) if ins is not None else -1
+        if not 0 <= i < len(fusion.operands):
+            raise ValueError(
+                f"{where}: the split dimensions of %{dot.name}'s operand %{op} are not "
+                "traced to a parameter of the GEMM fusion: how K was split is not shown"
+            )
+        shape, pos = _physical(ins)
+        a, b = pos[dims[0]], pos[dims[1]]
+        src = parent.instrs.get(fusion.operands[i])
+        while src is not None and src.opcode == "bitcast":
+            src = parent.instrs.get(src.operands[0])
+        sshape = _physical(src)[0] if src is not None else ()
+        before = math.prod(shape[:a])
+        ok = b == a + 1 and any(
+            math.prod(sshape[:q]) == before and sshape[q] == shape[a] * shape[b]
+            for q in range(len(sshape))
+        )
+        if not ok:
+            raise ValueError(
+                f"{where}: the {shape[a]} slices of K in operand %{fusion.operands[i]} are "
+                f"not shown to be contiguous cuts of one dimension of "
+                f"%{src.name if src is not None else '?'}: not understood"
+            )
+
+
 def _index(p: Instr) -> int:
     return int(p.args) if p.args.isdigit() else -1
 
@@ -367,6 +643,12 @@ def _reduce_order(comps, user: Instr, red: Instr, comp: Computation, S: int, whe
         return _xla_reduce.native_order(S, where), "native reduction"
     cfg = _fusion_config(user)
     if kind == "kCustom" and cfg.get("kind") == "__triton":
+        extra = _config_extra(cfg)
+        if extra:
+            raise ValueError(
+                f"{where}: the Triton reduce %{user.name} shows {', '.join(extra)} in its "
+                "config, which the captured modules do not: not covered"
+            )
         blc = cfg.get("block_level_fusion_config", {})
         tiles = blc.get("output_tiles", [])
         if len(tiles) != 1 or dims != (0,):
@@ -592,9 +874,10 @@ def read(text: str) -> list:
     """One :class:`DotPlan` or :class:`Refusal` per dot of the compiled module ``text``:
     library GEMM calls first, then the GEMM fusions in module order, then dots outside
     them. Malformed text raises (nothing can be read from it)."""
-    comps, _ = parse(text)
+    comps, entry = parse(text)
     out: list[DotPlan | Refusal] = []
     gemm_comps = set()
+    flow = sources(text)
     for c in comps.values():
         for ins in c.order:
             if ins.opcode == "custom-call":
@@ -611,7 +894,10 @@ def read(text: str) -> list:
             if cfg.get("kind") in GEMM_KINDS:
                 gemm_comps.add((ins.attr("calls") or "").lstrip("%"))
                 try:
-                    out.append(_plan(comps, c, ins, cfg))
+                    plan = _plan(comps, c, ins, cfg)
+                    if c.name == entry and ins.name in flow:
+                        plan = dataclasses.replace(plan, sources=flow[ins.name])
+                    out.append(plan)
                 except Unread as e:
                     out.append(Refusal(ins.name, ins.op_name(), str(e), None, e.signature))
                 except ValueError as e:
@@ -627,6 +913,124 @@ def read(text: str) -> list:
                     "not covered (its emitter's arithmetic is not modelled)"
                 )
                 out.append(Refusal(ins.name, ins.op_name(), why, _mn(ins, c)))
+    return out
+
+
+#: HLO element type names of numpy's dtypes (the function's arguments and results)
+HLO_TYPES = {
+    "float32": "f32", "bfloat16": "bf16", "float16": "f16", "float64": "f64",
+    "float8_e4m3fn": "f8e4m3fn", "float8_e5m2": "f8e5m2", "int8": "s8", "int16": "s16",
+    "int32": "s32", "int64": "s64", "uint8": "u8", "uint16": "u16", "uint32": "u32",
+    "uint64": "u64", "bool": "pred",
+}  # fmt: skip
+
+
+def _types(text: str) -> list:
+    return [(t, tuple(int(d) for d in s.split(",") if d))
+            for t, s in re.findall(r"(\w+)\[([\d,]*)\]", text)]  # fmt: skip
+
+
+def entry_types(text: str) -> tuple:
+    """``(parameters, results)`` of the module's entry computation: each a list of
+    ``(HLO element type, shape)``, the parameters by number, the results flattened."""
+    comps, entry = parse(text)
+    comp = comps[entry]
+    params = sorted((_index(i), i) for i in comp.order if i.opcode == "parameter")
+    root = comp.instrs.get(comp.root) if comp.root else (comp.order[-1] if comp.order else None)
+    return (
+        [(i.dtype, i.shape) for _, i in params],
+        _types(root.type) if root is not None else [],
+    )
+
+
+def _topo(comp: Computation) -> list:
+    """``comp``'s instructions with each after its operands (the text's own order is not
+    relied on); a ValueError for an operand that is not in ``comp`` or a cycle."""
+    done: dict = {}
+    out = []
+    for first in comp.order:
+        stack = [(first, 0)]
+        while stack:
+            ins, k = stack.pop()
+            if done.get(ins.name) == 2:
+                continue
+            if k < len(ins.operands):
+                stack.append((ins, k + 1))
+                nxt = comp.instrs.get(ins.operands[k])
+                if nxt is None:
+                    raise ValueError(
+                        f"compiled_text: %{ins.name} reads %{ins.operands[k]}, which is not "
+                        f"in {comp.name}: malformed HLO"
+                    )
+                if done.get(nxt.name) == 1:
+                    raise ValueError(f"compiled_text: a cycle through %{nxt.name}: malformed HLO")
+                if done.get(nxt.name) is None:
+                    done[nxt.name] = 1
+                    stack.append((nxt, 0))
+            else:
+                done[ins.name] = 2
+                out.append(ins)
+            if k == 0 and done.get(ins.name) is None:
+                done[ins.name] = 1
+    return out
+
+
+def _flow(comps: dict, comp: Computation, params: list, memo: dict) -> dict:
+    """Per instruction of ``comp``, the entry parameters its value depends on (a
+    frozenset; a list of them for a tuple), given those of its parameters. Fusions are
+    followed inside (a multi-output fusion's outputs each depend on what they read);
+    anything else depends on all its operands."""
+    env: dict = {}
+
+    def of(name):
+        v = env.get(name, frozenset())
+        return frozenset().union(*v) if isinstance(v, list) else v
+
+    for ins in _topo(comp):
+        if ins.opcode == "parameter":
+            i = _index(ins)
+            env[ins.name] = params[i] if 0 <= i < len(params) else frozenset()
+        elif ins.opcode == "fusion" and (ins.attr("calls") or "").lstrip("%") in comps:
+            inner = comps[(ins.attr("calls") or "").lstrip("%")]
+            key = (inner.name, tuple(of(o) for o in ins.operands))
+            if key not in memo:
+                sub = _flow(comps, inner, list(key[1]), memo)
+                memo[key] = sub.get(inner.root or (inner.order[-1].name if inner.order else ""))
+            env[ins.name] = memo[key] if memo[key] is not None else frozenset()
+        elif ins.opcode == "tuple":
+            env[ins.name] = [of(o) for o in ins.operands]
+        elif ins.opcode == "get-tuple-element":
+            v = env.get(ins.operands[0]) if ins.operands else None
+            m = re.search(r"index=(\d+)", ins.attrs)
+            k = int(m.group(1)) if m else -1
+            env[ins.name] = v[k] if isinstance(v, list) and 0 <= k < len(v) else of(ins.operands[0])
+        else:
+            env[ins.name] = frozenset().union(*(of(o) for o in ins.operands))
+    return env
+
+
+def sources(text: str) -> dict:
+    """Per GEMM fusion of the entry computation (by name), per operand of its dot (lhs,
+    rhs), the entry parameters (by number) its values depend on."""
+    comps, entry = parse(text)
+    comp = comps[entry]
+    n = sum(1 for i in comp.order if i.opcode == "parameter")
+    memo: dict = {}
+    env = _flow(comps, comp, [frozenset({i}) for i in range(n)], memo)
+    out = {}
+    for ins in comp.order:
+        if ins.opcode != "fusion" or _fusion_config(ins).get("kind") not in GEMM_KINDS:
+            continue
+        inner = comps.get((ins.attr("calls") or "").lstrip("%"))
+        ds = [i for i in inner.order if i.opcode == "dot"] if inner else []
+        if len(ds) != 1:
+            continue
+        ops = []
+        for o in ins.operands:
+            v = env.get(o, frozenset())
+            ops.append(frozenset().union(*v) if isinstance(v, list) else v)
+        sub = _flow(comps, inner, ops, {})
+        out[ins.name] = tuple(sub.get(o, frozenset()) for o in ds[0].operands[:2])
     return out
 
 
@@ -660,26 +1064,25 @@ def _plan(comps, parent: Computation, fusion: Instr, cfg: dict) -> DotPlan:
     if len(lc) != 1 or len(rc) != 1:
         raise ValueError(f"{where}: %{dot.name} contracts {len(lc)} dimensions (one covered)")
     blc = cfg.get("block_level_fusion_config")
-    if blc is not None:
-        warps = int(blc.get("num_warps", 0))
-        tiles = blc.get("output_tiles", [])
-        tile = [int(t) for t in tiles[0]["sizes"]] if tiles else []
-    else:
-        tgc = fusion.backend_config().get("fusion_backend_config", {}).get("triton_gemm_config")
-        if not tgc or int(tgc.get("split_k", 1)) != 1:
-            raise ValueError(f"{where}: its Triton GEMM config {tgc} is not covered")
-        warps = int(tgc["num_warps"])
-        tile = [int(tgc["block_m"]), int(tgc["block_n"])]
+    if blc is None:  # an older XLA's triton_gemm_config: no capture shows one
+        raise ValueError(
+            f"{where}: no block_level_fusion_config in its backend config: not covered"
+        )
+    warps = int(blc.get("num_warps", 0))
+    tiles = blc.get("output_tiles", [])
+    tile = [int(t) for t in tiles[0]["sizes"]] if tiles else []
     if warps <= 0:
         raise ValueError(f"{where}: no num_warps in its config")
+    _consistent(parent, fusion, comp, where)
     out_shape = dot.shape
     nb = len(lb)
     S, split_at, order, emitter, out = 1, None, None, "no split", TYPES.get(dot.dtype)
     if out is None:
         raise ValueError(f"{where}: a dot with {dot.dtype} output is not covered")
-    found = _split_reduces(comps, parent, fusion, nb, dot.dtype == "f32")
+    rmap = _root_dims(comp, dot)
+    found = _split_reduces(comps, parent, fusion, nb, dot.dtype == "f32", rmap or [])
     if found:
-        split_at = found[0][1].dims("dimensions")[0]
+        split_at = (rmap or [])[found[0][1].dims("dimensions")[0]]
         S = out_shape[split_at]
     batch = tuple(out_shape[i] for i in range(nb) if i != split_at)
     lfree = [i for i in range(len(lhs.shape)) if i not in lb and i not in lc]
@@ -687,6 +1090,8 @@ def _plan(comps, parent: Computation, fusion: Instr, cfg: dict) -> DotPlan:
     M = math.prod(lhs.shape[i] for i in lfree)
     N = math.prod(rhs.shape[i] for i in rfree)
     K = lhs.shape[lc[0]] * S
+    if split_at is not None:
+        _split_contiguous(parent, fusion, comp, dot, split_at, where)
     padded = _k_padding(comps, parent, fusion, comp, dot, split_at, where)
     if padded is not None:
         if padded[1] != K:
@@ -700,6 +1105,7 @@ def _plan(comps, parent: Computation, fusion: Instr, cfg: dict) -> DotPlan:
                 f"{where}: {', '.join(f'%{u.name} ({u.opcode})' for u in after)} computes "
                 f"on %{dot.name}'s result inside the GEMM fusion (an epilogue): not covered"
             )
+        _known(fusion, cfg, comp, dot, where)
         if found:
             reads = []
             for user, red, rcomp in found:

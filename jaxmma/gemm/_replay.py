@@ -8,9 +8,11 @@ rounded to its own output type, once :mod:`._replay_ops` has found that XLA:GPU 
 it with the same bits (an operation that an output depends on and whose GPU bits are not
 established is refused at trace time, or computed with a warning if asked). Dots are
 matched to the module's GEMM fusions by their operand types, batch sizes, ``{M, N}`` and
-K, in the order the jaxpr lists them, where that pairing cannot be wrong; a GEMM fusion
-the reader refuses refuses the dots it may compute, and only the outputs that depend on
-them (docs/xla_gpu.md says what this covers).
+K, where that pairing cannot be wrong: the module is ``fn``'s (its entry parameters and
+results), the counts agree, and where the fusions' plans differ, data flow (never the
+text's order) tells which computes which; a GEMM fusion the reader refuses refuses the
+dots it may compute, and only the outputs that depend on them (docs/xla_gpu.md says
+what this covers).
 """
 
 from __future__ import annotations
@@ -75,6 +77,55 @@ def _dot_eqns(jaxpr, out: list) -> list:
     return out
 
 
+def flows(jaxpr, deps: list, out: dict) -> list:
+    """Per dot equation (by ``id``) of ``jaxpr`` and the jaxprs it calls, the function's
+    arguments (by flattened number) each operand depends on; ``deps``: those of
+    ``jaxpr``'s inputs. Returns those of its outputs."""
+    env: dict = dict(zip(jaxpr.invars, deps, strict=True))
+
+    def of(v):
+        return frozenset() if isinstance(v, jcore.Literal) else env.get(v, frozenset())
+
+    for e in jaxpr.eqns:
+        ins = [of(v) for v in e.invars]
+        name = e.primitive.name
+        if name == "dot_general":
+            out[id(e)] = (ins[0], ins[1])
+        if name in _CALLS and _CALLS[name] in e.params:
+            inner = _jaxpr.closed(e.params[_CALLS[name]])[0]
+            res = flows(inner, ins[len(ins) - len(inner.invars) :], out)
+        else:
+            res = [frozenset().union(*ins)] * len(e.outvars)
+        for v, d in zip(e.outvars, res, strict=True):
+            env[v] = d
+    return [of(v) for v in jaxpr.outvars]
+
+
+def module_mismatch(closed, text: str) -> str | None:
+    """Why the module ``text`` is not ``fn``'s compiled at these arguments: its entry
+    parameters and results (element types, shapes) against the jaxpr's flattened inputs
+    and outputs; None where they agree."""
+    params, results = _hlo.entry_types(text)
+
+    def types(vs):
+        return [(_hlo.HLO_TYPES.get(v.aval.dtype.name, v.aval.dtype.name), tuple(v.aval.shape))
+                for v in vs]  # fmt: skip
+
+    args, outs = types(closed.jaxpr.invars), types(closed.jaxpr.outvars)
+    if (params, results) == (args, outs):
+        return None
+
+    def show(ts):
+        return ", ".join(f"{t}[{','.join(map(str, s))}]" for t, s in ts)
+
+    return (
+        f"the module's entry computation takes ({show(params)}) and returns ({show(results)}); "
+        f"fn at these arguments takes ({show(args)}) and returns ({show(outs)}): the module "
+        "was not compiled from fn at these shapes (or jax dropped unused arguments), so "
+        "none of its fusions is known to compute fn's dots and its emitters are not fn's"
+    )
+
+
 def signature(eqn) -> tuple:
     """``(formats, batch, {M, N}, K)`` of a ``dot_general`` equation (see DotPlan)."""
     (lc, rc), (lb, rb) = eqn.params["dimension_numbers"]
@@ -90,8 +141,8 @@ def signature(eqn) -> tuple:
 
 
 def match(eqns: list, plans: list) -> list:
-    """For each dot equation, the first unused plan with its signature (every plan read;
-    a ValueError where a dot or a plan is left without its partner)."""
+    """For each dot equation, its plan as :func:`pair` pairs them without data flow
+    (every plan read; a ValueError where a dot is left without one)."""
     paired = pair(eqns, plans)
     for i, p in enumerate(paired):
         if isinstance(p, str):
@@ -99,7 +150,7 @@ def match(eqns: list, plans: list) -> list:
     return paired
 
 
-def pair(eqns: list, entries: list) -> list:
+def pair(eqns: list, entries: list, deps: dict | None = None) -> list:
     """Per dot equation, the :class:`._hlo.DotPlan` that computes it, or the reason (a
     str) why none is paired.
 
@@ -109,7 +160,14 @@ def pair(eqns: list, entries: list) -> list:
     of the signature as ``fn`` holds dots of it, and no refused fusion that could have
     it. Otherwise every dot of that signature is refused: which fusion computes which
     is not known (a refused fusion may be one of them; XLA may have merged or removed
-    dots)."""
+    dots).
+
+    Where those fusions' plans give the same bits (:meth:`._hlo.DotPlan.bits`), which
+    computes which does not matter. Where they differ, the order is not evidence: a dot
+    is paired by data flow (``deps``: per dot equation, the function's arguments each
+    operand depends on; the plans' ``sources``: the module's entry parameters), only
+    where the dots and the fusions show the same multiset of operand dependencies and
+    every fusion that shows a dot's own has one plan; otherwise that dot is refused."""
     plans = [p for p in entries if isinstance(p, _hlo.DotPlan)]
     refused = [r for r in entries if isinstance(r, _hlo.Refusal)]
     sigs = [signature(e) for e in eqns]
@@ -136,12 +194,53 @@ def pair(eqns: list, entries: list) -> list:
                 "module was not compiled from this function and these shapes, or XLA "
                 "merged or removed dots)"
             )
+        elif len({p.bits() for p in cand}) == 1:
+            for i, p in zip(idx, cand, strict=True):  # any pairing: the same bits
+                out[i] = p
+            continue
         else:
-            for i, p in zip(idx, cand, strict=True):
+            for i, p in _by_flow(idx, eqns, cand, deps, shown).items():
                 out[i] = p
             continue
         for i in idx:
             out[i] = reason
+    return out
+
+
+def _by_flow(idx: list, eqns: list, cand: list, deps: dict | None, shown: str) -> dict:
+    """Per dot (by index), the plan data flow pairs it with, or the reason it cannot."""
+    plans = ", ".join(f"%{p.fusion}" for p in cand)
+    head = f"the GEMM fusions {plans} of the module compute dots {shown} with different plans, and "
+
+    def key(pair) -> tuple:  # unordered: XLA may swap a dot's operands
+        return tuple(sorted(tuple(sorted(x)) for x in pair))
+
+    if (
+        not deps
+        or any(p.sources is None for p in cand)
+        or any(id(eqns[i]) not in deps for i in idx)
+    ):
+        return dict.fromkeys(idx, head + "the module's data flow was not read")
+    dk = {i: key(deps[id(eqns[i])]) for i in idx}
+    fk = [key(p.sources) for p in cand]
+    if sorted(dk.values()) != sorted(fk):
+        return dict.fromkeys(
+            idx,
+            head + "the operands of fn's dots and of those fusions do not depend on the same "
+            "arguments (the module's entry parameters, by number): which computes which is "
+            "not shown",
+        )
+    out: dict = {}
+    for i in idx:
+        same = [p for p, k in zip(cand, fk, strict=True) if k == dk[i]]
+        if len({p.bits() for p in same}) == 1:
+            out[i] = same[0]
+        else:
+            out[i] = head + (
+                f"{len(same)} of them ({', '.join(f'%{p.fusion}' for p in same)}) read "
+                "operands that depend on the same arguments as this dot's: which computes "
+                "it is not shown"
+            )
     return out
 
 
@@ -321,14 +420,21 @@ def gpu_replay(
     def run(*args):
         closed, shape = jax.make_jaxpr(fn, return_shape=True)(*args)
         eqns = _dot_eqns(closed.jaxpr, [])
-        paired = pair(eqns, entries)
+        other = module_mismatch(closed, compiled_text)
+        if other is None:
+            deps: dict = {}
+            flows(closed.jaxpr, [frozenset({i}) for i in range(len(closed.jaxpr.invars))], deps)
+            paired = pair(eqns, entries, deps)
+            known = facts
+        else:  # not fn's module: no dot is paired, and its emitters say nothing of fn
+            paired, known = [other] * len(eqns), None
         plans, refused = {}, {}
         for e, p in zip(eqns, paired, strict=True):
             why = p if isinstance(p, str) else problem(e, p)
             plans[id(e)] = None if why else p
             if why:
                 refused[id(e)] = why
-        findings, per_output = _replay_ops.check(closed, facts, refused)
+        findings, per_output = _replay_ops.check(closed, known, refused)
         if any(per_output):
             text = _replay_ops.message(findings, per_output)
             if unverified == "raise":
