@@ -492,7 +492,7 @@ def test_what_no_instruction_runs_is_refused_clearly():
 
 
 def test_scaled_dot_general_errors():
-    x, w = jnp.ones((1, 16, 64)), jnp.ones((1, 8, 64))
+    x, w = jnp.ones((1, 16, 64), jnp.float32), jnp.ones((1, 8, 64), jnp.float32)
     cfg = _config("mxfp8")
     for impl in (jax.nn.scaled_dot_general, jaxmma.scaled_dot_general):
         with pytest.raises(TypeError):
