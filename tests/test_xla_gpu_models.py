@@ -480,3 +480,93 @@ def test_split_dimension_is_mapped_through_the_root():
     comp = comps[fusion.attr("calls").lstrip("%")]
     dot = next(i for i in comp.order if i.opcode == "dot")
     assert _hlo._root_dims(comp, dot) == [0, 2, 1]
+
+
+# Merged dots (docs/xla_gpu.md, "Merged dots"): XLA:GPU computes several dots of the
+# function that share an operand as one GEMM whose other operand is a concatenate.
+
+
+def _merged_mlp(edit: str = "merged") -> tuple:
+    """The captured ReLU MLP's module (run 1), edited so that its first GEMM fusion's
+    w1 operand is a concatenate of two entry parameters along N: the module of
+    ``relu(concat(x @ wa, x @ wb)) @ w2``, which XLA would merge into the GEMM the GPU
+    ran (the same operands, the same columns, so the captured output is its output).
+    ``edit`` names a variant the replay must refuse."""
+    meta, text = _text("model-mlp-relu-f32")
+    text = _edit(text, "%w2.1 = f32[144,72]{1,0} parameter(2)",
+                 "%w2.1 = f32[144,72]{1,0} parameter(3)")  # fmt: skip
+    text = _edit(text, "(x.1: f32[200,72], w1.1: f32[72,144]",
+                 "(x.1: f32[200,72], wa.1: f32[72,72], wb.1: f32[72,72]")  # fmt: skip
+    w1 = 'f32[72,144]{1,0} parameter(1), metadata={op_name="w1" scheduling_name="w1.1"}'
+    na, nb = 72, 72
+    cat = {
+        "merged": "%w1.1 = f32[72,144]{1,0} concatenate(%wa.1, %wb.1), dimensions={1}",
+        # the pieces joined along K's dimension, then bitcast to the operand's shape
+        "wrong axis": "%cat = f32[144,72]{1,0} concatenate(%wa.1, %wb.1), dimensions={0}\n"
+        "  %w1.1 = f32[72,144]{1,0} bitcast(%cat)",
+        # the GPU would compute x @ wa twice and x @ wb never
+        "not the operands": "%w1.1 = f32[72,144]{1,0} concatenate(%wa.1, %wa.1), dimensions={1}",
+        # 8 zero columns after the pieces (the function appends zeros to its output):
+        # the GEMM's columns are not the dots' exactly
+        "columns not covered": "%cat = f32[72,136]{1,0} concatenate(%wa.1, %wb.1), dimensions={1}\n"
+        "  %zero = f32[] constant(0)\n"
+        "  %w1.1 = f32[72,144]{1,0} pad(%cat, %zero), padding=0_0x0_8",
+    }[edit]
+    if edit == "columns not covered":
+        nb = 64
+        text = _edit(text, "wb.1: f32[72,72]", "wb.1: f32[72,64]")
+    head = f"%wa.1 = f32[72,{na}]{{1,0}} parameter(1)\n  %wb.1 = f32[72,{nb}]{{1,0}} parameter(2)"
+    text = _edit(text, "%w1.1 = " + w1, head + "\n  " + cat)
+    return meta, text, nb
+
+
+def _two_projections(x, wa, wb, w2):
+    pad = [jnp.zeros((x.shape[0], 144 - wa.shape[1] - wb.shape[1]), x.dtype)]
+    return jax.nn.relu(jnp.concatenate([x @ wa, x @ wb] + pad[: 1 if pad[0].size else 0], 1)) @ w2
+
+
+def test_merged_dots_reproduce_the_gpu():
+    """relu(concat(x @ wa, x @ wb)) @ w2 with the module whose first GEMM reads
+    concat(wa, wb) (the captured MLP's, w1 = [wa | wb]): each of the two dots is its
+    columns of the merged GEMM (split 4, K padded to 80, as read), and the output is the
+    GPU's bits. The same module with the concatenation written in the function (one
+    dot) is the GEMM as one dot, also the GPU's bits."""
+    meta, text, _ = _merged_mlp()
+    x, w1, w2 = _args(CASES[meta["name"]])
+    (m,) = _hlo.merges(text).values()
+    assert (m.side, m.sizes, m.total, m.sources) == (1, (72, 72), 144, ({1}, {2}))
+    plan = _hlo.read(text)[0]
+    parts = plan.pieces()
+    assert [(p.N, p.piece, p.sources) for p in parts] == [
+        (72, (0, 0, 72), ({0}, {1})), (72, (1, 72, 144), ({0}, {2}))]  # fmt: skip
+    assert all(p.options == plan.options and p.options["pad_k"] == 80 for p in parts)
+    out = jaxmma.gpu_replay(_two_projections, text)(x, w1[:, :72], w1[:, 72:], w2)
+    assert _sha(out) == meta["outputs"][0]["sha256"]
+
+    def one_dot(x, a, b, w):
+        return jax.nn.relu(x @ jnp.concatenate([a, b], 1)) @ w
+
+    out = jaxmma.gpu_replay(one_dot, text)(x, w1[:, :72], w1[:, 72:], w2)
+    assert _sha(out) == meta["outputs"][0]["sha256"]
+
+
+@pytest.mark.every_case  # each edit is its own assumption
+@pytest.mark.parametrize(
+    "edit, why",
+    [
+        ("wrong axis", "does not keep the dot's free dimension"),
+        ("not the operands", "do not depend on the same arguments"),
+        ("columns not covered", "pads dimension 1, the merged one"),
+    ],
+)
+def test_merged_dots_not_shown_are_refused(edit, why):
+    """The merged module edited: the pieces joined along the other dimension (then
+    bitcast into place), a concatenate of one dot's operand twice (data flow ties no
+    piece to the other dot), zero columns padded after the pieces: the dots are
+    refused with the reason, and so is the output, never other bits."""
+    meta, text, nb = _merged_mlp(edit)
+    x, w1, w2 = _args(CASES[meta["name"]])
+    fn = jaxmma.gpu_replay(_two_projections, text, unverified="omit")
+    out = fn(x, w1[:, :72], w1[:, 72 : 72 + nb], w2)
+    assert isinstance(out, jaxmma.Unverified), edit
+    assert any(why in r for r in out.reasons), out.reasons
