@@ -18,7 +18,9 @@ H100 with jax 0.11.2):
 * the result converted once (round to nearest even) after the reduce.
 
 :func:`dots` returns one :class:`DotPlan` per dot; anything it does not understand raises
-a ``ValueError`` naming the instruction and what is not understood.
+a ``ValueError`` naming the instruction and what is not understood. Where XLA merged
+several dots into one GEMM (an operand that is a concatenate along its free dimension),
+the plan's ``merge`` says so (:func:`merges`) and :meth:`DotPlan.pieces` splits it.
 """
 
 from __future__ import annotations

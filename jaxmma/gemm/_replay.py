@@ -10,9 +10,10 @@ established is refused at trace time, or computed with a warning if asked). Dots
 matched to the module's GEMM fusions by their operand types, batch sizes, ``{M, N}`` and
 K, where that pairing cannot be wrong: the module is ``fn``'s (its entry parameters and
 results), the counts agree, and where the fusions' plans differ, data flow (never the
-text's order) tells which computes which; a GEMM fusion the reader refuses refuses the
-dots it may compute, and only the outputs that depend on them (docs/xla_gpu.md says
-what this covers).
+text's order) tells which computes which; a GEMM fusion that merges several dots (an
+operand concatenated along its free dimension) computes each as its rows or columns,
+paired by data flow; a GEMM fusion the reader refuses refuses the dots it may compute,
+and only the outputs that depend on them (docs/xla_gpu.md says what this covers).
 """
 
 from __future__ import annotations
@@ -167,7 +168,11 @@ def pair(eqns: list, entries: list, deps: dict | None = None) -> list:
     is paired by data flow (``deps``: per dot equation, the function's arguments each
     operand depends on; the plans' ``sources``: the module's entry parameters), only
     where the dots and the fusions show the same multiset of operand dependencies and
-    every fusion that shows a dot's own has one plan; otherwise that dot is refused."""
+    every fusion that shows a dot's own has one plan; otherwise that dot is refused.
+
+    A merged GEMM (:class:`._hlo.Merge`) counts as one fusion per dot it computes
+    (:func:`_split_merged`), each part with its piece's data flow; a signature with
+    such a part is always paired by data flow, never by count alone."""
     sigs = [signature(e) for e in eqns]
     entries = _split_merged(entries, set(sigs))
     plans = [p for p in entries if isinstance(p, _hlo.DotPlan)]
