@@ -16,7 +16,7 @@ import pytest
 import jaxmma
 from jaxmma.conformance import _xla_capture as X
 from jaxmma.conformance import _xla_models as XM
-from jaxmma.gemm import _hlo, _replay_ops
+from jaxmma.gemm import _hlo, _replay_ops, _xla_reduce
 from jaxmma.gemm import _replay as R
 
 GOLDEN = os.path.join(os.path.dirname(__file__), "golden", "xla")
@@ -480,3 +480,208 @@ def test_split_dimension_is_mapped_through_the_root():
     comp = comps[fusion.attr("calls").lstrip("%")]
     dot = next(i for i in comp.order if i.opcode == "dot")
     assert _hlo._root_dims(comp, dot) == [0, 2, 1]
+
+
+# Merged dots (docs/xla_gpu.md, "Merged dots"): XLA:GPU computes several dots of the
+# function that share an operand as one GEMM whose other operand is a concatenate.
+
+
+def _merged_mlp(edit: str = "merged") -> tuple:
+    """The captured ReLU MLP's module (run 1), edited so that its first GEMM fusion's
+    w1 operand is a concatenate of two entry parameters along N: the module of
+    ``relu(concat(x @ wa, x @ wb)) @ w2``, which XLA would merge into the GEMM the GPU
+    ran (the same operands, the same columns, so the captured output is its output).
+    ``edit`` names a variant the replay must refuse."""
+    meta, text = _text("model-mlp-relu-f32")
+    text = _edit(text, "%w2.1 = f32[144,72]{1,0} parameter(2)",
+                 "%w2.1 = f32[144,72]{1,0} parameter(3)")  # fmt: skip
+    text = _edit(text, "(x.1: f32[200,72], w1.1: f32[72,144]",
+                 "(x.1: f32[200,72], wa.1: f32[72,72], wb.1: f32[72,72]")  # fmt: skip
+    w1 = 'f32[72,144]{1,0} parameter(1), metadata={op_name="w1" scheduling_name="w1.1"}'
+    na, nb = 72, 72
+    cat = {
+        "merged": "%w1.1 = f32[72,144]{1,0} concatenate(%wa.1, %wb.1), dimensions={1}",
+        # the pieces joined along K's dimension, then bitcast to the operand's shape
+        "wrong axis": "%cat = f32[144,72]{1,0} concatenate(%wa.1, %wb.1), dimensions={0}\n"
+        "  %w1.1 = f32[72,144]{1,0} bitcast(%cat)",
+        # the GPU would compute x @ wa twice and x @ wb never
+        "not the operands": "%w1.1 = f32[72,144]{1,0} concatenate(%wa.1, %wa.1), dimensions={1}",
+        # 8 zero columns after the pieces (the function appends zeros to its output):
+        # the GEMM's columns are not the dots' exactly
+        "columns not covered": "%cat = f32[72,136]{1,0} concatenate(%wa.1, %wb.1), dimensions={1}\n"
+        "  %zero = f32[] constant(0)\n"
+        "  %w1.1 = f32[72,144]{1,0} pad(%cat, %zero), padding=0_0x0_8",
+    }[edit]
+    if edit == "columns not covered":
+        nb = 64
+        text = _edit(text, "wb.1: f32[72,72]", "wb.1: f32[72,64]")
+    head = f"%wa.1 = f32[72,{na}]{{1,0}} parameter(1)\n  %wb.1 = f32[72,{nb}]{{1,0}} parameter(2)"
+    text = _edit(text, "%w1.1 = " + w1, head + "\n  " + cat)
+    return meta, text, nb
+
+
+def _two_projections(x, wa, wb, w2):
+    pad = [jnp.zeros((x.shape[0], 144 - wa.shape[1] - wb.shape[1]), x.dtype)]
+    return jax.nn.relu(jnp.concatenate([x @ wa, x @ wb] + pad[: 1 if pad[0].size else 0], 1)) @ w2
+
+
+def test_merged_dots_reproduce_the_gpu():
+    """relu(concat(x @ wa, x @ wb)) @ w2 with the module whose first GEMM reads
+    concat(wa, wb) (the captured MLP's, w1 = [wa | wb]): each of the two dots is its
+    columns of the merged GEMM (split 4, K padded to 80, as read), and the output is the
+    GPU's bits. The same module with the concatenation written in the function (one
+    dot) is the GEMM as one dot, also the GPU's bits."""
+    meta, text, _ = _merged_mlp()
+    x, w1, w2 = _args(CASES[meta["name"]])
+    (m,) = _hlo.merges(text).values()
+    assert (m.side, m.sizes, m.total, m.sources) == (1, (72, 72), 144, ({1}, {2}))
+    plan = _hlo.read(text)[0]
+    parts = plan.pieces()
+    assert [(p.N, p.piece, p.sources) for p in parts] == [
+        (72, (0, 0, 72), ({0}, {1})), (72, (1, 72, 144), ({0}, {2}))]  # fmt: skip
+    assert all(p.options == plan.options and p.options["pad_k"] == 80 for p in parts)
+    out = jaxmma.gpu_replay(_two_projections, text)(x, w1[:, :72], w1[:, 72:], w2)
+    assert _sha(out) == meta["outputs"][0]["sha256"]
+
+    def one_dot(x, a, b, w):
+        return jax.nn.relu(x @ jnp.concatenate([a, b], 1)) @ w
+
+    out = jaxmma.gpu_replay(one_dot, text)(x, w1[:, :72], w1[:, 72:], w2)
+    assert _sha(out) == meta["outputs"][0]["sha256"]
+
+
+@pytest.mark.every_case  # each edit is its own assumption
+@pytest.mark.parametrize(
+    "edit, why",
+    [
+        ("wrong axis", "does not keep the dot's free dimension"),
+        ("not the operands", "do not depend on the same arguments"),
+        ("columns not covered", "pads dimension 1, the merged one"),
+    ],
+)
+def test_merged_dots_not_shown_are_refused(edit, why):
+    """The merged module edited: the pieces joined along the other dimension (then
+    bitcast into place), a concatenate of one dot's operand twice (data flow ties no
+    piece to the other dot), zero columns padded after the pieces: the dots are
+    refused with the reason, and so is the output, never other bits."""
+    meta, text, nb = _merged_mlp(edit)
+    x, w1, w2 = _args(CASES[meta["name"]])
+    fn = jaxmma.gpu_replay(_two_projections, text, unverified="omit")
+    out = fn(x, w1[:, :72], w1[:, 72 : 72 + nb], w2)
+    assert isinstance(out, jaxmma.Unverified), edit
+    assert any(why in r for r in out.reasons), out.reasons
+
+
+def test_a_concatenate_along_k_is_not_merged_dots():
+    """w1 = concat(wa, wb) along K (its rows): the GPU's one GEMM sums the products of
+    both halves in one chain, which is not relu(x[:, :36] @ wa + x[:, 36:] @ wb) @ w2
+    (two dots rounded and added). The concatenate is not read as merged dots, the two
+    dots find no GEMM of their K, and the output is refused, naming the concatenate."""
+    meta, text = _text("model-mlp-relu-f32")
+    text = _edit(text, "%w2.1 = f32[144,72]{1,0} parameter(2)",
+                 "%w2.1 = f32[144,72]{1,0} parameter(3)")  # fmt: skip
+    text = _edit(text, "(x.1: f32[200,72], w1.1: f32[72,144]",
+                 "(x.1: f32[200,72], wa.1: f32[36,144], wb.1: f32[36,144]")  # fmt: skip
+    text = _edit(
+        text,
+        '%w1.1 = f32[72,144]{1,0} parameter(1), metadata={op_name="w1" scheduling_name="w1.1"}',
+        "%wa.1 = f32[36,144]{1,0} parameter(1)\n  %wb.1 = f32[36,144]{1,0} parameter(2)\n"
+        "  %w1.1 = f32[72,144]{1,0} concatenate(%wa.1, %wb.1), dimensions={0}",
+    )
+    (why,) = _hlo.merges(text).values()
+    assert isinstance(why, str) and "along dimension [0]" in why, why
+    x, w1, w2 = _args(CASES[meta["name"]])
+
+    def halves(x, wa, wb, w2):
+        return jax.nn.relu(x[:, :36] @ wa + x[:, 36:] @ wb) @ w2
+
+    out = jaxmma.gpu_replay(halves, text, unverified="omit")(x, w1[:36], w1[36:], w2)
+    assert isinstance(out, jaxmma.Unverified)
+    assert any("not read as merged dots" in r and "along dimension [0]" in r for r in out.reasons)
+
+
+@pytest.mark.parametrize("run", ["1", "2", "3"])
+@pytest.mark.parametrize("fmt", ["f32", "bf16"])
+def test_merged_weight_gradients_are_paired(run, fmt):
+    """The captured training step (a whole block): XLA:GPU computes the weight gradients
+    of wq, wk, wv as one 72 x 216 GEMM whose rhs is the concatenate of their three
+    output gradients (padded in K), and the three projections as one 200 x 216 GEMM of
+    concat(wv, wq, wk). Each of the three wgrad dots is paired with a part of the first
+    (its data flow: h, and values of every argument), wo's with its own GEMM; the
+    projections are parts of the second, whose fusion is refused (the layer norm's scale
+    and shift in its prologue), so they are refused with that reason."""
+    meta, text = _text(f"model-block-step-{fmt}", run)
+    case = CASES[meta["name"]]
+    merged = {k: m for k, m in _hlo.merges(text).items() if isinstance(m, _hlo.Merge)}
+    assert sorted((m.sizes, m.total, m.other) for m in merged.values()) == [
+        ((72, 72, 72), 216, 72), ((72, 72, 72), 216, 200)]  # fmt: skip
+    fwd = next(m for m in merged.values() if m.other == 200)
+    assert fwd.sources == ({5}, {3}, {4})  # concat(wv, wq, wk): the text's order
+    closed = jax.make_jaxpr(XM.function(case))(*_args(case))
+    eqns = R._dot_eqns(closed.jaxpr, [])
+    deps: dict = {}
+    R.flows(closed.jaxpr, [frozenset({i}) for i in range(13)], deps)
+    paired = R.pair(eqns, _hlo.read(text), deps)
+    everything = frozenset(range(13))
+    wgrad = [p for e, p in zip(eqns, paired, strict=True)
+             if R.signature(e)[2:] == ((72, 72), 200)]  # fmt: skip
+    assert len(wgrad) == 4 and all(isinstance(p, _hlo.DotPlan) for p in wgrad), wgrad
+    parts = [p for p in wgrad if p.piece is not None]
+    assert len(parts) == 3 and {p.fusion for p in parts} == {
+        k for k, m in merged.items() if m.other == 72
+    }
+    assert all(p.sources == ({0, 1, 2}, everything) and p.N == 72 for p in parts)
+    proj = [p for e, p in zip(eqns, paired, strict=True)
+            if deps[id(e)] in (({0, 1, 2}, {3}), ({0, 1, 2}, {4}), ({0, 1, 2}, {5}))]  # fmt: skip
+    assert len(proj) == 3
+    assert all("part of a merged GEMM" in p and "(a prologue)" in p for p in proj), proj
+
+
+#: the routes _hlo reads (chain, split, reduce, K padding, conversions): name -> (format,
+#: K, matmul options); the first two are the merged GEMMs of the captured block steps
+ROUTES = {
+    "tf32 pad 208 split 4": ("f32", 200, dict(instruction=_hlo.TF32, input_rounding="rna",
+                             pad_k=208, split_k=4, split_reduce="sequential")),
+    "bf16 pad 224 split 4": ("bf16", 200, dict(instruction=_hlo.MMA16.format(t="bf16"),
+                             pad_k=224, split_k=4, split_reduce="sequential",
+                             out_dtype="bfloat16")),
+    "tf32 split 32 halving": ("f32", 1024, dict(instruction=_hlo.TF32, input_rounding="rna",
+                              split_k=32, split_reduce=_xla_reduce.native_order(32))),
+    "bf16 split 8 Triton tree": ("bf16", 256, dict(instruction=_hlo.MMA16.format(t="bf16"),
+                                 split_k=8,
+                                 split_reduce=_xla_reduce.triton_tree(8, [1, 32], 2, False))),
+    "f16 unsplit": ("f16", 72, dict(instruction=_hlo.MMA16.format(t="f16"), out_dtype="float16")),
+    "e4m3 wgmma split 4": ("e4m3", 128, dict(instruction=_hlo.WGMMA8.format(a="e4m3", b="e4m3"),
+                           arch="sm_90a", split_k=4, split_reduce="sequential")),
+    "e4m3 via f16": ("e4m3", 72, dict(instruction=_hlo.MMA16.format(t="f16"),
+                     convert_inputs="f16")),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("route", list(ROUTES), ids=list(ROUTES))
+def test_merged_gemm_rows_and_columns_are_independent(route):
+    """What computing a merged dot on its own rests on: in every route the reader reads,
+    each column (row) of a GEMM has the bits it has in the GEMM of that column's (row's)
+    operand alone, with the same options; pieces of 72, 40 and 104 (not multiples of
+    the instructions' tiles)."""
+    fmt, K, opts = ROUTES[route]
+    opts = {"arch": "sm_90", **({"split_rule": "xla"} if "split_k" in opts else {}), **opts}
+    dt = jnp.dtype({"f32": "float32", "bf16": "bfloat16", "f16": "float16",
+                    "e4m3": "float8_e4m3fn"}[fmt])  # fmt: skip
+    r = np.random.default_rng(36)
+
+    def rand(*shape):
+        return jnp.asarray(r.standard_normal(shape), jnp.float32).astype(dt)
+
+    A, Bs = rand(24, K), [rand(K, n) for n in (72, 40, 104)]
+    whole = np.asarray(jaxmma.matmul(A, jnp.concatenate(Bs, 1), **opts))
+    At, B = [rand(m, K) for m in (72, 40, 104)], Bs[1]
+    rows = np.asarray(jaxmma.matmul(jnp.concatenate(At, 0), B, **opts))
+    at = 0
+    for Bi, Ai in zip(Bs, At, strict=True):
+        n = Bi.shape[1]
+        alone = np.asarray(jaxmma.matmul(A, Bi, **opts))
+        assert np.array_equal(whole[:, at : at + n].view(np.uint8), alone.view(np.uint8))
+        alone = np.asarray(jaxmma.matmul(Ai, B, **opts))
+        assert np.array_equal(rows[at : at + n].view(np.uint8), alone.view(np.uint8))
+        at += n

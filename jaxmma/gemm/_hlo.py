@@ -18,7 +18,9 @@ H100 with jax 0.11.2):
 * the result converted once (round to nearest even) after the reduce.
 
 :func:`dots` returns one :class:`DotPlan` per dot; anything it does not understand raises
-a ``ValueError`` naming the instruction and what is not understood.
+a ``ValueError`` naming the instruction and what is not understood. Where XLA merged
+several dots into one GEMM (an operand that is a concatenate along its free dimension),
+the plan's ``merge`` says so (:func:`merges`) and :meth:`DotPlan.pieces` splits it.
 """
 
 from __future__ import annotations
@@ -266,6 +268,13 @@ class DotPlan:
     #: per operand of the dot, the entry parameters (by number) its values depend on
     #: (the module's data flow, :func:`sources`); None where not read
     sources: tuple | None = dataclasses.field(default=None, compare=False)
+    #: where an operand of the GEMM fusion is a concatenate: the :class:`Merge` the text
+    #: shows (several dots of the function in one GEMM), or why it is not read as one
+    #: (a str); None where no operand is a concatenate
+    merge: object = dataclasses.field(default=None, compare=False)
+    #: for one dot's part of a merged GEMM (:meth:`pieces`): ``(index, start, stop)``
+    #: of its rows (the lhs merged) or columns (the rhs merged) in the merged GEMM
+    piece: tuple | None = dataclasses.field(default=None, compare=False)
 
     def signature(self) -> tuple:
         return (tuple(sorted(self.types)), self.batch, tuple(sorted((self.M, self.N))), self.K)
@@ -277,6 +286,33 @@ class DotPlan:
         if str(opts.get("instruction", "")).startswith("wgmma"):
             opts["instruction"] = "wgmma k32"  # formatted with the function's own operands
         return (self.signature(), self.out, repr(sorted(opts.items())))
+
+    def pieces(self) -> list:
+        """One plan per dot of a merged GEMM (:attr:`merge`): its rows or columns, the
+        same options (each row and column of the GEMM is computed from its own row of
+        the lhs and column of the rhs alone, in every chain, split and reduce modelled),
+        and the data flow of its own piece of the concatenated operand."""
+        m = self.merge
+        if not isinstance(m, Merge):
+            return [self]
+        out = []
+        for i, (start, stop) in enumerate(m.spans()):
+            src = None
+            if self.sources is not None and m.sources is not None:
+                both = list(self.sources)
+                both[m.side] = m.sources[i]
+                src = tuple(both)
+            size = {"M": stop - start} if m.side == 0 else {"N": stop - start}
+            out.append(dataclasses.replace(self, **size, sources=src, piece=(i, start, stop)))
+        return out
+
+    def label(self) -> str:
+        """``%fusion``, with the rows or columns of a merged GEMM's piece."""
+        if self.piece is None or not isinstance(self.merge, Merge):
+            return f"%{self.fusion}"
+        _, a, b = self.piece
+        part = "rows" if self.merge.side == 0 else "columns"
+        return f"%{self.fusion} ({part} {a}:{b} of {self.merge.total}, merged)"
 
 
 class Unread(ValueError):
@@ -848,6 +884,20 @@ class Refusal:
     reason: str
     mn: tuple | None
     signature: tuple | None = None
+    #: as DotPlan's: the :class:`Merge` its operands show, or why not one, or None
+    merge: object = None
+
+    def pieces(self) -> list:
+        """One refusal per dot of a merged GEMM (:attr:`merge`), each with its part's
+        signature, where the reader read the signature; else itself."""
+        m = self.merge
+        if not isinstance(m, Merge) or self.signature is None:
+            return [self]
+        fmt, batch, _, K = self.signature
+        return [
+            dataclasses.replace(self, signature=(fmt, batch, tuple(sorted((m.other, b - a))), K))
+            for a, b in m.spans()
+        ]
 
     def could_be(self, signature: tuple) -> bool:
         """Whether it may be the GEMM of a dot with ``signature`` (see DotPlan): its own
@@ -878,6 +928,7 @@ def read(text: str) -> list:
     out: list[DotPlan | Refusal] = []
     gemm_comps = set()
     flow = sources(text)
+    merged = merges(text)
     for c in comps.values():
         for ins in c.order:
             if ins.opcode == "custom-call":
@@ -897,9 +948,12 @@ def read(text: str) -> list:
                     plan = _plan(comps, c, ins, cfg)
                     if c.name == entry and ins.name in flow:
                         plan = dataclasses.replace(plan, sources=flow[ins.name])
+                    if c.name == entry and ins.name in merged:
+                        plan = dataclasses.replace(plan, merge=merged[ins.name])
                     out.append(plan)
                 except Unread as e:
-                    out.append(Refusal(ins.name, ins.op_name(), str(e), None, e.signature))
+                    m = merged.get(ins.name) if c.name == entry else None
+                    out.append(Refusal(ins.name, ins.op_name(), str(e), None, e.signature, m))
                 except ValueError as e:
                     called = comps.get((ins.attr("calls") or "").lstrip("%"))
                     ds = [i for i in called.order if i.opcode == "dot"] if called else []
@@ -1031,6 +1085,188 @@ def sources(text: str) -> dict:
             ops.append(frozenset().union(*v) if isinstance(v, list) else v)
         sub = _flow(comps, inner, ops, {})
         out[ins.name] = tuple(sub.get(o, frozenset()) for o in ds[0].operands[:2])
+    return out
+
+
+@dataclasses.dataclass(frozen=True)
+class Merge:
+    """Several dots of the function computed by one GEMM fusion: one operand of its dot
+    is a ``concatenate`` of pieces (seen through bitcasts, copies, transposes, a pad of
+    the other dimensions and fusion boundaries) joined along that operand's one free
+    dimension, the other operand shared. ``side``: 0 where the lhs is concatenated
+    (pieces of rows, M), 1 the rhs (columns, N); ``concat``: the concatenate; ``sizes``:
+    each piece's extent along the merged dimension, in order; ``total``: their sum, the
+    dot's M or N; ``other``: the shared operand's free size; ``sources``: per piece, the
+    entry parameters (by number) its values depend on (None where not read)."""
+
+    side: int
+    concat: str
+    sizes: tuple
+    total: int
+    other: int
+    sources: tuple | None
+
+    def spans(self) -> list:
+        """``(start, stop)`` of each piece along the merged dimension."""
+        out, at = [], 0
+        for n in self.sizes:
+            out.append((at, at + n))
+            at += n
+        return out
+
+
+#: data movement a concatenated operand may pass through between its ``concatenate``
+#: and the GEMM fusion's dot (each keeps every element's value), and the elementwise
+#: prologue inside the GEMM fusion (per element; :func:`_known` checks which)
+_MERGE_MOVES = ("bitcast", "copy", "transpose")
+_PROLOGUE_ELEMENTWISE = ("convert", "maximum", "multiply")
+
+
+def _merged_operand(comps, entry: Computation, fusion: Instr, gcomp: Computation, dot, side):
+    """The :class:`Merge` one operand of a GEMM fusion's dot shows, or why not (a str),
+    or None where it is no concatenate. The value is followed back, tracking the dot
+    operand's one free dimension, through the GEMM computation's data movement and
+    elementwise prologue to its parameter, the entry's bitcasts, copies and transposes,
+    fusions (their root; one output of a multi-output fusion) and pads of the other
+    dimensions, until a ``concatenate`` (or anything else: None). A concatenate that does
+    not join its pieces along that free dimension (one along K merges a sum of products,
+    not dots; a bitcast that mixes the pieces' rows) is a str."""
+    key = ("lhs", "rhs")[side]
+    op = gcomp.instrs.get(dot.operands[side])
+    if op is None:
+        return None
+    bd, cd = dot.dims(f"{key}_batch_dims"), dot.dims(f"{key}_contracting_dims")
+    free = [i for i in range(len(op.shape)) if i not in bd and i not in cd]
+    d = free[0] if len(free) == 1 else None
+    size = op.shape[free[0]] if len(free) == 1 else None
+    stack = [(entry, None), (gcomp, fusion)]  # computations entered, with their callers
+    ins, lost = op, None if d is not None else f"%{op.name} has {len(free)} free dimensions"
+    for _ in range(10_000):
+        comp, caller = stack[-1]
+        if ins.opcode == "concatenate":
+            break
+        nxt, e = None, None
+        if ins.opcode == "parameter" and caller is not None:
+            i = _index(ins)
+            parent = stack[-2][0]
+            nxt = parent.instrs.get(caller.operands[i]) if 0 <= i < len(caller.operands) else None
+            if nxt is not None and d is not None:
+                e = d if (nxt.shape, _physical(nxt)) == (ins.shape, _physical(ins)) else None
+                e = e if e is not None else _bitcast_dim(ins, nxt, d)
+            stack.pop()
+        elif ins.opcode == "fusion" and caller is None and ins is not fusion:
+            inner = _called(ins, comps)
+            nxt = inner.instrs.get(inner.root)
+            if nxt is None or nxt.opcode == "tuple":
+                return None
+            if d is not None:
+                e = d if nxt.shape == ins.shape else _bitcast_dim(ins, nxt, d)
+            stack.append((inner, ins))
+        elif ins.opcode == "get-tuple-element" and caller is None:
+            src = comp.instrs.get(ins.operands[0]) if ins.operands else None
+            m = re.search(r"index=(\d+)", ins.attrs)
+            if src is None or src.opcode != "fusion" or m is None:
+                return None
+            inner = _called(src, comps)
+            root = inner.instrs.get(inner.root)
+            k = int(m.group(1))
+            if root is None or root.opcode != "tuple" or k >= len(root.operands):
+                return None
+            nxt = inner.instrs.get(root.operands[k])
+            if nxt is not None and d is not None:
+                e = d if nxt.shape == ins.shape else _bitcast_dim(ins, nxt, d)
+            stack.append((inner, src))
+        elif ins.opcode == "pad":
+            pads = (ins.attr("padding") or "").split("x")
+            cfg = [tuple(int(x) for x in c.split("_")) for c in pads]
+            if d is not None and (d >= len(cfg) or any(cfg[d])):
+                lost = f"%{ins.name} pads dimension {d}, the merged one"
+            nxt = comp.instrs.get(ins.operands[0]) if ins.operands else None
+            e = d if lost is None else None
+        elif ins.opcode in _MERGE_MOVES or (comp is gcomp and ins.opcode in _PROLOGUE_ELEMENTWISE):
+            step = _back(comp, ins, d) if d is not None else None
+            if step is not None:
+                nxt, e = step
+            elif ins.opcode in _MERGE_MOVES and ins.operands:
+                nxt = comp.instrs.get(ins.operands[0])
+            else:
+                return None
+        else:
+            return None
+        if nxt is None:
+            return None
+        if d is not None and e is None and lost is None:
+            lost = f"%{ins.name} ({ins.opcode}) does not keep the dot's free dimension whole"
+        ins, d = nxt, e
+    else:
+        return None
+    where = f"%{fusion.name}: its {key} is the concatenate %{ins.name}"
+    cat = ins.dims("dimensions")
+    if lost is not None:
+        return f"{where}, but {lost}: its pieces are not shown to be whole rows or columns"
+    if cat != (d,):
+        return (
+            f"{where} along dimension {list(cat)}, which the dot reads as another dimension "
+            f"than its free one (dimension {d} there): not merged dots (a concatenate along "
+            "K sums products of several operands), not covered"
+        )
+    parts = [comp.instrs[o] for o in ins.operands if o in comp.instrs]
+    if d is None:  # lost is then set
+        return None
+    rest = ins.shape[:d] + ins.shape[d + 1 :]
+    if (
+        len(parts) != len(ins.operands)
+        or any(p.shape[:d] + p.shape[d + 1 :] != rest for p in parts)
+        or sum(p.shape[d] for p in parts) != ins.shape[d]
+    ):
+        return f"{where}, whose operands' shapes do not make its own: inconsistent text"
+    if ins.shape[d] != size:
+        return f"{where} of {ins.shape[d]} along the dot's {size}: not understood"
+    # the data flow of each piece: the entry's, then each computation entered's in turn
+    n = sum(1 for i in entry.order if i.opcode == "parameter")
+    params = [frozenset({i}) for i in range(n)]
+    env = _flow(comps, entry, params, {})
+    for inner, call in stack[1:]:
+        ops = []
+        for o in call.operands if call is not None else ():
+            v = env.get(o, frozenset())
+            ops.append(frozenset().union(*v) if isinstance(v, list) else v)
+        env = _flow(comps, inner, ops, {})
+    srcs = []
+    for o in ins.operands:
+        v = env.get(o, frozenset())
+        srcs.append(frozenset().union(*v) if isinstance(v, list) else v)
+    other = gcomp.instrs.get(dot.operands[1 - side])
+    okey = ("lhs", "rhs")[1 - side]
+    ob, oc = dot.dims(f"{okey}_batch_dims"), dot.dims(f"{okey}_contracting_dims")
+    ofree = [n for i, n in enumerate(other.shape if other else ()) if i not in ob and i not in oc]
+    osize = math.prod(ofree)
+    return Merge(side, ins.name, tuple(p.shape[d] for p in parts), size, osize, tuple(srcs))
+
+
+def merges(text: str) -> dict:
+    """Per GEMM fusion of the entry computation (by name) one of whose dot's operands is
+    a ``concatenate``: the :class:`Merge` (several dots of the function in one GEMM),
+    or why it is not read as one (a str)."""
+    comps, entry = parse(text)
+    comp = comps[entry]
+    out: dict = {}
+    for ins in comp.order:
+        if ins.opcode != "fusion" or _fusion_config(ins).get("kind") not in GEMM_KINDS:
+            continue
+        inner = comps.get((ins.attr("calls") or "").lstrip("%"))
+        ds = [i for i in inner.order if i.opcode == "dot"] if inner else []
+        if len(ds) != 1 or len(ds[0].operands) < 2:
+            continue
+        try:
+            found = [_merged_operand(comps, comp, ins, inner, ds[0], side) for side in (0, 1)]
+        except ValueError as e:  # a computation it calls is not in the module
+            found = [f"%{ins.name}: its operands are not read: {e}"]
+        found = [f for f in found if f is not None]
+        if len(found) > 1:
+            out[ins.name] = f"%{ins.name}: both operands of its dot are concatenates: not covered"
+        elif found:
+            out[ins.name] = found[0]
     return out
 
 

@@ -10,9 +10,10 @@ established is refused at trace time, or computed with a warning if asked). Dots
 matched to the module's GEMM fusions by their operand types, batch sizes, ``{M, N}`` and
 K, where that pairing cannot be wrong: the module is ``fn``'s (its entry parameters and
 results), the counts agree, and where the fusions' plans differ, data flow (never the
-text's order) tells which computes which; a GEMM fusion the reader refuses refuses the
-dots it may compute, and only the outputs that depend on them (docs/xla_gpu.md says
-what this covers).
+text's order) tells which computes which; a GEMM fusion that merges several dots (an
+operand concatenated along its free dimension) computes each as its rows or columns,
+paired by data flow; a GEMM fusion the reader refuses refuses the dots it may compute,
+and only the outputs that depend on them (docs/xla_gpu.md says what this covers).
 """
 
 from __future__ import annotations
@@ -167,10 +168,15 @@ def pair(eqns: list, entries: list, deps: dict | None = None) -> list:
     is paired by data flow (``deps``: per dot equation, the function's arguments each
     operand depends on; the plans' ``sources``: the module's entry parameters), only
     where the dots and the fusions show the same multiset of operand dependencies and
-    every fusion that shows a dot's own has one plan; otherwise that dot is refused."""
+    every fusion that shows a dot's own has one plan; otherwise that dot is refused.
+
+    A merged GEMM (:class:`._hlo.Merge`) counts as one fusion per dot it computes
+    (:func:`_split_merged`), each part with its piece's data flow; a signature with
+    such a part is always paired by data flow, never by count alone."""
+    sigs = [signature(e) for e in eqns]
+    entries = _split_merged(entries, set(sigs))
     plans = [p for p in entries if isinstance(p, _hlo.DotPlan)]
     refused = [r for r in entries if isinstance(r, _hlo.Refusal)]
-    sigs = [signature(e) for e in eqns]
     out: list = [None] * len(eqns)
     for sig in dict.fromkeys(sigs):
         idx = [i for i, s in enumerate(sigs) if s == sig]
@@ -178,23 +184,26 @@ def pair(eqns: list, entries: list, deps: dict | None = None) -> list:
         maybe = [r for r in refused if r.could_be(sig)]
         shown = f"(formats {sig[0]}, batch {sig[1]}, M x N {sig[2]}, K = {sig[3]})"
         if maybe:
-            why = "; ".join(r.reason for r in maybe)
+            why = "; ".join(dict.fromkeys(r.reason for r in maybe))
             if not cand and len(maybe) == len(idx) and all(r.signature == sig for r in maybe):
                 reason = f"its GEMM fusion is refused: {why}"
             else:
                 reason = (
-                    f"a dot {shown} that the GEMM fusions {[p.fusion for p in cand]} or the "
-                    f"refused {[r.fusion for r in maybe]} may compute; which is not known, "
-                    f"and the refused are not read: {why}"
+                    f"a dot {shown} that the GEMM fusions {[p.label() for p in cand]} or the "
+                    f"refused {[_refused_label(r) for r in maybe]} may compute; which is not "
+                    f"known, and the refused are not read: {why}"
                 )
         elif len(cand) != len(idx):
             reason = (
                 f"{len(idx)} dot(s) of fn {shown} and {len(cand)} GEMM fusion(s) of the "
-                f"module with that signature {[p.fusion for p in cand]}: not paired (the "
+                f"module with that signature {[p.label() for p in cand]}: not paired (the "
                 "module was not compiled from this function and these shapes, or XLA "
                 "merged or removed dots)"
             )
-        elif len({p.bits() for p in cand}) == 1:
+            notes = [e.merge for e in entries if isinstance(e.merge, str)]
+            if notes:
+                reason += "; not read as merged dots: " + "; ".join(dict.fromkeys(notes))
+        elif len({p.bits() for p in cand}) == 1 and all(p.piece is None for p in cand):
             for i, p in zip(idx, cand, strict=True):  # any pairing: the same bits
                 out[i] = p
             continue
@@ -207,10 +216,36 @@ def pair(eqns: list, entries: list, deps: dict | None = None) -> list:
     return out
 
 
+def _refused_label(r) -> str:
+    return f"{r.fusion} (part of a merged GEMM)" if isinstance(r.merge, _hlo.Merge) else r.fusion
+
+
+def _split_merged(entries: list, sigs: set) -> list:
+    """``entries`` with each merged GEMM (:class:`._hlo.Merge`) in its parts, one per
+    dot it computes (:meth:`._hlo.DotPlan.pieces`), where every part's signature is one
+    of ``fn``'s dots' (``sigs``); else the GEMM as one dot (``fn`` may have written the
+    concatenation itself)."""
+    out: list = []
+    for e in entries:
+        parts = e.pieces()
+        sig = [p.signature() if isinstance(p, _hlo.DotPlan) else p.signature for p in parts]
+        out += parts if len(parts) > 1 and all(g in sigs for g in sig) else [e]
+    return out
+
+
 def _by_flow(idx: list, eqns: list, cand: list, deps: dict | None, shown: str) -> dict:
     """Per dot (by index), the plan data flow pairs it with, or the reason it cannot."""
-    plans = ", ".join(f"%{p.fusion}" for p in cand)
-    head = f"the GEMM fusions {plans} of the module compute dots {shown} with different plans, and "
+    plans = ", ".join(p.label() for p in cand)
+    if len({p.bits() for p in cand}) == 1:  # parts of merged GEMMs: paired by data flow only
+        head = (
+            f"the GEMM fusions {plans} of the module compute dots {shown}, merged dots among "
+            "them (a merged GEMM's part is paired only where data flow ties it to the dot), and "
+        )
+    else:
+        head = (
+            f"the GEMM fusions {plans} of the module compute dots {shown} with different "
+            "plans, and "
+        )
 
     def key(pair) -> tuple:  # unordered: XLA may swap a dot's operands
         return tuple(sorted(tuple(sorted(x)) for x in pair))
@@ -237,7 +272,7 @@ def _by_flow(idx: list, eqns: list, cand: list, deps: dict | None, shown: str) -
             out[i] = same[0]
         else:
             out[i] = head + (
-                f"{len(same)} of them ({', '.join(f'%{p.fusion}' for p in same)}) read "
+                f"{len(same)} of them ({', '.join(p.label() for p in same)}) read "
                 "operands that depend on the same arguments as this dot's: which computes "
                 "it is not shown"
             )
