@@ -38,8 +38,8 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
+from .. import util
 from ..bits import OUT_FORMATS, _formats, _wide
-from ..util import _xla
 from . import _numerics
 from ._numerics import BlockModel
 
@@ -233,7 +233,7 @@ def round_sum(neg, mag, unit, dtype: str, model: BlockModel):
         cut, man = man - model.f32_mantissa, model.f32_mantissa
     emin = 1 - out.bias
     zero = mag == 0
-    p = 31 - _xla.clz(mag).astype(I32)
+    p = 31 - util.clz(mag).astype(I32)
     lead = p + unit
     lsb = jnp.where(lead < emin, emin - man, lead - man)
     qs = lsb - unit  # the bit of mag that becomes the result's lsb

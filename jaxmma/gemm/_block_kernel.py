@@ -48,10 +48,10 @@ from jax import lax
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import triton as plgpu
 
+from .. import util
 from ..bits import CANONICAL_NAN, _formats
 from ..models import _group_gemm
 from ..models._table import GROUP, GROUP_E_ZERO, GROUP_F
-from ..util import _xla
 from . import _modes
 
 F32 = jnp.float32
@@ -125,7 +125,7 @@ def _round_rz(neg, mag, unit):
     [0, 31]. The bit of ``mag`` that becomes the lsb, ``qs``, is at most 25 (as
     ``unit >= -174``), and ``qs < 0`` only where ``mag < 2**24``: ``mag >> 31`` is then 0,
     and ``mag << 31`` has no bit below 24."""
-    p = 31 - _xla.clz(mag)
+    p = 31 - util.clz(mag)
     lead = p + unit
     sub = lead < -126
     qs = jnp.where(sub, -149 - unit, p - 23)
@@ -212,7 +212,7 @@ def _fuse(c, scale_groups, man: int):
     lo = (lo ^ (s & _MASK)) - s
     hi = (hi ^ s) + (lo >> 24)
     lo = lo & _MASK
-    drop = jnp.maximum(24 - _xla.clz(hi), 0)  # hi's bits beyond 8 push lo's lowest out
+    drop = jnp.maximum(24 - util.clz(hi), 0)  # hi's bits beyond 8 push lo's lowest out
     mag = (hi << (24 - drop)) | (lo >> drop)
     bits = _round_rz(s != 0, mag, unit + drop)
     return jnp.where(special, c, bits)

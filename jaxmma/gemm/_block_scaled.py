@@ -18,9 +18,9 @@ import sys
 import jax
 import jax.numpy as jnp
 
+from .. import util
 from ..models import _group_gemm, _product_gemm
 from ..operands import _scaling
-from ..util import _shapes
 from . import _block_kernel, _modes, _partition
 
 #: ``"auto"``: the forms :func:`covers` names run here; ``"emulate"``: none does
@@ -46,7 +46,7 @@ def covers(cfg, scales) -> bool:
     return _product_gemm.supports(cfg.ins) and jax.default_backend() != "gpu"
 
 
-_pad = _shapes.pad_axis
+_pad = util.pad_axis
 
 
 def gemm_bits(cfg, A, B, C, scales):

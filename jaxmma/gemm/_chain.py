@@ -23,10 +23,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from .. import util
 from ..arith import _numerics
 from ..models import _models
 from ..operands import _scaling, _sparse
-from ..util import _shapes
 from ._config import Config
 
 
@@ -34,7 +34,7 @@ def _lead(*xs):
     return jnp.broadcast_shapes(*(x.shape[:-2] for x in xs))
 
 
-_pad_axis = _shapes.pad_axis
+_pad_axis = util.pad_axis
 
 
 def _steps(x, axis: int, nsteps: int):

@@ -25,12 +25,12 @@ import jax.numpy as jnp
 import numpy as np
 from jax.typing import ArrayLike, DTypeLike
 
+from .. import util
 from ..bits import _values
 from ..instructions._instruction import Instruction
 from ..operands import _operands
 from ..operands._quant import Quantized
 from ..spec._ptx import shown as _shown
-from ..util import _errors, _ste, _xla
 from . import _epilogue, _executors, _kernel, _prepare
 from ._config import FIELDS, Config, GemmOptions, merge, resolve, validate
 from ._config import config as config  # the tests' and benchmarks' name for it
@@ -75,7 +75,7 @@ def _forward(cfg: Config, A, B, C, q):
 
 #: the emulation itself, compiled once per configuration and shapes; called eagerly (and
 #: by the derivative rules under an eager ``jax.grad``) it reuses that compilation
-_forward_jit = _xla.jit(lambda cfg, *args: _forward(cfg, *args), static_argnums=0)
+_forward_jit = util.jit(lambda cfg, *args: _forward(cfg, *args), static_argnums=0)
 
 
 def _grad_gemm(grad_ins: Instruction | None):
@@ -99,8 +99,8 @@ def _gemm_values(cfg: Config, A, B, C, q):
         named = (("dgrad_instruction", cfg.dgrad_ins), ("wgrad_instruction", cfg.wgrad_ins))
         given = [n for n, i in named if i is not None]
         option = "/".join(given) + " (or grad_instruction)"
-        return _ste.with_gemm_gradients(fwd, vals, dgrad, wgrad, A, B, C, q, option=option)
-    return _ste.straight_through(fwd, vals, A, B, C, q)
+        return util.with_gemm_gradients(fwd, vals, dgrad, wgrad, A, B, C, q, option=option)
+    return util.product_straight_through(fwd, vals, A, B, C, q)
 
 
 def matmul(
@@ -287,7 +287,7 @@ def matmul(
     else:
         A, B = jnp.asarray(A), jnp.asarray(B)
         _prepare.check_shapes(ins, A, B, None if C is None else jnp.asarray(C))
-        if ins.sparse and (check or not _errors.is_traced(A)):
+        if ins.sparse and (check or not util.is_traced(A)):
             _prepare.check_structure(ins, A)
     return _gemm_values(cfg, A, B, C, q)
 

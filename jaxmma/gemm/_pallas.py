@@ -50,10 +50,10 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
+from .. import util
 from ..arith import _fixed, _int32, _numerics
 from ..bits import CANONICAL_NAN, FP8, OUT_FORMATS, _formats
 from ..models import _table
-from ..util import _xla
 from . import _partition
 
 I32 = jnp.int32
@@ -211,7 +211,7 @@ def _operand(fmt: str, bits, order_fmt, w: int, pre_shift: int):
     f = _formats.fields(fmt, bits)
     finite = (f.sig != 0) & ~f.nan & ~f.inf
     mag = jnp.where(finite, f.sig, jnp.uint32(0))
-    msb = 31 - _xla.clz(mag).astype(I32)
+    msb = 31 - util.clz(mag).astype(I32)
     norm = jnp.where(finite, (w - 1) - msb, 0)
     magn = (mag << norm.astype(jnp.uint32)).astype(I32)
     order = jnp.where(finite, _numerics.operand_order(f, fmt, order_fmt), I32(ABSENT))

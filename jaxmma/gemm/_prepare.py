@@ -13,13 +13,13 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from .. import util
 from ..bits import _doubles, _formats, _packing
 from ..operands import _operands, _quant, _scaling, _sparse
-from ..util import _shapes
 from ._config import Config
 
 F32 = jnp.float32
-_pad_axis = _shapes.pad_axis
+_pad_axis = util.pad_axis
 
 
 def check_shapes(ins, A, B, C):

@@ -30,9 +30,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from .. import util
 from ..bits import _values
 from ..operands import _sparse
-from ..util import _errors, _xla
 
 #: the names errors give the positional operands of each entry point
 _OPERAND_NAMES = {"execute": ("a", "b", "c", "e"), "matrix_mma": ("A", "B", "C")}
@@ -55,13 +55,13 @@ def _static(v) -> bool:
 _SPARSE_ARRAYS = frozenset({"scale_a", "scale_b", "metadata"})
 
 
-@functools.partial(_xla.jit, static_argnums=(0, 1, 2))
+@functools.partial(util.jit, static_argnums=(0, 1, 2))
 def _run(ins, entry: str, static_kw: tuple, args: tuple, array_kw: dict):
     fn = getattr(ins._implementation(), entry)
     return fn(ins, *args, **dict(static_kw), **array_kw)
 
 
-@functools.partial(_xla.jit, static_argnums=(0, 1, 2, 3))
+@functools.partial(util.jit, static_argnums=(0, 1, 2, 3))
 def _run_as_concrete(ins, entry: str, static_kw: tuple, default_check: bool, args, array_kw):
     """The call and whether any of its checks found a bad value."""
     with _sparse.as_concrete(default_check) as flags:
@@ -83,7 +83,7 @@ def call(ins, entry: str, args: tuple, kwargs: dict):
     static_kw = tuple(sorted((k, v) for k, v in kwargs.items() if _static(v)))
     arrays = all(_array_kept(a) for a in (*args, *array_kw.values()) if a is not None)
     if ins.sparse is not None:
-        traced = _errors.is_traced(*args, *array_kw.values())  # inside jit/vmap/grad
+        traced = util.is_traced(*args, *array_kw.values())  # inside jit/vmap/grad
         if not arrays or not set(array_kw) <= _SPARSE_ARRAYS or traced:
             return fn(ins, *args, **kwargs)
         try:

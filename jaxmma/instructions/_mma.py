@@ -13,10 +13,10 @@ import functools
 import jax.numpy as jnp
 import numpy as np
 
+from .. import util
 from ..bits import _formats, _values
 from ..models import _models
 from ..operands import _fragments, _operands, _scaling, _sparse
-from ..util import _grad, _shapes, _ste
 
 _SCALE_NO_DERIVATIVE = (
     "{name}: block scales enter the instruction as exponent bits and have no derivative; "
@@ -68,7 +68,7 @@ def execute(
         raise ValueError(f"scale_a/scale_b are operands of .block_scale forms, not of {ins.text}")
     nd = len(_fragments.matrix_shape(ins, "c"))  # 3 for m8n8k4 .f16 (four matrices)
     SA, SB = scales or (None, None)
-    A, B, C, idx, SA, SB = _shapes.broadcast(
+    A, B, C, idx, SA, SB = util.broadcast(
         (
             ("a", A, nd),
             ("b", B, nd),
@@ -108,7 +108,7 @@ def check_matrix_shapes(ins, A, B, C) -> None:
                 f"{ins.text} (A [..., M, K], B [..., K, N], C [..., M, N]), got {shape}"
             )
         named.append((op.upper(), shape[: len(shape) - len(w)]))
-    _shapes.batch_shape(named, ins.text)
+    util.batch_shape(named, ins.text)
 
 
 def matrix_mma(ins, A, B, C, *, model=None, **kwargs):
@@ -135,7 +135,7 @@ def matrix_mma(ins, A, B, C, *, model=None, **kwargs):
         raise ValueError(f"{'/'.join(given)}: operands of .block_scale forms, not of {ins.text}")
     # scales given as float8 values are read as exponent bits: no derivative, said clearly
     scale_a, scale_b = (
-        _grad.no_derivative(s, _SCALE_NO_DERIVATIVE.format(name=name))
+        util.no_derivative(s, _SCALE_NO_DERIVATIVE.format(name=name))
         if _float_or_none(s) is not None
         else s
         for name, s in (("scale_a", scale_a), ("scale_b", scale_b))
@@ -166,7 +166,7 @@ def matrix_mma(ins, A, B, C, *, model=None, **kwargs):
             D = _sparse.poison_rows(ins, D, aux["bad"])
         return _values.from_bits(ins.dtype, D)
 
-    return _ste.straight_through(
+    return util.product_straight_through(
         forward,
         functools.partial(_operand_values, ins),
         _float_or_none(A),

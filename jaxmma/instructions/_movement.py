@@ -17,9 +17,9 @@ from __future__ import annotations
 import jax.numpy as jnp
 import numpy as np
 
+from .. import util
 from ..bits import _values
 from ..operands import _fragments, _layouts, _memory
-from ..util import _errors, _shapes
 
 ALIGN = 16
 
@@ -35,7 +35,7 @@ def _check_addrs(addrs, lay, nbytes: int):
         raise TypeError(f"addrs: expected uint32 byte offsets [..., 32], got {addrs.dtype}")
     if addrs.ndim < 1 or addrs.shape[-1] != 32:
         raise ValueError(f"addrs: expected shape [..., 32], got {tuple(addrs.shape)}")
-    if _errors.is_traced(addrs):
+    if util.is_traced(addrs):
         return addrs
     used = np.unique(np.asarray(lay.addr_lane).reshape(-1))
     a = np.asarray(addrs)[..., used].astype(np.int64)
@@ -69,7 +69,7 @@ def _element_offsets(lay, addrs, nbytes: int):
 
 
 def _check_traced(ins, lay, addrs, bitoff, nbytes: int, check: bool) -> None:
-    if not check or not _errors.is_traced(addrs, bitoff):
+    if not check or not util.is_traced(addrs, bitoff):
         return
     used = np.unique(np.asarray(lay.addr_lane).reshape(-1))
     aligned = (addrs[..., used] % jnp.uint32(ALIGN)) == 0
@@ -107,7 +107,7 @@ def stmatrix(ins, smem, addrs, regs, *, check=False):
         raise ValueError(
             f"regs: expected shape [..., 32, {lay.nregs}] for {ins.text}, got {tuple(regs.shape)}"
         )
-    smem, addrs, regs = _shapes.broadcast(
+    smem, addrs, regs = util.broadcast(
         (("smem", smem, 1), ("addrs", addrs, 1), ("regs", regs, 2)), ins.text
     )
     elems = _fragments.unpack(regs, lay.elem_bits)  # [..., 32, nelem]
@@ -117,7 +117,7 @@ def stmatrix(ins, smem, addrs, regs, *, check=False):
 
 
 def _broadcast(smem, addrs):
-    return _shapes.broadcast((("smem", smem, 1), ("addrs", addrs, 1)))
+    return util.broadcast((("smem", smem, 1), ("addrs", addrs, 1)))
 
 
 def movmatrix(ins, a):

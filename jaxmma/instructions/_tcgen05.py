@@ -18,10 +18,10 @@ import functools
 
 import jax.numpy as jnp
 
+from .. import util
 from ..bits import _values
 from ..models import _models
 from ..operands import _scaling, _sparse
-from ..util import _grad, _shapes, _ste, _xla
 from . import _mma
 from . import _tcgen05_options as _options
 
@@ -153,7 +153,7 @@ def matrix_mma(
     if ins.sparse:
         _sparse_shapes(ins, Ab, Bb, Cb, metadata)
         Ab, idx, bad = _sparse.matrix_operands(ins, Ab, metadata, check=check, rows=True)
-    M, K, N = _shapes.matrix_dims(Ab, Bb, Cb)
+    M, K, N = util.matrix_dims(Ab, Bb, Cb)
     K = 2 * K if ins.sparse else K
     if K != ins.k or Bb.shape[-2] != K or Cb.shape[-2:] != (M, N):
         raise ValueError(
@@ -164,12 +164,12 @@ def matrix_mma(
     if ins.stype:
         nblk = _scaling.num_blocks(ins)
         sa = (
-            _grad.no_derivative(kwargs["scale_a"], _mma._SCALE_NO_DERIVATIVE.format(name="scale_a"))
+            util.no_derivative(kwargs["scale_a"], _mma._SCALE_NO_DERIVATIVE.format(name="scale_a"))
             if _mma._float_or_none(kwargs["scale_a"]) is not None
             else (kwargs["scale_a"])
         )
         sb = (
-            _grad.no_derivative(kwargs["scale_b"], _mma._SCALE_NO_DERIVATIVE.format(name="scale_b"))
+            util.no_derivative(kwargs["scale_b"], _mma._SCALE_NO_DERIVATIVE.format(name="scale_b"))
             if _mma._float_or_none(kwargs["scale_b"]) is not None
             else (kwargs["scale_b"])
         )
@@ -217,7 +217,7 @@ def matrix_mma(
     Cf = None if not enable_input_d else _mma._float_or_none(C)
     if Cf is not None and shift:  # the tangent of C * 2**-s (the forward reads the bits)
         Cf = Cf * jnp.asarray(2.0**-shift, Cf.dtype)
-    D = _ste.straight_through(
+    D = util.product_straight_through(
         forward,
         functools.partial(_mma._operand_values, ins),
         _mma._float_or_none(A),
@@ -230,7 +230,7 @@ def matrix_mma(
     return D if keep is None else _keep_rows(ins, D, C, C_old, keep)
 
 
-@functools.partial(_xla.jit, static_argnums=(0, 1, 2))
+@functools.partial(util.jit, static_argnums=(0, 1, 2))
 def _sparse_bits(ins, model, shift, A, B, C, scales, idx):
     return _models.mma_bits(ins, A, B, C, scales=scales, model=model, sparse_idx=idx, c_shift=shift)
 

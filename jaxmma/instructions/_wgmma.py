@@ -30,10 +30,10 @@ from __future__ import annotations
 
 import jax.numpy as jnp
 
+from .. import util
 from ..bits import _values
 from ..models import _models
 from ..models._wgmma import INTEGER
-from ..util import _shapes
 
 #: the sign bit of each floating input format (tf32: the f32 register's)
 SIGN_BIT = {"f16": 15, "bf16": 15, "tf32": 31, "e4m3": 7, "e5m2": 7}
@@ -90,7 +90,7 @@ def matrix_mma(ins, A, B, C, *, scale_d=True, scale_a=1, scale_b=1, model=None):
     Ab = _values.to_bits(ins.atype, A, "A")
     Bb = _values.to_bits(ins.btype, B, "B")
     Cb = _values.to_bits(ins.ctype, C, "C")
-    M, K, N = _shapes.matrix_dims(Ab, Bb, Cb)
+    M, K, N = util.matrix_dims(Ab, Bb, Cb)
     if Bb.shape[-2] != K or Cb.shape[-2:] != (M, N):
         raise ValueError(
             f"B: expected [..., {K}, N] and C [..., {M}, N] for A of shape {Ab.shape}; "

@@ -30,10 +30,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from .. import util
 from ..bits import _values
 from ..models import _models
 from ..operands import _fragments, _layouts, _memory
-from ..util import _errors, _shapes
 from ._mma import matrix_mma as mm
 
 ALIGN = 16
@@ -265,7 +265,7 @@ def load(ins, mem, addr=0, stride=None, *, check=False):
     off = _offsets(lay, ins.layout, addr, stride, nbytes)
     if check:
         _check_traced(ins, lay, addr, stride, off, nbytes)
-    mem, off = _shapes.broadcast((("mem", mem, 1), ("addr/stride", off, 2)), ins.text)
+    mem, off = util.broadcast((("mem", mem, 1), ("addr/stride", off, 2)), ins.text)
     if lay.elem_bits == 64:
         ok = _memory.inside(off, 64, nbytes)
         lo = _memory.read(mem, off, 32).astype(jnp.uint64)
@@ -285,7 +285,7 @@ def store(ins, mem, regs, addr=0, stride=None, *, check=False):
     off = _offsets(lay, ins.layout, addr, stride, nbytes)
     if check:
         _check_traced(ins, lay, addr, stride, off, nbytes)
-    mem, regs, off = _shapes.broadcast(
+    mem, regs, off = util.broadcast(
         (("mem", mem, 1), ("regs", regs, 2), ("addr/stride", off, 2)), ins.text
     )
     elems = _fragments.unpack(regs, lay.elem_bits)
@@ -300,7 +300,7 @@ def _check_regs(lay: WmmaLayout, regs, name, ins):
     if regs.dtype != want:
         raise TypeError(
             f"{name}: expected {jnp.dtype(want).name} registers [..., 32, {lay.nregs}] for "
-            f"{ins.text}, got {regs.dtype}{_errors.x64_hint() if lay.reg_bits == 64 else ''}"
+            f"{ins.text}, got {regs.dtype}{util.x64_hint() if lay.reg_bits == 64 else ''}"
         )
     if regs.ndim < 2 or regs.shape[-2:] != (32, lay.nregs):
         raise ValueError(
@@ -331,7 +331,7 @@ def mma(ins, a, b, c, *, model=None):
     A = _unfragment(operand_layout(ins, "a"), a, "a", ins)
     B = _unfragment(operand_layout(ins, "b"), b, "b", ins)
     C = _unfragment(operand_layout(ins, "c"), c, "c", ins)
-    A, B, C = _shapes.broadcast((("a", A, 2), ("b", B, 2), ("c", C, 2)), ins.text)
+    A, B, C = util.broadcast((("a", A, 2), ("b", B, 2), ("c", C, 2)), ins.text)
     D = _models.mma_bits(ins, A, B, C, model=model)
     return _fragment(operand_layout(ins, "d"), D)
 

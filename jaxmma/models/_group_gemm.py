@@ -29,9 +29,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from .. import util
 from ..arith import _fixed
 from ..bits import _formats
-from ..util import _xla
 from ._table import GROUP, GROUP_E_ZERO, GROUP_F
 
 F32 = jnp.float32
@@ -150,7 +150,7 @@ def _step(c, groups, man: int):
     neg = hi < 0
     mlo = jnp.where(neg & (lo != 0), 0x1000000 - lo, lo).astype(U32)
     mhi = jnp.where(neg, -hi - (lo != 0).astype(I32), hi).astype(U32)
-    drop = jnp.maximum(31 - _xla.clz(mhi).astype(I32) - 7, 0).astype(U32)
+    drop = jnp.maximum(31 - util.clz(mhi).astype(I32) - 7, 0).astype(U32)
     mag = jnp.where(mhi != 0, (mhi << (U32(24) - drop)) | (mlo >> drop), mlo)
     bits = _fixed.round_f32_rz(neg, mag, unit + drop.astype(I32))
     return jnp.where(special, c, bits)

@@ -12,10 +12,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from .. import util
 from ..arith import _fixed, _numerics
 from ..arith._numerics import Terms
 from ..bits import _formats, _packing, _wide
-from ..util import _xla
 from ._table import GROUP, GROUP_E_ZERO, GROUP_F, KINDS, PRODUCT_MODEL
 
 U32 = jnp.uint32
@@ -215,7 +215,7 @@ def _group_sum(terms: Terms, order, F: int):
     neg = hi < 0
     mlo = jnp.where(neg & (lo != 0), 0x1000000 - lo, lo).astype(U32)
     mhi = jnp.where(neg, -hi - (lo != 0).astype(I32), hi).astype(U32)  # < 2**26
-    drop = jnp.maximum(31 - _xla.clz(mhi).astype(I32) - 7, 0).astype(U32)
+    drop = jnp.maximum(31 - util.clz(mhi).astype(I32) - 7, 0).astype(U32)
     mag = jnp.where(mhi != 0, (mhi << (U32(24) - drop)) | (mlo >> drop), mlo)
     bits = _fixed.round_f32_rz(neg, mag, unit + drop.astype(I32))
     return _numerics.apply_specials(bits, terms, "f32")

@@ -14,8 +14,8 @@ import math
 import jax.numpy as jnp
 import numpy as np
 
+from .. import util
 from ..bits import _packing, _values
-from ..util import _errors
 from . import _layouts
 
 MMA_OPERANDS = ("a", "b", "c", "d")
@@ -134,7 +134,7 @@ def _check_width(ins, operand, matrix, width: int) -> None:
     """ValueError for concrete unsigned raw bits above the element's ``width`` (they would
     be dropped silently); traced values cannot be inspected: their high bits are dropped."""
     dtype = getattr(matrix, "dtype", None)
-    if dtype is None or _errors.is_traced(matrix) or np.dtype(dtype).kind != "u":
+    if dtype is None or util.is_traced(matrix) or np.dtype(dtype).kind != "u":
         return
     if np.dtype(dtype).itemsize * 8 <= width or np.size(matrix) == 0:
         return
@@ -149,7 +149,7 @@ def _check_width(ins, operand, matrix, width: int) -> None:
 def _check_regs(ins, operand, regs, lay):
     want = reg_dtype(lay)
     if regs.dtype != want:
-        hint = _errors.x64_hint() if lay.elem_bits == 64 else ""
+        hint = util.x64_hint() if lay.elem_bits == 64 else ""
         raise TypeError(
             f"{operand}: expected {jnp.dtype(want).name} registers [..., 32, {lay.nregs}] "
             f"for {ins.text}, got {regs.dtype}{hint}"

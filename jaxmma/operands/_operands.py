@@ -12,8 +12,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from .. import util
 from ..bits import DTYPES, F8F6F4, FORMATS, _doubles, _formats, _packing, _values
-from ..util import _xla
 
 #: element formats without a NaN or Inf, or narrower than 16 bits: a float input is
 #: rounded to nearest and clamped to the largest finite value (``cvt.rn.satfinite``)
@@ -63,7 +63,7 @@ def to_bits(ins, fmt: str, x, name: str):
         return _values.to_bits(fmt, x, name)
     if jnp.issubdtype(x.dtype, jnp.floating) and fmt not in ("b1", "s32"):
         if fmt == "f64":
-            return jax.lax.bitcast_convert_type(_xla.ingest(x.astype(jnp.float64)), jnp.uint64)
+            return jax.lax.bitcast_convert_type(util.ingest(x.astype(jnp.float64)), jnp.uint64)
         if x.dtype.itemsize < 2:  # fp8/fp6/fp4 inputs: exact in float32
             x = x.astype(jnp.float32)
         bits = _formats.encode(fmt, x, rounding="rn", saturate=fmt in SATURATE)

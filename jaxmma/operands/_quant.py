@@ -41,8 +41,8 @@ import numpy as np
 from jax import lax
 from jax.typing import ArrayLike
 
+from .. import util
 from ..bits import CANONICAL_NAN, F8F6F4, _doubles, _formats, _values
-from ..util import _grad, _xla
 
 U32 = jnp.uint32
 MX_FORMATS = F8F6F4
@@ -223,7 +223,7 @@ def _as_f32(x, name: str = "x") -> jax.Array:
             f"{name}: expected float32, float16 or bfloat16 (converted exactly to float32), "
             f"got {x.dtype}"
         )
-    return _xla.ingest(x.astype(jnp.float32))
+    return util.ingest(x.astype(jnp.float32))
 
 
 def _axis_and_blocks(x, axis, block: int) -> int:
@@ -278,7 +278,7 @@ def _is_finite(x):
 
 
 def _msb(v):
-    return 31 - _xla.clz(v).astype(jnp.int32)
+    return 31 - util.clz(v).astype(jnp.int32)
 
 
 def _f32_from_exact(n, u):
@@ -457,7 +457,7 @@ def shared_exponent(
     return _shared_exponent(jnp.asarray(amax, jnp.float32), fmt, scale_rounding)
 
 
-@functools.partial(_xla.jit, static_argnums=(1, 2))
+@functools.partial(util.jit, static_argnums=(1, 2))
 def _shared_exponent(amax, fmt: str, scale_rounding: str):
     f = _formats.FORMATS[fmt]
     fl = _f32_fields(amax)
@@ -516,7 +516,7 @@ def quantize_mx(
     _check_choice("fmt", fmt, MX_FORMATS)
     _check_choice("scale_rounding", scale_rounding, SCALE_ROUNDINGS)
     _check_choice("rounding", rounding, ELEMENT_ROUNDINGS)
-    x = _grad.no_derivative(_as_f32(x), _NO_DERIVATIVE.format(name="quantize_mx"))
+    x = util.no_derivative(_as_f32(x), _NO_DERIVATIVE.format(name="quantize_mx"))
     axis = _axis_and_blocks(x, axis, block)
     rbits = _random_bits(rounding, key, x.shape)
     return _quantize_mx(
@@ -534,7 +534,7 @@ def quantize_mx(
 _STATIC = ("fmt", "axis", "block", "scale_rounding", "rounding", "saturate")
 
 
-@functools.partial(_xla.jit, static_argnames=_STATIC)
+@functools.partial(util.jit, static_argnames=_STATIC)
 def _quantize_mx(x, rbits, *, fmt, axis, block, scale_rounding, rounding, saturate):
     xb = _blocked(x, axis, block)
     amax = _block_amax(xb)
@@ -559,7 +559,7 @@ def nvfp4_global_scale(x: ArrayLike) -> jax.Array:
     return _global_scale(_as_f32(x))
 
 
-@_xla.jit
+@util.jit
 def _global_scale(x):
     flat = jnp.where(_is_finite(x), x, 0.0).reshape(-1)
     amax = _block_amax(flat) if flat.size else jnp.float32(0)  # empty: as all-zero
@@ -642,7 +642,7 @@ def quantize_nvfp4(
     """
     _check_choice("scale_rounding", scale_rounding, SCALE_ROUNDINGS)
     _check_choice("rounding", rounding, ELEMENT_ROUNDINGS)
-    x = _grad.no_derivative(_as_f32(x), _NO_DERIVATIVE.format(name="quantize_nvfp4"))
+    x = util.no_derivative(_as_f32(x), _NO_DERIVATIVE.format(name="quantize_nvfp4"))
     axis = _axis_and_blocks(x, axis, block)
     rbits = _random_bits(rounding, key, x.shape)
     g = None
@@ -672,7 +672,7 @@ def quantize_nvfp4(
     )
 
 
-@functools.partial(_xla.jit, static_argnames=_STATIC)
+@functools.partial(util.jit, static_argnames=_STATIC)
 def _quantize_nvfp4(x, rbits, g, *, fmt, axis, block, scale_rounding, rounding, saturate):
     # XLA:CPU constant-folds this program differently when x is a jit constant (other
     # elements along axis=-2, tests/test_properties.py); the barrier keeps x a value
@@ -866,7 +866,7 @@ def fake_quantize_mx(x: ArrayLike, fmt: str, **kwargs: Any) -> jax.Array:
       [1.0, 1.0, 1.0, 1.0]
     """
     _as_f32(x)  # the argument errors, before tracing
-    return _grad.straight_through(lambda v: dequantize(quantize_mx(v, fmt, **kwargs)), x)
+    return util.straight_through(lambda v: dequantize(quantize_mx(v, fmt, **kwargs)), x)
 
 
 def fake_quantize_nvfp4(x: ArrayLike, **kwargs: Any) -> jax.Array:
@@ -874,7 +874,7 @@ def fake_quantize_nvfp4(x: ArrayLike, **kwargs: Any) -> jax.Array:
     :func:`fake_quantize_mx`; ``kwargs`` as for :func:`quantize_nvfp4`). The global
     scale is computed from ``x`` (or given) and treated as a constant."""
     _as_f32(x)
-    return _grad.straight_through(lambda v: dequantize(quantize_nvfp4(v, **kwargs)), x)
+    return util.straight_through(lambda v: dequantize(quantize_nvfp4(v, **kwargs)), x)
 
 
 def _f32_rounded(n, u):
@@ -897,7 +897,7 @@ def _f32_rounded(n, u):
     return jnp.where(n == 0, U32(0), bits)
 
 
-@_xla.jit
+@util.jit
 def _dequantize(q: Quantized) -> jax.Array:
     """``element * scale * global`` rounded once to nearest even float32.
 
