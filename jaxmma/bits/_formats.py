@@ -51,8 +51,7 @@ import numpy as np
 from jax import lax
 from jax.typing import ArrayLike
 
-from .. import util
-from ..spec import _spec
+from .. import spec, util
 from . import _doubles
 
 Rounding = Literal["rn", "rna", "rz", "rm", "rp", "stochastic"]
@@ -154,8 +153,8 @@ FORMATS: dict[str, Format] = {
 # The registry: what the other floors know of the formats, read from here (``jaxmma.bits``)
 #: the fp8 element formats, and those of ``kind::f8f6f4`` (fp8, fp6, fp4), in the spec's
 #: order: the spec's own type lists (:mod:`jaxmma.spec._spec`), written there once
-FP8: tuple[str, ...] = _spec.F8
-F8F6F4: tuple[str, ...] = _spec.F8F6F4
+FP8: tuple[str, ...] = spec.F8
+F8F6F4: tuple[str, ...] = spec.F8F6F4
 #: format -> the JAX dtype of exactly its values (ml_dtypes' name, ``Format.dtype``)
 DTYPES: dict[str, np.dtype] = {n: jnp.dtype(f.dtype) for n, f in FORMATS.items() if f.dtype}
 #: dtype name -> format: the inverse of :data:`DTYPES`

@@ -30,7 +30,7 @@ from ..bits import _values
 from ..instructions._instruction import Instruction
 from ..operands import _operands
 from ..operands._quant import Quantized
-from ..spec._ptx import shown as _shown
+from ..spec import shown as _shown
 from . import _epilogue, _executors, _kernel, _prepare
 from ._config import FIELDS, Config, GemmOptions, merge, resolve, validate
 from ._config import config as config  # the tests' and benchmarks' name for it

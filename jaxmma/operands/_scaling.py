@@ -39,7 +39,7 @@ import numpy as np
 
 from ..bits import SCALE_DTYPES, _packing, _values
 from ..models._scaled import check_ins as _check_ins
-from ..spec._view import InstructionView
+from ..spec import InstructionView
 from . import _layouts
 from ._quant import Quantized, check_quantized, raw_bits
 

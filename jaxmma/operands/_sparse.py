@@ -77,8 +77,7 @@ from jax.typing import ArrayLike
 
 from .. import util
 from ..bits import CANONICAL_NAN, FORMATS, FP8, _values
-from ..spec._spec import Form
-from ..spec._view import InstructionView
+from ..spec import Form, InstructionView
 from . import _fragments, _layouts
 
 __all__ = [
