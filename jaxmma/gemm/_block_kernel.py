@@ -49,7 +49,7 @@ from jax.experimental import pallas as pl
 from jax.experimental.pallas import triton as plgpu
 
 from .. import util
-from ..bits import CANONICAL_NAN, _formats
+from ..bits import CANONICAL_NAN, FORMATS
 from ..models import _group_gemm
 from ..models._table import GROUP, GROUP_E_ZERO, GROUP_F
 from . import _modes
@@ -59,7 +59,7 @@ F16 = jnp.float16
 I32 = jnp.int32
 U32 = jnp.uint32
 STEP_GROUPS = _group_gemm.STEP_GROUPS
-_LO = _formats.FORMATS["e2m1"].min_exp  # a half unit is 2**_LO
+_LO = FORMATS["e2m1"].min_exp  # a half unit is 2**_LO
 #: the exponent of a scale whose significand is 0: its groups never reach e_max
 _ABSENT = -(1 << 20)
 #: the exponent word of a group whose products are all zero: below every order, and its
@@ -488,7 +488,7 @@ def gemm_bits(ins, A, B, C, SA, SB, *, interpret=None, tiles: Tiles | None = Non
         kwargs["compiler_params"] = plgpu.CompilerParams(
             num_warps=t.num_warps, num_stages=t.num_stages
         )
-    man = _formats.FORMATS[ins.stype].mant_bits
+    man = FORMATS[ins.stype].mant_bits
     rep = K // GROUP // G  # groups of 16 per scale: 1 (4X) or 2 (2X)
     fuse = fuse or (_fuse_planes if interpret else _fuse_ptx)
     kernel = functools.partial(_kernel, steps=K // ins.k, man=man, rep=rep, fuse=fuse)

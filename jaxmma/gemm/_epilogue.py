@@ -24,7 +24,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from ..arith import _ieee, _numerics
-from ..bits import _doubles, _formats, _values
+from ..bits import FORMATS, encode, from_bits, prepare
 
 
 def f32_bits(x: float):
@@ -42,7 +42,7 @@ def to_out(bits_f32, out: str):
 def host_c(C, out: str):
     """An epilogue's C of host doubles, before the program (docs/dtypes.md): what rounds
     once into the output type ``out`` in :func:`c_bits`, x64 on or off."""
-    return _doubles.prepare(C, _formats.FORMATS[out], "rn", False, "C")
+    return prepare(C, FORMATS[out], "rn", False, "C")
 
 
 def c_bits(C, out: str, name: str = "C"):
@@ -57,7 +57,7 @@ def c_bits(C, out: str, name: str = "C"):
         return jax.lax.bitcast_convert_type(C, jnp.uint32)
     # one rounding into the output type, from the value itself (a double too, x64 on)
     x = C if C.dtype in (jnp.float32, jnp.float64) else C.astype(jnp.float32)
-    return to_f32(_formats.encode(out, x, rounding="rn"), out)
+    return to_f32(encode(out, x, rounding="rn"), out)
 
 
 def finish(opts, acc, acc_type: str, C32=None, scale=None):
@@ -91,7 +91,7 @@ def global_scaled(D, alpha, C=None):
     """NVFP4's epilogue: the chain's f32 bits ``D`` (from +0) times ``alpha`` (the
     per-tensor scales' float32 product), then C's f32 bits added with one IEEE f32 add;
     float32 values."""
-    D = jax.lax.bitcast_convert_type(_values.from_bits("f32", D) * alpha, jnp.uint32)
+    D = jax.lax.bitcast_convert_type(from_bits("f32", D) * alpha, jnp.uint32)
     if C is not None:
         D = _numerics.ieee_add(D, jnp.broadcast_to(C, D.shape), "f32")
-    return _values.from_bits("f32", D)
+    return from_bits("f32", D)

@@ -25,8 +25,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.typing import ArrayLike, DTypeLike
 
-from .. import util
-from ..bits import _values
+from .. import bits, util
 from ..instructions._instruction import Instruction
 from ..operands import _operands
 from ..operands._quant import Quantized
@@ -69,7 +68,7 @@ def _forward(cfg: Config, A, B, C, q):
         D = _executors.gemm_bits(cfg, Ab, Bb, None, scales=scales)
         return _epilogue.global_scaled(D, alpha, _prepare.c_bits(ins, C))
     D = _executors.gemm_bits(cfg, Ab, Bb, _prepare.c_bits(ins, C), scales=scales)
-    D = _values.from_bits(cast(str, ins.dtype), D)  # a GEMM's mma form has every type
+    D = bits.from_bits(cast(str, ins.dtype), D)  # a GEMM's mma form has every type
     return D if alpha is None else D * alpha
 
 
@@ -262,9 +261,9 @@ def matmul(
     warn_default_arch(fields["instruction"], fields["arch"], ins)
     quantize, check, convert_inputs = fields["quantize"], fields["check"], fields["convert_inputs"]
     for name, x in (("A", A), ("B", B)):
-        _values.check_numeric(x, name)
+        bits.check_numeric(x, name)
     for name, v in (("C", C), ("scale_a", scale_a), ("scale_b", scale_b)):
-        _values.check_array_like(v, name)
+        bits.check_array_like(v, name)
     _prepare.check_key(opts, key)
     if not ins.stype and convert_inputs is None:  # doubles: rounded once, in the GEMM's mode
         mode = None if opts is None else opts.input_rounding
@@ -360,8 +359,8 @@ def dot_general(
                 "preferred_element_type: expected None or a dtype (jnp.float32, ...), got "
                 f"{_shown(preferred_element_type)}"
             ) from None
-    _values.check_numeric(lhs, "lhs")
-    _values.check_numeric(rhs, "rhs")
+    bits.check_numeric(lhs, "lhs")
+    bits.check_numeric(rhs, "rhs")
     given = {k: kwargs.pop(k) for k in FIELDS if k in kwargs}
     given.update(instruction=instruction, arch=arch, promote_every=promote_every)
     fields = merge(options, given, kwargs.pop("rounding", None))

@@ -52,7 +52,7 @@ from jax import lax
 
 from .. import util
 from ..arith import _fixed, _int32, _numerics
-from ..bits import CANONICAL_NAN, FP8, OUT_FORMATS, _formats
+from ..bits import CANONICAL_NAN, FP8, OUT_FORMATS, fields
 from ..models import _table
 from . import _partition
 
@@ -208,7 +208,7 @@ def use_kernel(cfg, scales=None) -> bool:
 # Operand preparation (XLA, elementwise)
 def _operand(fmt: str, bits, order_fmt, w: int, pre_shift: int):
     """Raw bits ``[..., R, K]`` -> (order << 16 | nlsb, word) int32 ``[..., R, K]``."""
-    f = _formats.fields(fmt, bits)
+    f = fields(fmt, bits)
     finite = (f.sig != 0) & ~f.nan & ~f.inf
     mag = jnp.where(finite, f.sig, jnp.uint32(0))
     msb = 31 - util.clz(mag).astype(I32)

@@ -14,7 +14,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .. import util
-from ..bits import _doubles, _formats, _packing
+from ..bits import FORMATS, ROUNDINGS, encode, exact_float32, is_host_double, prepare, to_container
 from ..operands import _operands, _quant, _scaling, _sparse
 from ._config import Config
 
@@ -134,7 +134,7 @@ def quantize_operands(ins, A, B, quantize):
         if isinstance(x, _quant.Quantized):
             out.append((None, _quant.check_quantized(x, name, matrix=True)))
             continue
-        x = _doubles.exact_float32(x, name)  # the quantizers' rule: doubles exact in float32
+        x = exact_float32(x, name)  # the quantizers' rule: doubles exact in float32
         x = jnp.asarray(x)
         if not jnp.issubdtype(x.dtype, jnp.floating):
             raise TypeError(
@@ -172,14 +172,14 @@ def host_double(ins, x, name: str, fields) -> jax.Array | np.ndarray:
     """dot_general's operand: host doubles as a NumPy float64 array (float32 where the
     quantizers take them), checked by the rule matmul applies; others as jax arrays."""
     if ins.stype:
-        x = _doubles.exact_float32(x, name)
-    if not _doubles.is_host_double(x):
+        x = exact_float32(x, name)
+    if not is_host_double(x):
         return jnp.asarray(x)
     fmt = ins.atype if name == "lhs" else ins.btype
     mode = fields["input_rounding"] or "rn"
-    if fmt not in ("b1", "s32", "f64") and mode in _doubles.ROUNDINGS:
+    if fmt not in ("b1", "s32", "f64") and mode in ROUNDINGS:
         sat = fmt in _operands.SATURATE
-        _doubles.prepare(x, _formats.FORMATS[fmt], mode, sat, name)  # its errors
+        prepare(x, FORMATS[fmt], mode, sat, name)  # its errors
     return np.asarray(x, np.float64)
 
 
@@ -203,8 +203,8 @@ def operand_bits(ins, fmt: str, x, name: str, rounding, rbits=None):
         x = x.astype(F32)
     rb = None if rounding != "stochastic" else jnp.broadcast_to(rbits, x.shape)
     sat = fmt in _operands.SATURATE
-    bits = _formats.encode(fmt, x, rounding=rounding, saturate=sat, random_bits=rb)
-    return _packing.to_container(bits, fmt) if ins.kind == "f8f6f4" else bits
+    bits = encode(fmt, x, rounding=rounding, saturate=sat, random_bits=rb)
+    return to_container(bits, fmt) if ins.kind == "f8f6f4" else bits
 
 
 def random_pair(opts, key, A, B):

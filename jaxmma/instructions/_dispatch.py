@@ -30,8 +30,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .. import util
-from ..bits import _values
+from .. import bits, util
 from ..operands import _sparse
 
 #: the names errors give the positional operands of each entry point
@@ -76,9 +75,9 @@ def call(ins, entry: str, args: tuple, kwargs: dict):
     fn = getattr(ins._implementation(), entry)
     names = _OPERAND_NAMES.get(entry, ())
     for i, a in enumerate(args):
-        _values.check_numeric(a, names[i] if i < len(names) else f"argument {i}")
+        bits.check_numeric(a, names[i] if i < len(names) else f"argument {i}")
     for k, v in kwargs.items():
-        _values.check_numeric(v, k)
+        bits.check_numeric(v, k)
     array_kw = {k: v for k, v in kwargs.items() if not _static(v)}
     static_kw = tuple(sorted((k, v) for k, v in kwargs.items() if _static(v)))
     arrays = all(_array_kept(a) for a in (*args, *array_kw.values()) if a is not None)

@@ -13,8 +13,7 @@ import functools
 import jax.numpy as jnp
 import numpy as np
 
-from .. import util
-from ..bits import _formats, _values
+from .. import bits, util
 from ..models import _models
 from ..operands import _fragments, _operands, _scaling, _sparse
 
@@ -141,9 +140,9 @@ def matrix_mma(ins, A, B, C, *, model=None, **kwargs):
         for name, s in (("scale_a", scale_a), ("scale_b", scale_b))
     )
     # raw bits, checked here (dtype errors at trace time); the arithmetic sees these bits
-    Ab = _values.to_bits(ins.atype, A, "A", ins.kind)
-    Bb = _values.to_bits(ins.btype, B, "B", ins.kind)
-    Cb = _values.to_bits(ins.ctype, C, "C", ins.kind)
+    Ab = bits.to_bits(ins.atype, A, "A", ins.kind)
+    Bb = bits.to_bits(ins.btype, B, "B", ins.kind)
+    Cb = bits.to_bits(ins.ctype, C, "C", ins.kind)
     idx = scales = bad = None
     if ins.sparse:
         # bad: rows of A that are invalid (traced and unchecked): their rows of D are poison
@@ -164,7 +163,7 @@ def matrix_mma(ins, A, B, C, *, model=None, **kwargs):
         D = _models.mma_bits(ins, Ab, Bb, Cb, scales=aux["scales"], model=model, sparse_idx=idx)
         if aux["bad"] is not None:
             D = _sparse.poison_rows(ins, D, aux["bad"])
-        return _values.from_bits(ins.dtype, D)
+        return bits.from_bits(ins.dtype, D)
 
     return util.product_straight_through(
         forward,
@@ -199,7 +198,7 @@ def _scale(ins, op, x, aux):
     """Element values (or tangents) of A ``[..., M, K]`` / B ``[..., K, N]`` times their
     block scales (K the stored columns: K/2 for a compressed sparse A)."""
     S = aux["scales"][0 if op == "a" else 1]
-    s = _formats.decode(ins.stype, S).astype(jnp.float32)
+    s = bits.decode(ins.stype, S).astype(jnp.float32)
     K, nblk = x.shape[-1 if op == "a" else -2], _scaling.num_blocks(ins)
     blk = np.arange(K) // (K // nblk)
     return x * s[..., blk] if op == "a" else x * s[..., blk, :]

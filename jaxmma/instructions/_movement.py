@@ -17,8 +17,7 @@ from __future__ import annotations
 import jax.numpy as jnp
 import numpy as np
 
-from .. import util
-from ..bits import _values
+from .. import bits, util
 from ..operands import _fragments, _layouts, _memory
 
 ALIGN = 16
@@ -30,7 +29,7 @@ def layout(ins):
 
 
 def _check_addrs(addrs, lay, nbytes: int):
-    addrs = _values.registers(addrs, "addrs")
+    addrs = bits.registers(addrs, "addrs")
     if addrs.dtype != jnp.uint32:
         raise TypeError(f"addrs: expected uint32 byte offsets [..., 32], got {addrs.dtype}")
     if addrs.ndim < 1 or addrs.shape[-1] != 32:
@@ -100,7 +99,7 @@ def stmatrix(ins, smem, addrs, regs, *, check=False):
     check = _check_flag(check)
     smem = _memory.check_image(smem, "smem")
     addrs = _check_addrs(addrs, lay, smem.shape[-1])
-    regs = _values.registers(regs, "regs")
+    regs = bits.registers(regs, "regs")
     if regs.dtype != jnp.uint32:
         raise TypeError(f"regs: expected uint32 registers [..., 32, {lay.nregs}], got {regs.dtype}")
     if regs.ndim < 2 or regs.shape[-2:] != (32, lay.nregs):
@@ -121,7 +120,7 @@ def _broadcast(smem, addrs):
 
 
 def movmatrix(ins, a):
-    a = _values.registers(a, "a")
+    a = bits.registers(a, "a")
     if a.dtype != jnp.uint32:
         raise TypeError(f"a: expected uint32 registers [..., 32], got {a.dtype}")
     if a.ndim < 1 or a.shape[-1] != 32:

@@ -18,8 +18,7 @@ import functools
 
 import jax.numpy as jnp
 
-from .. import util
-from ..bits import _values
+from .. import bits, util
 from ..models import _models
 from ..operands import _scaling, _sparse
 from . import _mma
@@ -67,7 +66,7 @@ def _lane_mask(ins, mask, d_lane, M):
 def _keep_rows(ins, D, C, Cb, rows):
     """D with the ``rows`` (bool ``[..., M, 1]``) holding C, D's old contents, bit for bit
     (a float C keeps its derivative there)."""
-    old = C if getattr(C, "dtype", None) == D.dtype else _values.from_bits(ins.dtype, Cb)
+    old = C if getattr(C, "dtype", None) == D.dtype else bits.from_bits(ins.dtype, Cb)
     return jnp.where(rows, old, D)
 
 
@@ -146,9 +145,9 @@ def matrix_mma(
     if not ins.sparse and (metadata is not None or check is not None):
         given = [n for n, v in (("metadata", metadata), ("check", check)) if v is not None]
         raise ValueError(f"{'/'.join(given)}: operands of tcgen05.mma.sp only, not of {ins.text}")
-    Ab = _values.to_bits(ins.atype, A, "A", ins.kind)
-    Bb = _values.to_bits(ins.btype, B, "B", ins.kind)
-    Cb = _values.to_bits(ins.ctype, C, "C")
+    Ab = bits.to_bits(ins.atype, A, "A", ins.kind)
+    Bb = bits.to_bits(ins.btype, B, "B", ins.kind)
+    Cb = bits.to_bits(ins.ctype, C, "C")
     idx = bad = None
     if ins.sparse:
         _sparse_shapes(ins, Ab, Bb, Cb, metadata)
@@ -203,7 +202,7 @@ def matrix_mma(
             D = _sparse_bits(ins, model, shift, Ab, Bb, Cb, aux["scales"], idx)
         if aux["bad"] is not None:
             D = _sparse.poison_rows(ins, D, aux["bad"])
-        return _values.from_bits(ins.dtype, D)
+        return bits.from_bits(ins.dtype, D)
 
     # tangents of A/B arrays are tangents of their elements: a block-scaled element counts
     # times its scale, a compressed (metadata-given) A element at its dense column

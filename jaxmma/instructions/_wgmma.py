@@ -31,7 +31,7 @@ from __future__ import annotations
 import jax.numpy as jnp
 
 from .. import util
-from ..bits import _values
+from ..bits import from_bits, to_bits
 from ..models import _models
 from ..models._wgmma import INTEGER
 
@@ -87,9 +87,9 @@ def matrix_mma(ins, A, B, C, *, scale_d=True, scale_a=1, scale_b=1, model=None):
     if model not in (None, "exact"):
         raise ValueError(f"model must be None (Hopper's) or 'exact', got {model!r}")
     _check_options(ins, scale_d, scale_a, scale_b)
-    Ab = _values.to_bits(ins.atype, A, "A")
-    Bb = _values.to_bits(ins.btype, B, "B")
-    Cb = _values.to_bits(ins.ctype, C, "C")
+    Ab = to_bits(ins.atype, A, "A")
+    Bb = to_bits(ins.btype, B, "B")
+    Cb = to_bits(ins.ctype, C, "C")
     M, K, N = util.matrix_dims(Ab, Bb, Cb)
     if Bb.shape[-2] != K or Cb.shape[-2:] != (M, N):
         raise ValueError(
@@ -105,7 +105,7 @@ def matrix_mma(ins, A, B, C, *, scale_d=True, scale_a=1, scale_b=1, model=None):
     lead = jnp.broadcast_shapes(Ab.shape[:-2], Bb.shape[:-2], Cb.shape[:-2])
     Ab, Bb, Cb = (jnp.broadcast_to(x, lead + x.shape[-2:]) for x in (Ab, Bb, Cb))
     D = _models.mma_bits(ins, Ab, Bb, Cb, model=model)
-    return _values.from_bits(ins.dtype, D)
+    return from_bits(ins.dtype, D)
 
 
 def execute(ins, *args, **kwargs):

@@ -31,7 +31,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .. import util
-from ..bits import _values
+from ..bits import registers
 from ..models import _models
 from ..operands import _fragments, _layouts, _memory
 from ._mma import matrix_mma as mm
@@ -295,7 +295,7 @@ def store(ins, mem, regs, addr=0, stride=None, *, check=False):
 # ------------------------------------------------------------------------------ mma
 def _check_regs(lay: WmmaLayout, regs, name, ins):
     """The fragment's registers, checked: ``[..., 32, nregs]`` of the register width."""
-    regs = _values.registers(regs, name, lay.reg_bits)
+    regs = registers(regs, name, lay.reg_bits)
     want = jnp.uint64 if lay.reg_bits == 64 else jnp.uint32
     if regs.dtype != want:
         raise TypeError(

@@ -16,7 +16,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from ..bits import _formats
+from .. import bits
 from ..operands import _quant
 from ..training import _fp8, _mx, _nvfp4, _scales
 from ..training._recipes import Recipe
@@ -71,7 +71,7 @@ def _mx_scale(r, t, fmt: str, axis: int):
 def _nvfp4_multiplier(sbits, g):
     """``1 / (s g)`` of ue4m3 scale bits and the global scale: 0 for a zero scale (its
     elements are +0), 1 for a NaN scale (its elements are cast unscaled)."""
-    full = _formats.decode("ue4m3", sbits.astype(U32)) * g
+    full = bits.decode("ue4m3", sbits.astype(U32)) * g
     nan = sbits == 0x7F
     inv = jnp.where(full > 0, F32(1) / jnp.where(full > 0, full, F32(1)), F32(0))
     return jnp.where(nan, F32(1), inv)

@@ -21,7 +21,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from ..arith import _float64, _integer, _numerics
-from ..bits import F8F6F4, FP8, _formats, _packing
+from ..bits import F8F6F4, FP8, fields, from_container
 from . import _scaled, _tcgen05, _wgmma
 from ._chain import chain
 from ._table import block_model, family
@@ -65,8 +65,8 @@ def mma_bits(ins, A, B, C, *, scales=None, model=None, sparse_idx=None, c_shift=
 
 def _fields(fmt, bits, kind):
     if kind in ("f8f6f4",) and fmt in F8F6F4:
-        bits = _packing.from_container(bits, fmt)
-    return _formats.fields(fmt, bits)
+        bits = from_container(bits, fmt)
+    return fields(fmt, bits)
 
 
 def float_mma_bits(ins, A, B, C, *, model=None, b_rows=False, block=None):

@@ -37,7 +37,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from ..arith import _fixed, _numerics
-from ..bits import _formats, _packing
+from ..bits import FORMATS, fields, from_container
 from ._table import PRODUCT_MODEL
 
 F32 = jnp.float32
@@ -71,7 +71,7 @@ def _pow2(e):
 def _operand(fmt: str, bits):
     """Element value (exact float32, 0 for zero/NaN/Inf), ``2**order`` (0 likewise) and
     the engine's code (+-1, 0, +-Inf, NaN)."""
-    f = _formats.fields(fmt, _packing.from_container(bits, fmt))
+    f = fields(fmt, from_container(bits, fmt))
     op = _fixed.operand(f, fmt)
     value = op.sig * _pow2(op.lsb)
     return value, _pow2(op.order), op.code
@@ -140,7 +140,7 @@ def _step(c, a, ap, b, bp, es, code, apw=None, bpw=None):
     L = a.shape[-1]
     col = lambda x, i: x[:, i, None]  # noqa: E731
     row = lambda x, i: x[None, i, :]  # noqa: E731
-    cf = _formats.fields("f32", c)
+    cf = fields("f32", c)
     c_finite = (cf.sig != 0) & ~cf.nan & ~cf.inf
     e_zero = model.e_zero("f32")
     e_max = jnp.where(c_finite, _numerics.element_order(cf, "f32"), I32(e_zero))
@@ -174,7 +174,7 @@ def _step(c, a, ap, b, bp, es, code, apw=None, bpw=None):
 
 def _orders(fmt: str) -> tuple[int, int]:
     """The lowest and highest order of a finite nonzero element (subnormals: emin)."""
-    f = _formats.FORMATS[fmt]
+    f = FORMATS[fmt]
     return f.min_exp + f.mant_bits, int(np.floor(np.log2(f.max)))
 
 
@@ -187,7 +187,7 @@ def weighted(atype: str, btype: str) -> bool:
 
 def _weights(fmt: str, bits):
     """``2**(6 * order)`` of the finite nonzero elements, 0 for the others."""
-    op = _fixed.operand(_formats.fields(fmt, _packing.from_container(bits, fmt)), fmt)
+    op = _fixed.operand(fields(fmt, from_container(bits, fmt)), fmt)
     return _pow2(jnp.where(op.order == _fixed.ABSENT, I32(-1000), 6 * op.order))
 
 
@@ -199,8 +199,8 @@ def _gemm2(ins, A, B, C, SA, SB, tile: int | None):
     k = ins.k
     av, ap, acode = _operand(ins.atype, A)
     bv, bp, bcode = _operand(ins.btype, B)
-    sa = _formats.fields("ue8m0", SA)  # [M, S]
-    sb = _formats.fields("ue8m0", SB)  # [S, N]
+    sa = fields("ue8m0", SA)  # [M, S]
+    sb = fields("ue8m0", SB)  # [S, N]
     special = ~jnp.all(jnp.isfinite(acode)) | ~jnp.all(jnp.isfinite(bcode))
     if weighted(ins.atype, ins.btype):
         aw, bw = _weights(ins.atype, A), _weights(ins.btype, B)

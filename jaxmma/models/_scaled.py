@@ -15,7 +15,16 @@ import numpy as np
 from .. import util
 from ..arith import _fixed, _numerics
 from ..arith._numerics import Terms
-from ..bits import _formats, _packing, _wide
+from ..bits import (
+    F32_FORMAT,
+    FORMATS,
+    align,
+    fields,
+    from_container,
+    limbs_needed,
+    round_to_float,
+    signed_sum,
+)
 from ._table import GROUP, GROUP_E_ZERO, GROUP_F, KINDS, PRODUCT_MODEL
 
 U32 = jnp.uint32
@@ -37,8 +46,8 @@ def check_ins(ins) -> None:
 
 def _element_fields(ins, fmt: str, bits):
     if ins.kind == "mxf8f6f4":
-        bits = _packing.from_container(bits, fmt)
-    return _formats.fields(fmt, bits)
+        bits = from_container(bits, fmt)
+    return fields(fmt, bits)
 
 
 def _per_term(sa, sb, nterms: int, nblk: int):
@@ -53,9 +62,9 @@ def _per_term(sa, sb, nterms: int, nblk: int):
 def _scaled_products(ins, fa, fb, SA, SB, b_rows: bool) -> Terms:
     """Every exact product times its two scales, as terms ``[..., M, N, K]``."""
     prod = _numerics.product_terms(fa, fb, ins.atype, ins.btype, b_rows=b_rows)
-    sa, sb = (_formats.fields(ins.stype, S) for S in (SA, SB))
+    sa, sb = (fields(ins.stype, S) for S in (SA, SB))
     sa, sb = _per_term(sa, sb, prod.sig.shape[-1], SA.shape[-1])
-    man = _formats.FORMATS[ins.stype].mant_bits
+    man = FORMATS[ins.stype].mant_bits
     nan = prod.nan | sa.nan | sb.nan
     return Terms(
         prod.sign,
@@ -93,8 +102,8 @@ def _fixed_products(ins, fa, fb, C, SA, SB):
     """
     K = fa.sig.shape[-1]
     idx = np.arange(K) // (K // SA.shape[-1])
-    sa = _formats.fields("ue8m0", SA[..., idx])  # [..., M, K]
-    sb = _formats.fields("ue8m0", SB[..., idx, :])  # [..., K, N]
+    sa = fields("ue8m0", SA[..., idx])  # [..., M, K]
+    sb = fields("ue8m0", SB[..., idx, :])  # [..., K, N]
     a = _with_scale(_fixed.operand(fa, ins.atype), sa)
     b = _with_scale(_fixed.operand(fb, ins.btype), sb)
     return _fixed.chain(a, b, C, "f32", "f32", PRODUCT_MODEL)
@@ -102,7 +111,7 @@ def _fixed_products(ins, fa, fb, C, SA, SB):
 
 def _span(fmt: str) -> tuple[int, int]:
     """(exponent just above the largest finite value, exponent of the lowest unit)."""
-    f = _formats.FORMATS[fmt]
+    f = FORMATS[fmt]
     return int(np.floor(np.log2(f.max))) + 1, f.min_exp
 
 
@@ -122,7 +131,7 @@ def _group_terms(fa, fb, SA, SB, stype: str, b_rows: bool) -> tuple[Terms, jnp.n
         x = jnp.swapaxes(x, -1, -2)
         return x if b_rows else x[..., None, :, :]
 
-    lo = _formats.FORMATS["e2m1"].min_exp  # products are integers in units of 2**(2 * lo)
+    lo = FORMATS["e2m1"].min_exp  # products are integers in units of 2**(2 * lo)
     ia = fa.sig << (fa.exp - lo).astype(U32)
     ib = fb.sig << (fb.exp - lo).astype(U32)
     if b_rows:  # sparse: every row of A meets its own rows of B
@@ -137,9 +146,9 @@ def _group_terms(fa, fb, SA, SB, stype: str, b_rows: bool) -> tuple[Terms, jnp.n
         total, count = _group_matmul(ia, fa.sign, ib, fb.sign)
         K = ia.shape[-1]
         all_zero = count == 0
-    sa, sb = (_formats.fields(stype, S) for S in (SA, SB))
+    sa, sb = (fields(stype, S) for S in (SA, SB))
     sa, sb = _per_term(sa, sb, K // GROUP, SA.shape[-1])
-    man = _formats.FORMATS[stype].mant_bits
+    man = FORMATS[stype].mant_bits
     ssig = sa.sig * sb.sig
     order = jnp.where(all_zero | (ssig == 0), GROUP_E_ZERO, sa.exp + sb.exp + 2 * man)
     nan = sa.nan | sb.nan
@@ -227,9 +236,9 @@ def _group_sum_wide(terms: Terms, order, F: int):
     unit = e_max - F
     shift = terms.lsb - unit[..., None]
     # group terms are below 2**(order + 12), C below 2**(order + 1); five of them
-    limbs, _ = _wide.align(terms.sig, shift, _wide.limbs_needed(F + 16))
-    neg, mag = _wide.signed_sum(terms.sign, limbs)
-    bits = _wide.round_to_float(neg, mag, unit, _wide.F32, "rz")
+    limbs, _ = align(terms.sig, shift, limbs_needed(F + 16))
+    neg, mag = signed_sum(terms.sign, limbs)
+    bits = round_to_float(neg, mag, unit, F32_FORMAT, "rz")
     return _numerics.apply_specials(bits, terms, "f32")
 
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 import jax.numpy as jnp
 
 from ..arith import _integer, _numerics
-from ..bits import F8F6F4, _formats, _packing
+from ..bits import F8F6F4, fields, from_container
 from . import _scaled
 from ._chain import chain
 from ._table import tcgen05_block_model
@@ -23,8 +23,8 @@ from ._table import tcgen05_block_model
 
 def _fields(ins, fmt: str, bits):
     if ins.kind == "f8f6f4" and fmt in F8F6F4:
-        bits = _packing.from_container(bits, fmt)
-    return _formats.fields(fmt, bits)
+        bits = from_container(bits, fmt)
+    return fields(fmt, bits)
 
 
 def _gather_rows(B, sparse_idx):

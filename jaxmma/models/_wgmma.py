@@ -8,8 +8,8 @@ instruction's operands and options (``scale-d``, ``imm-scale``) are handled abov
 
 from __future__ import annotations
 
+from .. import bits
 from ..arith import _integer, _numerics
-from ..bits import _formats
 from ._chain import chain
 from ._table import wgmma_block_model
 
@@ -32,7 +32,7 @@ def mma_bits(ins, A, B, C, *, model=None):
     """
     if ins.atype in INTEGER:
         return _integer.mma_bits(ins, A, B, C)
-    fa, fb = _formats.fields(ins.atype, A), _formats.fields(ins.btype, B)
+    fa, fb = bits.fields(ins.atype, A), bits.fields(ins.btype, B)
     if model == "exact":
         prod = _numerics.product_terms(fa, fb, ins.atype, ins.btype)
         width = _numerics.exact_width(ins.atype, ins.btype, ins.ctype, A.shape[-1])

@@ -15,7 +15,9 @@ import jax.numpy as jnp
 import numpy as np
 
 from .. import util
-from ..bits import _packing, _values
+from ..bits import pack as _pack
+from ..bits import registers, to_bits
+from ..bits import unpack as _unpack
 from . import _layouts
 
 MMA_OPERANDS = ("a", "b", "c", "d")
@@ -78,18 +80,18 @@ def unpack(regs, elem_bits: int):
 
     64-bit (``.f64``) registers hold one element each and pass through.
     """
-    return regs if elem_bits == 64 else _packing.unpack(regs, elem_bits)
+    return regs if elem_bits == 64 else _unpack(regs, elem_bits)
 
 
 def pack(elems, elem_bits: int):
     """Inverse of :func:`unpack`; element bits above ``elem_bits`` are dropped."""
-    return elems if elem_bits == 64 else _packing.pack(elems, elem_bits)
+    return elems if elem_bits == 64 else _pack(elems, elem_bits)
 
 
 def unfragment(ins, operand: str, regs):
     """Registers ``[..., 32, nregs]`` -> raw-bit matrix ``[..., rows, cols]``."""
     idx, shape, lay = _flat_index(ins, operand)
-    regs = _values.registers(regs, operand, lay.elem_bits if lay.elem_bits == 64 else 32)
+    regs = registers(regs, operand, lay.elem_bits if lay.elem_bits == 64 else 32)
     _check_regs(ins, operand, regs, lay)
     elems = unpack(regs, lay.elem_bits)  # [..., 32, nelem]
     # sizes written out: a zero-size batch leaves no -1 to infer
@@ -126,7 +128,7 @@ def fragment_matrix(ins, operand: str, matrix):
     fmt = operand_format(ins, operand)
     width = layout(ins, operand).elem_bits
     _check_width(ins, operand, matrix, width)
-    bits = _values.to_bits(fmt, matrix, operand, ins.kind, width=width)
+    bits = to_bits(fmt, matrix, operand, ins.kind, width=width)
     return fragment(ins, operand, bits)
 
 

@@ -40,7 +40,7 @@ from typing import NamedTuple
 import numpy as np
 
 from .. import spec
-from ..bits import F8F6F4, FORMATS, _values
+from ..bits import F8F6F4, FORMATS, container_bits
 
 __all__ = [
     "Layout",
@@ -350,7 +350,7 @@ _FORMS = _spec_groups()
 
 def _elem_bits(dtype: str, kind: str | None) -> int:
     """Bits of one element slot in a register (e2m1 is 4 bits only under kind::mxf4*)."""
-    return _values.container_bits(dtype, kind)
+    return container_bits(dtype, kind)
 
 
 def _kind_name(kind) -> str:

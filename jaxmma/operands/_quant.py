@@ -42,7 +42,16 @@ from jax import lax
 from jax.typing import ArrayLike
 
 from .. import util
-from ..bits import CANONICAL_NAN, F8F6F4, _doubles, _formats, _values
+from ..bits import (
+    CANONICAL_NAN,
+    F8F6F4,
+    FORMATS,
+    check_numeric,
+    encode,
+    exact_float32,
+    fields,
+    round_float,
+)
 
 U32 = jnp.uint32
 MX_FORMATS = F8F6F4
@@ -215,8 +224,8 @@ def _flag(value, name: str) -> bool:
 
 
 def _as_f32(x, name: str = "x") -> jax.Array:
-    x = _doubles.exact_float32(x, name)  # doubles: exact in float32, or refused
-    _values.check_numeric(x, name)
+    x = exact_float32(x, name)  # doubles: exact in float32, or refused
+    check_numeric(x, name)
     x = jnp.asarray(x)
     if x.dtype not in (jnp.dtype(jnp.float32), jnp.dtype(jnp.float16), jnp.dtype(jnp.bfloat16)):
         raise TypeError(
@@ -263,7 +272,7 @@ def _unblocked(y, axis: int):
 
 
 def _f32_fields(x):
-    return _formats.fields("f32", lax.bitcast_convert_type(x, U32))
+    return fields("f32", lax.bitcast_convert_type(x, U32))
 
 
 def _block_amax(xb):
@@ -367,7 +376,7 @@ def _divide(fmt: str, xsig, xexp, dsig, dexp, mode: str, rbits=None):
     ``floor(Q * 2**g)`` and its exactness, which :func:`_long_quotient` gives in one or
     two steps.
     """
-    f = _formats.FORMATS[fmt]
+    f = FORMATS[fmt]
     m = f.mant_bits
     emin = f.min_exp + m  # exponent of the smallest normal (or of 1 ulp's binade)
     lx, ld = _msb(xsig), _msb(dsig)
@@ -416,13 +425,13 @@ def _quotient_bits(fmt: str, x, dsig, dexp, mode: str, rbits, saturate: bool):
     # v is on fmt's grid, so rounding it toward zero gives its bits; only above the
     # largest value does the direction matter: away from zero, every such v (and Inf)
     # encodes as the format's overflow result of its sign (Inf, NaN or max)
-    down = _formats.encode(fmt, signed, rounding="rz", saturate=saturate)
+    down = encode(fmt, signed, rounding="rz", saturate=saturate)
     with jax.ensure_compile_time_eval():
-        over = _formats.encode(
+        over = encode(
             fmt, jnp.array([np.inf, -np.inf], jnp.float32), rounding="rna", saturate=saturate
         )
-    up = jnp.where(v > _formats.FORMATS[fmt].max, jnp.where(fl.sign != 0, over[1], over[0]), down)
-    plain = _formats.encode(fmt, x, rounding="rn", saturate=saturate)
+    up = jnp.where(v > FORMATS[fmt].max, jnp.where(fl.sign != 0, over[1], over[0]), down)
+    plain = encode(fmt, x, rounding="rn", saturate=saturate)
     return jnp.where(nz, jnp.where(away, up, down), plain)
 
 
@@ -431,9 +440,9 @@ def _scaled_bits(fmt: str, x, e, rounding: str, rbits, saturate: bool):
     raw = lax.bitcast_convert_type(x, U32)
     fl = _f32_fields(x)
     fl = fl._replace(exp=fl.exp - e)
-    f = _formats.FORMATS[fmt]
+    f = FORMATS[fmt]
     payload = raw & U32(0x7FFFFF)
-    out = _formats.round_float(f, fl, payload, 23, rounding, saturate, rbits, False)
+    out = round_float(f, fl, payload, 23, rounding, saturate, rbits, False)
     return out.astype(U32)
 
 
@@ -459,7 +468,7 @@ def shared_exponent(
 
 @functools.partial(util.jit, static_argnums=(1, 2))
 def _shared_exponent(amax, fmt: str, scale_rounding: str):
-    f = _formats.FORMATS[fmt]
+    f = FORMATS[fmt]
     fl = _f32_fields(amax)
     nz = fl.sig != 0
     sig = jnp.where(nz, fl.sig, U32(1))
@@ -688,7 +697,7 @@ def _quantize_nvfp4(x, rbits, g, *, fmt, axis, block, scale_rounding, rounding, 
     six_g = (U32(3) * gf.sig, gf.exp + 1)
     sbits = _ue4m3_scale_bits(amax, *six_g, mode)
     sbits = _once(jnp.where(finite, sbits, U32(0x7F)))
-    sf = _formats.fields("ue4m3", sbits)
+    sf = fields("ue4m3", sbits)
     # elements: x / (s * g); a NaN-scale block divides by 1, a zero scale gives +0
     dsig = jnp.where(finite, sf.sig * gf.sig, U32(1))
     dexp = jnp.where(finite, sf.exp + gf.exp, 0)
@@ -766,7 +775,7 @@ def _e2m1_nearest_bits(x, dsig, dexp, saturate: bool):
     f = jnp.where(t > 6, U32(63), f)
     code = jnp.asarray(_E2M1_NEAREST)[(f << U32(1)) | sticky.astype(U32)]
     with jax.ensure_compile_time_eval():
-        special = _formats.encode(
+        special = encode(
             "e2m1", jnp.array([0.0, np.inf, np.nan], jnp.float32), rounding="rn", saturate=saturate
         )
     sign = fl.sign << U32(3)
@@ -909,8 +918,8 @@ def _dequantize(q: Quantized) -> jax.Array:
     flushes subnormal products to zero.
     """
     elements, scales = raw_bits(q)
-    e = _formats.fields(q.fmt, elements)
-    s = _formats.fields(q.scale_fmt, jnp.repeat(scales, q.block, axis=q.axis))
+    e = fields(q.fmt, elements)
+    s = fields(q.scale_fmt, jnp.repeat(scales, q.block, axis=q.axis))
     g = jnp.float32(1.0) if q.global_scale is None else q.global_scale
     g = g.reshape(g.shape + (1,) * (e.sig.ndim - g.ndim))  # batched by vmap: leading axes
     g = jax.tree.map(lambda v: jnp.broadcast_to(v, e.sig.shape), _f32_fields(g))

@@ -76,7 +76,8 @@ from jax import lax
 from jax.typing import ArrayLike
 
 from .. import util
-from ..bits import CANONICAL_NAN, FORMATS, FP8, _values
+from ..bits import CANONICAL_NAN, FORMATS, FP8, to_bits
+from ..bits import registers as _registers
 from ..spec import Form, InstructionView
 from . import _fragments, _layouts
 
@@ -612,7 +613,7 @@ def _tcgen05_indices(geo: _Geometry, e, check):
 def _check_e(geo: _Geometry, e):
     if e is None:
         raise ValueError(f"e: the metadata operand is required for {geo.text}")
-    e = _values.registers(e, "e")
+    e = _registers(e, "e")
     if e.dtype != jnp.uint32:
         raise TypeError(f"e: expected uint32 metadata registers for {geo.text}, got {e.dtype}")
     if e.ndim < 1 or e.shape[-1] != 32:
@@ -1016,7 +1017,7 @@ def compress(
     tab = _tables(geo, sel)
     e = _pack_core(nib, tab.row, tab.chunk, tab.used)
     if registers:
-        bits = _values.to_bits(geo.atype, values, "A", geo.kind)
+        bits = to_bits(geo.atype, values, "A", geo.kind)
         return _fragments.fragment(ins, "a", bits), e
     return values, e
 

@@ -24,7 +24,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ..bits import _formats
+from .. import bits
 from ..gemm import matmul
 from ..operands import _quant
 from . import _keys
@@ -65,13 +65,13 @@ def quantize_2d(w: jax.Array) -> tuple[_quant.Quantized, _quant.Quantized]:
     a = blocked(jnp.abs(w)).max(axis=(1, 3))
     # NaN or Inf in the block: a NaN scale (saturation hid Inf; XLA's max may drop NaN)
     finite = blocked(jnp.isfinite(w)).all(axis=(1, 3))
-    sbits = jnp.where(finite, _formats.encode("ue4m3", a / (F32(6) * g), saturate=True), 0x7F)
-    sv = _formats.decode("ue4m3", sbits)
+    sbits = jnp.where(finite, bits.encode("ue4m3", a / (F32(6) * g), saturate=True), 0x7F)
+    sv = bits.decode("ue4m3", sbits)
     blocks = lambda v: jnp.repeat(jnp.repeat(v, BLOCK, 0), BLOCK, 1)  # noqa: E731
     full = blocks(sv) * g
     q = jnp.where(full > 0, w / jnp.where(full > 0, full, F32(1)), F32(0))
     q = jnp.where(blocks(finite), q, w)  # a NaN-scale block: w without scaling
-    e = _formats.encode("e2m1", jax.lax.stop_gradient(q), saturate=True).astype(jnp.uint8)
+    e = bits.encode("e2m1", jax.lax.stop_gradient(q), saturate=True).astype(jnp.uint8)
     sb = sbits.astype(jnp.uint8)
     qw = _quant.Quantized(e, jnp.repeat(sb, BLOCK, 1), g, "e2m1", "ue4m3", BLOCK, -2)
     qwt = _quant.Quantized(e.T, jnp.repeat(sb.T, BLOCK, 1), g, "e2m1", "ue4m3", BLOCK, -2)
