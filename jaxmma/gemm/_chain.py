@@ -23,8 +23,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .. import util
-from ..arith import _numerics
+from .. import arith, util
 from ..models import _models
 from ..operands import _scaling, _sparse
 from ._config import Config
@@ -83,7 +82,7 @@ def xla_gemm_bits(cfg: Config, A, B, C, *, scales=None):
         d, _ = step(c, jax.tree.map(lambda x: x[0], steps))
 
         def converted(acc, x):
-            return step(_numerics.convert(acc, ins.dtype, ins.ctype), x)
+            return step(arith.convert(acc, ins.dtype, ins.ctype), x)
 
         return jax.lax.scan(converted, d, jax.tree.map(lambda x: x[1:], steps))[0]
 
@@ -103,15 +102,15 @@ def xla_gemm_bits(cfg: Config, A, B, C, *, scales=None):
     zero = _models.zero_bits(C.shape)
 
     def masked_step(acc, x):  # acc: D bits (f32); the next step's C is acc in the ctype
-        c = acc if ins.ctype == ins.dtype else _numerics.convert(acc, ins.dtype, ins.ctype)
+        c = acc if ins.ctype == ins.dtype else arith.convert(acc, ins.dtype, ins.ctype)
         d, _ = step(c, x[0])
         return jnp.where(x[1], d, acc), None
 
     def group(total, g):
         acc, _ = jax.lax.scan(masked_step, zero, g)
-        return _numerics.ieee_add(total, acc, "f32"), None
+        return arith.ieee_add(total, acc, "f32"), None
 
-    total = C if ins.ctype == "f32" else _numerics.convert(C, ins.ctype, "f32")
+    total = C if ins.ctype == "f32" else arith.convert(C, ins.ctype, "f32")
     total, _ = jax.lax.scan(group, total, (xs, jnp.asarray(real)))
     return _poison(ins, total, bad)
 

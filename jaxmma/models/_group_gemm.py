@@ -29,8 +29,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .. import util
-from ..arith import _fixed
+from .. import arith, util
 from ..bits import FORMATS, fields
 from ._table import GROUP, GROUP_E_ZERO, GROUP_F
 
@@ -152,7 +151,7 @@ def _step(c, groups, man: int):
     mhi = jnp.where(neg, -hi - (lo != 0).astype(I32), hi).astype(U32)
     drop = jnp.maximum(31 - util.clz(mhi).astype(I32) - 7, 0).astype(U32)
     mag = jnp.where(mhi != 0, (mhi << (U32(24) - drop)) | (mlo >> drop), mlo)
-    bits = _fixed.round_f32_rz(neg, mag, unit + drop.astype(I32))
+    bits = arith.fixed_round_f32_rz(neg, mag, unit + drop.astype(I32))
     return jnp.where(special, c, bits)
 
 

@@ -12,9 +12,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .. import util
-from ..arith import _fixed, _numerics
-from ..arith._numerics import Terms
+from .. import arith, util
+from ..arith import Terms
 from ..bits import (
     F32_FORMAT,
     FORMATS,
@@ -61,7 +60,7 @@ def _per_term(sa, sb, nterms: int, nblk: int):
 
 def _scaled_products(ins, fa, fb, SA, SB, b_rows: bool) -> Terms:
     """Every exact product times its two scales, as terms ``[..., M, N, K]``."""
-    prod = _numerics.product_terms(fa, fb, ins.atype, ins.btype, b_rows=b_rows)
+    prod = arith.product_terms(fa, fb, ins.atype, ins.btype, b_rows=b_rows)
     sa, sb = (fields(ins.stype, S) for S in (SA, SB))
     sa, sb = _per_term(sa, sb, prod.sig.shape[-1], SA.shape[-1])
     man = FORMATS[ins.stype].mant_bits
@@ -76,14 +75,14 @@ def _scaled_products(ins, fa, fb, SA, SB, b_rows: bool) -> Terms:
     )
 
 
-def _with_scale(op: _fixed.Operand, s) -> _fixed.Operand:
+def _with_scale(op: arith.FixedOperand, s) -> arith.FixedOperand:
     """A fixed-engine operand times power-of-two scales (``.ue8m0`` fields, one per
     element): the scale's exponent joins the element's; a NaN scale makes the element's
     products NaN."""
-    finite = op.lsb != _fixed.ABSENT
-    lsb = jnp.where(finite & ~s.nan, op.lsb + s.exp, I32(_fixed.ABSENT))
-    order = jnp.where(finite & ~s.nan, op.order + s.exp, I32(_fixed.ABSENT))
-    return _fixed.Operand(
+    finite = op.lsb != arith.FIXED_ABSENT
+    lsb = jnp.where(finite & ~s.nan, op.lsb + s.exp, I32(arith.FIXED_ABSENT))
+    order = jnp.where(finite & ~s.nan, op.order + s.exp, I32(arith.FIXED_ABSENT))
+    return arith.FixedOperand(
         jnp.where(s.nan, F32(0), op.sig),
         lsb,
         order,
@@ -104,9 +103,9 @@ def _fixed_products(ins, fa, fb, C, SA, SB):
     idx = np.arange(K) // (K // SA.shape[-1])
     sa = fields("ue8m0", SA[..., idx])  # [..., M, K]
     sb = fields("ue8m0", SB[..., idx, :])  # [..., K, N]
-    a = _with_scale(_fixed.operand(fa, ins.atype), sa)
-    b = _with_scale(_fixed.operand(fb, ins.btype), sb)
-    return _fixed.chain(a, b, C, "f32", "f32", PRODUCT_MODEL)
+    a = _with_scale(arith.fixed_operand(fa, ins.atype), sa)
+    b = _with_scale(arith.fixed_operand(fb, ins.btype), sb)
+    return arith.fixed_chain(a, b, C, "f32", "f32", PRODUCT_MODEL)
 
 
 def _span(fmt: str) -> tuple[int, int]:
@@ -226,8 +225,8 @@ def _group_sum(terms: Terms, order, F: int):
     mhi = jnp.where(neg, -hi - (lo != 0).astype(I32), hi).astype(U32)  # < 2**26
     drop = jnp.maximum(31 - util.clz(mhi).astype(I32) - 7, 0).astype(U32)
     mag = jnp.where(mhi != 0, (mhi << (U32(24) - drop)) | (mlo >> drop), mlo)
-    bits = _fixed.round_f32_rz(neg, mag, unit + drop.astype(I32))
-    return _numerics.apply_specials(bits, terms, "f32")
+    bits = arith.fixed_round_f32_rz(neg, mag, unit + drop.astype(I32))
+    return arith.apply_specials(bits, terms, "f32")
 
 
 def _group_sum_wide(terms: Terms, order, F: int):
@@ -239,7 +238,7 @@ def _group_sum_wide(terms: Terms, order, F: int):
     limbs, _ = align(terms.sig, shift, limbs_needed(F + 16))
     neg, mag = signed_sum(terms.sign, limbs)
     bits = round_to_float(neg, mag, unit, F32_FORMAT, "rz")
-    return _numerics.apply_specials(bits, terms, "f32")
+    return arith.apply_specials(bits, terms, "f32")
 
 
 def _batch(A, B, C, SA, SB, b_rows: bool):
@@ -279,17 +278,17 @@ def mma_bits(ins, A, B, C, scales, *, model=None, b_rows=False):
     fb = _element_fields(ins, ins.btype, B)
     if model == "exact":
         prod = _scaled_products(ins, fa, fb, SA, SB, b_rows)
-        terms = _numerics.concat(prod, _numerics.c_terms(C, "f32"))
+        terms = arith.concat(prod, arith.c_terms(C, "f32"))
         width = exact_width(ins, prod.sig.shape[-1])
-        return _numerics.fused_sum(terms, "f32", _numerics.EXACT, width)
+        return arith.fused_sum(terms, "f32", arith.EXACT, width)
     if ins.kind == "mxf8f6f4" and not b_rows and ins.stype == "ue8m0":
         return _fixed_products(ins, fa, fb, C, SA, SB)
     if ins.kind == "mxf8f6f4":
         prod = _scaled_products(ins, fa, fb, SA, SB, b_rows)
-        return _numerics.block_chain(prod, C, "f32", "f32", PRODUCT_MODEL)
+        return arith.block_chain(prod, C, "f32", "f32", PRODUCT_MODEL)
     groups, order = _group_terms(fa, fb, SA, SB, ins.stype, b_rows)
-    c = _numerics.c_terms(C, "f32")
+    c = arith.c_terms(C, "f32")
     c_zero = (c.sig == 0) & ~c.nan & ~c.inf
     c_order = jnp.where(c_zero, GROUP_E_ZERO, c.order)
-    terms = _numerics.concat(groups, c)
+    terms = arith.concat(groups, c)
     return _group_sum(terms, jnp.concatenate([order, c_order], axis=-1), GROUP_F)
