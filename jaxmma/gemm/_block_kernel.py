@@ -48,17 +48,16 @@ from jax import lax
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import triton as plgpu
 
-from .. import util
+from .. import models, util
 from ..bits import CANONICAL_NAN, FORMATS
-from ..models import _group_gemm
-from ..models._table import GROUP, GROUP_E_ZERO, GROUP_F
+from ..models import GROUP, GROUP_E_ZERO, GROUP_F
 from . import _modes
 
 F32 = jnp.float32
 F16 = jnp.float16
 I32 = jnp.int32
 U32 = jnp.uint32
-STEP_GROUPS = _group_gemm.STEP_GROUPS
+STEP_GROUPS = models.STEP_GROUPS
 _LO = FORMATS["e2m1"].min_exp  # a half unit is 2**_LO
 #: the exponent of a scale whose significand is 0: its groups never reach e_max
 _ABSENT = -(1 << 20)
@@ -404,10 +403,10 @@ def _operands(ins, A, B, C, SA, SB):
     and at least 1/32 apart from 0, 20 bits: the tensor core's fused sums (25 bits
     below the largest term, docs/wgmma.md) and its float32 accumulator hold them
     exactly."""
-    va = _group_gemm.half_units(A)
-    vb = _group_gemm.half_units(B)
-    ea, sa, na = _group_gemm.scale_fields(ins.stype, SA)
-    eb, sb, nb = _group_gemm.scale_fields(ins.stype, SB)
+    va = models.half_units(A)
+    vb = models.half_units(B)
+    ea, sa, na = models.scale_fields(ins.stype, SA)
+    eb, sb, nb = models.scale_fields(ins.stype, SB)
 
     def word(e, s, extra):  # a scale of significand 0: its groups never reach e_max
         return (jnp.where(s == 0, I32(_ABSENT), e + extra) << 4) | s

@@ -23,8 +23,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .. import arith, util
-from ..models import _models
+from .. import arith, models, util
 from ..operands import _scaling, _sparse
 from ._config import Config
 
@@ -70,7 +69,7 @@ def xla_gemm_bits(cfg: Config, A, B, C, *, scales=None):
 
     def step(acc, x):
         sc = (x["sa"], x["sb"]) if "sa" in x else None
-        d = _models.mma_bits(ins, x["a"], x["b"], acc, scales=sc, sparse_idx=x.get("idx"))
+        d = models.mma_bits(ins, x["a"], x["b"], acc, scales=sc, sparse_idx=x.get("idx"))
         return d, None
 
     def chain(c, steps):
@@ -99,7 +98,7 @@ def xla_gemm_bits(cfg: Config, A, B, C, *, scales=None):
     fill = np.minimum(np.arange(G * P), S - 1)  # any step fills the masked places
     xs = jax.tree.map(lambda x: x[fill] if G * P > S else x, xs)
     xs = jax.tree.map(lambda x: x.reshape((G, P) + x.shape[1:]), xs)
-    zero = _models.zero_bits(C.shape)
+    zero = models.zero_bits(C.shape)
 
     def masked_step(acc, x):  # acc: D bits (f32); the next step's C is acc in the ctype
         c = acc if ins.ctype == ins.dtype else arith.convert(acc, ins.dtype, ins.ctype)

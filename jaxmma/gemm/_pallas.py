@@ -50,9 +50,8 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from .. import arith, util
+from .. import arith, models, util
 from ..bits import CANONICAL_NAN, FP8, OUT_FORMATS, fields
-from ..models import _table
 from . import _partition
 
 I32 = jnp.int32
@@ -148,13 +147,13 @@ def plan(cfg) -> Plan | None:
         return None  # (mixed C / D types chain through a conversion: the XLA path)
     arch = ins.arch_number
     try:
-        gen = _table.family(arch)
+        gen = models.family(arch)
     except ValueError:
         return None
     wgmma = ins.opcode == "wgmma.mma_async"
     if wgmma and gen != 90:
         return None
-    bm = _table.wgmma_block_model(ins) if wgmma else _table.block_model(arch, ins)
+    bm = models.wgmma_block_model(ins) if wgmma else models.block_model(arch, ins)
     sig_bits = max(arith.man_bits(ins.atype), arith.man_bits(ins.btype)) + 1
     if not arith.fixed_supports(bm, ins.dtype, sig_bits) or bm.F + 2 > 31:
         return None

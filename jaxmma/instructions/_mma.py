@@ -13,8 +13,7 @@ import functools
 import jax.numpy as jnp
 import numpy as np
 
-from .. import bits, util
-from ..models import _models
+from .. import bits, models, util
 from ..operands import _fragments, _operands, _scaling, _sparse
 
 _SCALE_NO_DERIVATIVE = (
@@ -79,7 +78,7 @@ def execute(
         ins.text,
     )
     scales = None if scales is None else (SA, SB)
-    D = _models.mma_bits(ins, A, B, C, scales=scales, model=model, sparse_idx=idx)
+    D = models.mma_bits(ins, A, B, C, scales=scales, model=model, sparse_idx=idx)
     return _fragments.fragment(ins, "d", D)
 
 
@@ -160,7 +159,7 @@ def matrix_mma(ins, A, B, C, *, model=None, **kwargs):
         idx = aux["idx"]
         if idx is not None:
             idx = jnp.broadcast_to(idx, Ab.shape[:-2] + idx.shape[-2:])
-        D = _models.mma_bits(ins, Ab, Bb, Cb, scales=aux["scales"], model=model, sparse_idx=idx)
+        D = models.mma_bits(ins, Ab, Bb, Cb, scales=aux["scales"], model=model, sparse_idx=idx)
         if aux["bad"] is not None:
             D = _sparse.poison_rows(ins, D, aux["bad"])
         return bits.from_bits(ins.dtype, D)

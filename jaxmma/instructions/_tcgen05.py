@@ -18,8 +18,7 @@ import functools
 
 import jax.numpy as jnp
 
-from .. import bits, util
-from ..models import _models
+from .. import bits, models, util
 from ..operands import _scaling, _sparse
 from . import _mma
 from . import _tcgen05_options as _options
@@ -197,7 +196,7 @@ def matrix_mma(
             idx = jnp.broadcast_to(idx, lead + idx.shape[-2:])
         Ab, Bb, Cb = (jnp.broadcast_to(x, lead + x.shape[-2:]) for x in (Ab, Bb, Cb))
         if idx is None:
-            D = _models.mma_bits(ins, Ab, Bb, Cb, scales=aux["scales"], model=model, c_shift=shift)
+            D = models.mma_bits(ins, Ab, Bb, Cb, scales=aux["scales"], model=model, c_shift=shift)
         else:  # sparse calls run eagerly (their structure is checked): compile the sum once
             D = _sparse_bits(ins, model, shift, Ab, Bb, Cb, aux["scales"], idx)
         if aux["bad"] is not None:
@@ -231,7 +230,7 @@ def matrix_mma(
 
 @functools.partial(util.jit, static_argnums=(0, 1, 2))
 def _sparse_bits(ins, model, shift, A, B, C, scales, idx):
-    return _models.mma_bits(ins, A, B, C, scales=scales, model=model, sparse_idx=idx, c_shift=shift)
+    return models.mma_bits(ins, A, B, C, scales=scales, model=model, sparse_idx=idx, c_shift=shift)
 
 
 def _sparse_shapes(ins, A, B, C, metadata) -> None:

@@ -30,10 +30,9 @@ from __future__ import annotations
 
 import jax.numpy as jnp
 
-from .. import util
+from .. import models, util
 from ..bits import from_bits, to_bits
-from ..models import _models
-from ..models._wgmma import INTEGER
+from ..models import WGMMA_INTEGER as INTEGER
 
 #: the sign bit of each floating input format (tf32: the f32 register's)
 SIGN_BIT = {"f16": 15, "bf16": 15, "tf32": 31, "e4m3": 7, "e5m2": 7}
@@ -104,7 +103,7 @@ def matrix_mma(ins, A, B, C, *, scale_d=True, scale_a=1, scale_b=1, model=None):
         Cb = jnp.zeros_like(Cb)
     lead = jnp.broadcast_shapes(Ab.shape[:-2], Bb.shape[:-2], Cb.shape[:-2])
     Ab, Bb, Cb = (jnp.broadcast_to(x, lead + x.shape[-2:]) for x in (Ab, Bb, Cb))
-    D = _models.mma_bits(ins, Ab, Bb, Cb, model=model)
+    D = models.mma_bits(ins, Ab, Bb, Cb, model=model)
     return from_bits(ins.dtype, D)
 
 

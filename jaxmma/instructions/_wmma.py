@@ -30,9 +30,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .. import util
+from .. import models, util
 from ..bits import registers
-from ..models import _models
 from ..operands import _fragments, _layouts, _memory
 from ._mma import matrix_mma as mm
 
@@ -332,7 +331,7 @@ def mma(ins, a, b, c, *, model=None):
     B = _unfragment(operand_layout(ins, "b"), b, "b", ins)
     C = _unfragment(operand_layout(ins, "c"), c, "c", ins)
     A, B, C = util.broadcast((("a", A, 2), ("b", B, 2), ("c", C, 2)), ins.text)
-    D = _models.mma_bits(ins, A, B, C, model=model)
+    D = models.mma_bits(ins, A, B, C, model=model)
     return _fragment(operand_layout(ins, "d"), D)
 
 

@@ -38,7 +38,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from ..bits import SCALE_DTYPES, registers, to_container
-from ..models._scaled import check_ins as _check_ins
+from ..models import check_scaled_ins as _check_ins
 from ..spec import InstructionView
 from . import _layouts
 from ._quant import Quantized, check_quantized, raw_bits
