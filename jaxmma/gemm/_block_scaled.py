@@ -18,8 +18,7 @@ import sys
 import jax
 import jax.numpy as jnp
 
-from .. import models, util
-from ..operands import _scaling
+from .. import models, operands, util
 from . import _block_kernel, _modes, _partition
 
 #: ``"auto"``: the forms :func:`covers` names run here; ``"emulate"``: none does
@@ -58,7 +57,7 @@ def gemm_bits(cfg, A, B, C, scales):
     A, B, C, SA, SB = (jnp.broadcast_to(x, lead + x.shape[-2:]) for x in (A, B, C, SA, SB))
     K = A.shape[-1]
     S = max(1, -(-K // ins.k))
-    nblk = _scaling.num_blocks(ins)
+    nblk = operands.num_blocks(ins)
     one = {"ue8m0": 0x7F, "ue4m3": 0x38}[ins.stype]  # 1.0: scales of padded blocks
     A = _pad(A, -1, S * ins.k, 0)
     B = _pad(B, -2, S * ins.k, 0)

@@ -23,8 +23,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .. import arith, models, util
-from ..operands import _scaling, _sparse
+from .. import arith, models, operands, util
 from ._config import Config
 
 
@@ -58,7 +57,7 @@ def xla_gemm_bits(cfg: Config, A, B, C, *, scales=None):
     B = _pad_axis(B, -2, S * ins.k)
     xs = {"a": _steps(A, -1, S), "b": _steps(B, -2, S)}
     if scales is not None:
-        nblk = _scaling.num_blocks(ins)
+        nblk = operands.num_blocks(ins)
         one = {"ue8m0": 0x7F, "ue4m3": 0x38}[ins.stype]  # 1.0: scales of padded blocks
         SA, SB = (jnp.broadcast_to(s, lead + s.shape[-2:]) for s in scales)
         xs["sa"] = _steps(_pad_axis(SA, -1, S * nblk, one), -1, S)
@@ -119,7 +118,7 @@ def _poison(ins, D, bad):
     (:func:`jaxmma._sparse.poison_rows`); a valid A leaves every bit as it is."""
     if bad is None:
         return D
-    return _sparse.poison_rows(ins, D, bad)
+    return operands.poison_rows(ins, D, bad)
 
 
 def _compress_steps(ins, a):
@@ -130,7 +129,7 @@ def _compress_steps(ins, a):
     Mp = -(-M // ins.m) * ins.m
     a = _pad_axis(a, -2, Mp)
     tiles = a.reshape(a.shape[:-2] + (Mp // ins.m, ins.m, ins.k))
-    vals, idx, bad = _sparse.matrix_operands(ins, tiles, None, rows=True)
+    vals, idx, bad = operands.sparse_matrix_operands(ins, tiles, None, rows=True)
     back = lambda x: x.reshape(a.shape[:-2] + (Mp, ins.k // 2))[..., :M, :]  # noqa: E731
     bad = jnp.any(bad.reshape(a.shape[:-2] + (Mp,)), axis=0)[..., :M]
     return back(vals), back(idx), bad

@@ -25,10 +25,9 @@ import jax.numpy as jnp
 import numpy as np
 from jax.typing import ArrayLike, DTypeLike
 
-from .. import bits, util
+from .. import bits, operands, util
 from ..instructions._instruction import Instruction
-from ..operands import _operands
-from ..operands._quant import Quantized
+from ..operands import Quantized
 from ..spec import shown as _shown
 from . import _epilogue, _executors, _kernel, _prepare
 from ._config import FIELDS, Config, GemmOptions, merge, resolve, validate
@@ -268,10 +267,10 @@ def matmul(
     if not ins.stype and convert_inputs is None:  # doubles: rounded once, in the GEMM's mode
         mode = None if opts is None else opts.input_rounding
         atype, btype, ctype = cast(tuple[str, str, str], (ins.atype, ins.btype, ins.ctype))
-        A = _operands.float64_operand(ins, atype, A, "A", mode)
-        B = _operands.float64_operand(ins, btype, B, "B", mode)
+        A = operands.float64_operand(ins, atype, A, "A", mode)
+        B = operands.float64_operand(ins, btype, B, "B", mode)
         if C is not None and (opts is None or opts.epilogue is None):  # else: the epilogue's
-            C = _operands.float64_operand(ins, ctype, C, "C")
+            C = operands.float64_operand(ins, ctype, C, "C")
     C = _prepare.broadcast_c(C, A, B)
     if opts is not None and opts.pad_k is not None:
         A, B = pad_k_operands(A, B, opts.pad_k)

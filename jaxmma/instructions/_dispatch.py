@@ -30,8 +30,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .. import bits, util
-from ..operands import _sparse
+from .. import bits, operands, util
 
 #: the names errors give the positional operands of each entry point
 _OPERAND_NAMES = {"execute": ("a", "b", "c", "e"), "matrix_mma": ("A", "B", "C")}
@@ -63,7 +62,7 @@ def _run(ins, entry: str, static_kw: tuple, args: tuple, array_kw: dict):
 @functools.partial(util.jit, static_argnums=(0, 1, 2, 3))
 def _run_as_concrete(ins, entry: str, static_kw: tuple, default_check: bool, args, array_kw):
     """The call and whether any of its checks found a bad value."""
-    with _sparse.as_concrete(default_check) as flags:
+    with operands.sparse_as_concrete(default_check) as flags:
         fn = getattr(ins._implementation(), entry)
         out = fn(ins, *args, **dict(static_kw), **array_kw)
     return out, jnp.any(jnp.stack(flags)) if flags else jnp.zeros((), bool)
@@ -87,7 +86,7 @@ def call(ins, entry: str, args: tuple, kwargs: dict):
             return fn(ins, *args, **kwargs)
         try:
             out, failed = _run_as_concrete(
-                ins, entry, static_kw, _sparse.is_checked(), tuple(args), array_kw
+                ins, entry, static_kw, operands.sparse_is_checked(), tuple(args), array_kw
             )
         except jax.errors.UnexpectedTracerError:  # a check inside an inner transformation
             return fn(ins, *args, **kwargs)

@@ -9,7 +9,8 @@ from typing import TYPE_CHECKING, Any, cast
 import numpy as np
 
 from .. import spec
-from ..operands import _fragments
+from ..operands import fragment_matrix
+from ..operands import unfragment as _unfragment
 from ..spec import Form
 from . import _dispatch, _mma, _movement, _tcgen05, _wgmma, _wmma
 
@@ -17,7 +18,7 @@ if TYPE_CHECKING:
     import jax
     from jax.typing import ArrayLike
 
-    from ..operands._quant import Quantized
+    from ..operands import Quantized
 
 # opcode -> module that implements it
 _IMPLEMENTATIONS = {
@@ -220,11 +221,11 @@ class Instruction:
         a ``ValueError``; traced ones (under ``jit``) cannot be inspected and have those
         bits dropped. Any other dtype is a ``TypeError`` (values are never converted).
         """
-        return _fragments.fragment_matrix(self, operand, matrix)
+        return fragment_matrix(self, operand, matrix)
 
     def unfragment(self, operand: str, regs: ArrayLike) -> jax.Array:
         """Scatter registers ``[..., 32, nregs]`` back into the matrix ``[..., rows, cols]``."""
-        return _fragments.unfragment(self, operand, regs)
+        return _unfragment(self, operand, regs)
 
 
 def instruction(text: str, arch: str | None = None) -> Instruction:

@@ -13,8 +13,7 @@ import functools
 import jax.numpy as jnp
 import numpy as np
 
-from .. import bits, models, util
-from ..operands import _fragments, _operands, _scaling, _sparse
+from .. import bits, models, operands, util
 
 _SCALE_NO_DERIVATIVE = (
     "{name}: block scales enter the instruction as exponent bits and have no derivative; "
@@ -49,22 +48,22 @@ def execute(
     ``check`` (``mma.sp`` only): raise on undefined-behaviour metadata (see
     :mod:`jaxmma.sparse`)."""
     _check_model(model)
-    A = _fragments.unfragment(ins, "a", a)
-    B = _fragments.unfragment(ins, "b", b)
-    C = _fragments.unfragment(ins, "c", c)
+    A = operands.unfragment(ins, "a", a)
+    B = operands.unfragment(ins, "b", b)
+    C = operands.unfragment(ins, "c", c)
     idx = None
     if ins.sparse:
-        idx = _sparse.metadata_indices(ins, e, selector, check=check)
+        idx = operands.metadata_indices(ins, e, selector, check=check)
     elif e is not None or selector is not None or check is not None:
         raise ValueError(f"e/selector/check are operands of mma.sp only, not of {ins.text}")
     scales = None
     if ins.stype:
-        scales = _scaling.select_registers(
+        scales = operands.select_registers(
             ins, scale_a, scale_b, byte_id_a, thread_id_a, byte_id_b, thread_id_b
         )
     elif scale_a is not None or scale_b is not None:
         raise ValueError(f"scale_a/scale_b are operands of .block_scale forms, not of {ins.text}")
-    nd = len(_fragments.matrix_shape(ins, "c"))  # 3 for m8n8k4 .f16 (four matrices)
+    nd = len(operands.matrix_shape(ins, "c"))  # 3 for m8n8k4 .f16 (four matrices)
     SA, SB = scales or (None, None)
     A, B, C, idx, SA, SB = util.broadcast(
         (
@@ -79,7 +78,7 @@ def execute(
     )
     scales = None if scales is None else (SA, SB)
     D = models.mma_bits(ins, A, B, C, scales=scales, model=model, sparse_idx=idx)
-    return _fragments.fragment(ins, "d", D)
+    return operands.fragment(ins, "d", D)
 
 
 def check_matrix_shapes(ins, A, B, C) -> None:
@@ -90,8 +89,8 @@ def check_matrix_shapes(ins, A, B, C) -> None:
     ``metadata``); a ``Quantized`` operand by its ``shape``.
     """
     if ins.opcode == "mma":
-        want = {op: _fragments.matrix_shape(ins, op) for op in ("b", "c")}
-        want["a"] = None if ins.sparse else _fragments.matrix_shape(ins, "a")
+        want = {op: operands.matrix_shape(ins, op) for op in ("b", "c")}
+        want["a"] = None if ins.sparse else operands.matrix_shape(ins, "a")
     else:  # wmma.mma
         want = {"a": (ins.m, ins.k), "b": (ins.k, ins.n), "c": (ins.m, ins.n)}
     named = []
@@ -118,7 +117,7 @@ def matrix_mma(ins, A, B, C, *, model=None, **kwargs):
     _check_model(model)
     check_matrix_shapes(ins, A, B, C)
     if ins.stype:
-        A, B, kwargs = _scaling.matrix_operands(ins, A, B, kwargs)
+        A, B, kwargs = operands.scaled_matrix_operands(ins, A, B, kwargs)
     metadata = kwargs.pop("metadata", None)
     check = kwargs.pop("check", None)
     scale_a, scale_b = kwargs.pop("scale_a", None), kwargs.pop("scale_b", None)
@@ -145,9 +144,9 @@ def matrix_mma(ins, A, B, C, *, model=None, **kwargs):
     idx = scales = bad = None
     if ins.sparse:
         # bad: rows of A that are invalid (traced and unchecked): their rows of D are poison
-        Ab, idx, bad = _sparse.matrix_operands(ins, Ab, metadata, check=check, rows=True)
+        Ab, idx, bad = operands.sparse_matrix_operands(ins, Ab, metadata, check=check, rows=True)
     if ins.stype:
-        scales = _scaling.scales_from_matrices(ins, scale_a, scale_b)
+        scales = operands.scales_from_matrices(ins, scale_a, scale_b)
     aux = {"bits": (Ab, Bb, Cb), "idx": idx, "scales": scales, "bad": bad}
     # tangents of A/B arrays are tangents of their elements: a block-scaled element counts
     # times its scale, a compressed (metadata-given) A element at its dense column
@@ -161,7 +160,7 @@ def matrix_mma(ins, A, B, C, *, model=None, **kwargs):
             idx = jnp.broadcast_to(idx, Ab.shape[:-2] + idx.shape[-2:])
         D = models.mma_bits(ins, Ab, Bb, Cb, scales=aux["scales"], model=model, sparse_idx=idx)
         if aux["bad"] is not None:
-            D = _sparse.poison_rows(ins, D, aux["bad"])
+            D = operands.poison_rows(ins, D, aux["bad"])
         return bits.from_bits(ins.dtype, D)
 
     return util.product_straight_through(
@@ -198,7 +197,7 @@ def _scale(ins, op, x, aux):
     block scales (K the stored columns: K/2 for a compressed sparse A)."""
     S = aux["scales"][0 if op == "a" else 1]
     s = bits.decode(ins.stype, S).astype(jnp.float32)
-    K, nblk = x.shape[-1 if op == "a" else -2], _scaling.num_blocks(ins)
+    K, nblk = x.shape[-1 if op == "a" else -2], operands.num_blocks(ins)
     blk = np.arange(K) // (K // nblk)
     return x * s[..., blk] if op == "a" else x * s[..., blk, :]
 
@@ -214,8 +213,8 @@ def _operand_values(ins, A, B, aux):
     """Float32 values of the A and B the instruction multiplies (scales applied; the
     compressed A of ``mma.sp`` spread to its dense columns)."""
     Ab, Bb, _ = aux["bits"]
-    va = _operands.values(ins, ins.atype, Ab).astype(jnp.float32)
-    vb = _operands.values(ins, ins.btype, Bb).astype(jnp.float32)
+    va = operands.operand_values(ins, ins.atype, Ab).astype(jnp.float32)
+    vb = operands.operand_values(ins, ins.btype, Bb).astype(jnp.float32)
     if aux["scales"] is not None:
         va, vb = _scale(ins, "a", va, aux), _scale(ins, "b", vb, aux)
     if aux["idx"] is not None:

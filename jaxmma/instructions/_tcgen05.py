@@ -18,8 +18,7 @@ import functools
 
 import jax.numpy as jnp
 
-from .. import bits, models, util
-from ..operands import _scaling, _sparse
+from .. import bits, models, operands, util
 from . import _mma
 from . import _tcgen05_options as _options
 
@@ -138,7 +137,7 @@ def matrix_mma(
     shift = _options.scale_input_d(ins, scale_input_d)
     kwargs = {"scale_a": scale_a, "scale_b": scale_b}
     if ins.stype:
-        A, B, kwargs = _scaling.matrix_operands(ins, A, B, kwargs)
+        A, B, kwargs = operands.scaled_matrix_operands(ins, A, B, kwargs)
     elif scale_a is not None or scale_b is not None:
         raise ValueError(f"scale_a/scale_b: operands of the block-scaled kinds, not of {ins.text}")
     if not ins.sparse and (metadata is not None or check is not None):
@@ -150,7 +149,7 @@ def matrix_mma(
     idx = bad = None
     if ins.sparse:
         _sparse_shapes(ins, Ab, Bb, Cb, metadata)
-        Ab, idx, bad = _sparse.matrix_operands(ins, Ab, metadata, check=check, rows=True)
+        Ab, idx, bad = operands.sparse_matrix_operands(ins, Ab, metadata, check=check, rows=True)
     M, K, N = util.matrix_dims(Ab, Bb, Cb)
     K = 2 * K if ins.sparse else K
     if K != ins.k or Bb.shape[-2] != K or Cb.shape[-2:] != (M, N):
@@ -160,7 +159,7 @@ def matrix_mma(
         )
     scales = None
     if ins.stype:
-        nblk = _scaling.num_blocks(ins)
+        nblk = operands.num_blocks(ins)
         sa = (
             util.no_derivative(kwargs["scale_a"], _mma._SCALE_NO_DERIVATIVE.format(name="scale_a"))
             if _mma._float_or_none(kwargs["scale_a"]) is not None
@@ -172,8 +171,8 @@ def matrix_mma(
             else (kwargs["scale_b"])
         )
         scales = (
-            _scaling.scale_matrix(ins, "scale_a", sa, (M, nblk)),
-            _scaling.scale_matrix(ins, "scale_b", sb, (nblk, N)),
+            operands.scale_matrix(ins, "scale_a", sa, (M, nblk)),
+            operands.scale_matrix(ins, "scale_b", sb, (nblk, N)),
         )
     if ins.negate_a:
         Ab = Ab ^ jnp.uint32(1 << sign_bit(ins, ins.atype))
@@ -200,7 +199,7 @@ def matrix_mma(
         else:  # sparse calls run eagerly (their structure is checked): compile the sum once
             D = _sparse_bits(ins, model, shift, Ab, Bb, Cb, aux["scales"], idx)
         if aux["bad"] is not None:
-            D = _sparse.poison_rows(ins, D, aux["bad"])
+            D = operands.poison_rows(ins, D, aux["bad"])
         return bits.from_bits(ins.dtype, D)
 
     # tangents of A/B arrays are tangents of their elements: a block-scaled element counts

@@ -16,8 +16,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from .. import bits
-from ..operands import _quant
+from .. import bits, operands
 from ..training import _fp8, _mx, _nvfp4, _scales
 from ..training._recipes import Recipe
 from ..training._stats import stats
@@ -60,7 +59,7 @@ def _mx_scale(r, t, fmt: str, axis: int):
     (blocks of 32; a NaN block, scale 0xFF, casts with exponent 0)."""
     axis %= t.ndim
     n = t.shape[axis]
-    q = _quant.quantize_mx(
+    q = operands.quantize_mx(
         _pad(t, axis, _mx.BLOCK), fmt, axis=axis, block=_mx.BLOCK, scale_rounding=r.scale_rounding
     )
     sbits = q.scales.astype(jnp.int32)
@@ -81,7 +80,7 @@ def _nvfp4_scales(x, w):
     """The NVFP4 recipe's multipliers of x ``[M, K]`` (1 x 16 along K) and of w ``[K, N]``
     (16 x 16 blocks)."""
     B = _nvfp4.BLOCK
-    qx = _quant.quantize_nvfp4(_pad(x, -1, B), axis=-1)
+    qx = operands.quantize_nvfp4(_pad(x, -1, B), axis=-1)
     sx = _per_element(_nvfp4_multiplier(qx.scales, qx.global_scale), 1, B, x.shape[1])
     qw, _ = _nvfp4.quantize_2d(_pad(_pad(w, 0, B), 1, B))
     sw = _per_element(_nvfp4_multiplier(qw.scales, qw.global_scale), 0, B, w.shape[0])
