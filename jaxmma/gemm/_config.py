@@ -20,8 +20,8 @@ import numpy as np
 from jax.typing import DTypeLike
 
 from .. import util
-from ..instructions._instruction import Instruction
-from ..instructions._instruction import instruction as _parse_text
+from ..instructions import Instruction
+from ..instructions import instruction as _parse_text
 from . import _native, _options, _pallas
 
 #: opcodes whose instruction is a matrix product

@@ -26,7 +26,7 @@ import numpy as np
 from jax.typing import ArrayLike, DTypeLike
 
 from .. import bits, operands, util
-from ..instructions._instruction import Instruction
+from ..instructions import Instruction
 from ..operands import Quantized
 from ..spec import shown as _shown
 from . import _epilogue, _executors, _kernel, _prepare
