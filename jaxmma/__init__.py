@@ -20,7 +20,7 @@ from .instructions import Instruction as Instruction
 from .instructions import all_instructions as all_instructions
 from .instructions import instruction as instruction
 from .instructions import tcgen05_instruction as tcgen05_instruction
-from .intercept._evaluate import with_policy as with_policy
+from .intercept import with_policy as with_policy
 
 __version__ = "0.1.0"
 
