@@ -16,11 +16,11 @@ from .gemm import matmul as matmul
 from .gemm import scaled_dot_general as scaled_dot_general
 from .gemm import scaled_matmul as scaled_matmul
 from .gemm import xla_gpu_dots as xla_gpu_dots
-from .instructions._instruction import Instruction as Instruction
-from .instructions._instruction import all_instructions as all_instructions
-from .instructions._instruction import instruction as instruction
-from .instructions._instruction import tcgen05_instruction as tcgen05_instruction
-from .intercept._evaluate import with_policy as with_policy
+from .instructions import Instruction as Instruction
+from .instructions import all_instructions as all_instructions
+from .instructions import instruction as instruction
+from .instructions import tcgen05_instruction as tcgen05_instruction
+from .intercept import with_policy as with_policy
 
 __version__ = "0.1.0"
 

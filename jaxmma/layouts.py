@@ -22,12 +22,11 @@ from typing import NamedTuple, cast
 
 import numpy as np
 
-from .instructions import _movement, _wmma
-from .instructions._instruction import Instruction
-from .operands import _fragments, _layouts
-from .operands._scaling import block_size as block_size
-from .operands._scaling import num_blocks as num_blocks
-from .operands._scaling import scale_shapes as scale_shapes
+from . import instructions, operands
+from .instructions import Instruction
+from .operands import block_size as block_size
+from .operands import num_blocks as num_blocks
+from .operands import scale_shapes as scale_shapes
 
 __all__ = ["OperandMap", "block_size", "num_blocks", "operand_map", "scale_shapes"]
 
@@ -96,23 +95,23 @@ def operand_map(ins: Instruction, operand: str) -> OperandMap:
         )
     nregs = ins.nregs[operand]
     if ins.opcode == "mma":
-        lay = _fragments.layout(ins, operand)
+        lay = operands.fragment_layout(ins, operand)
         mat, row, col = _frozen(*_split(nregs, lay.mat, lay.row, lay.col))
-        return OperandMap(mat, row, col, _fragments.matrix_shape(ins, operand), lay.elem_bits)
+        return OperandMap(mat, row, col, operands.matrix_shape(ins, operand), lay.elem_bits)
     if ins.opcode.startswith("wmma"):
         frag = operand if ins.opcode == "wmma.mma" else cast(str, ins.form.frag)
-        wlay = _wmma.operand_layout(ins, frag)
+        wlay = instructions.wmma_operand_layout(ins, frag)
         row, col = _split(nregs, wlay.row, wlay.col)
         mat, row, col = _frozen(np.zeros_like(row), row, col)
         return OperandMap(mat, row, col, (wlay.rows, wlay.cols), wlay.elem_bits)
     if ins.opcode == "movmatrix":
-        mv = _layouts.movmatrix_layout()
+        mv = operands.movmatrix_layout()
         lay = mv.src if operand == "a" else mv.dst
         mat, row, col = _frozen(*_split(nregs, lay.mat, lay.row, lay.col))
         if operand == "d":  # d holds M^T: its element (r, c) of M sits at (c, r) of d
             row, col = col, row
         return OperandMap(mat, row, col, (8, 8), lay.elem_bits)
-    lay = _movement.layout(ins)
+    lay = instructions.movement_layout(ins)
     mat, row, col = _frozen(*_split(nregs, lay.mat, lay.row, lay.col))
     (addr,) = _frozen(lay.addr_lane)
     num = int(lay.addr_lane.shape[0])

@@ -4,23 +4,23 @@ and dtype; the first match wins (docs/policy.md). ``jaxmma.with_policy`` applies
 ``LinenModel``, ``NnxModel`` and ``NnxState`` keep its state and keys where flax keeps
 variables and rng streams (the nnx names import flax when first used)."""
 
-import importlib
 from typing import TYPE_CHECKING
 
-from .intercept._evaluate import dots as dots
-from .intercept._evaluate import init_state as init_state
-from .intercept._evaluate import stats as stats
-from .intercept._evaluate import with_policy as with_policy
-from .intercept._linen import LinenModel as LinenModel
-from .intercept._rules import Dot as Dot
-from .intercept._rules import Rule as Rule
-from .intercept._targets import KEEP as KEEP
-from .intercept._targets import Gemm as Gemm
-from .intercept._targets import gemm as gemm
+from . import intercept
+from .intercept import KEEP as KEEP
+from .intercept import Dot as Dot
+from .intercept import Gemm as Gemm
+from .intercept import LinenModel as LinenModel
+from .intercept import Rule as Rule
+from .intercept import dots as dots
+from .intercept import gemm as gemm
+from .intercept import init_state as init_state
+from .intercept import stats as stats
+from .intercept import with_policy as with_policy
 
 if TYPE_CHECKING:  # loaded by __getattr__ below
-    from .intercept._nnx import NnxModel as NnxModel
-    from .intercept._nnx import NnxState as NnxState
+    from .intercept import NnxModel as NnxModel
+    from .intercept import NnxState as NnxState
 
 #: names whose module imports flax (an optional dependency): loaded on first use
 _NNX = ("NnxModel", "NnxState")
@@ -43,5 +43,5 @@ __all__ = [
 
 def __getattr__(name):
     if name in _NNX:
-        return getattr(importlib.import_module(".intercept._nnx", __package__), name)
+        return getattr(intercept, name)  # the floor imports flax on first use
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -12,6 +12,7 @@ from _suite import params
 from jax.test_util import check_grads
 
 import jaxmma
+from jaxmma import models
 from jaxmma.models import _models
 
 BF16 = "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32"
@@ -213,7 +214,8 @@ FORMS = [i for i in jaxmma.all_instructions() if i.opcode in ("mma", "wmma.mma")
 
 
 def _spy(monkeypatch):
-    """Replace _models.mma_bits by a recorder that returns +0 bits of D's shape."""
+    """Replace mma_bits (in models' interface and in _models) by a recorder that returns
+    +0 bits of D's shape."""
     calls = []
 
     def spy(ins, A, B, C, *, scales=None, model=None, sparse_idx=None):
@@ -222,6 +224,7 @@ def _spy(monkeypatch):
         return jnp.zeros(lead + C.shape[-2:], C.dtype)
 
     monkeypatch.setattr(_models, "mma_bits", spy)
+    monkeypatch.setattr(models, "mma_bits", spy)  # the name the floors above call
     return calls
 
 

@@ -186,7 +186,24 @@ def test_no_second_map_of_dtypes_and_names():
     assert not stale, f"DTYPE_MAP_PENDING: no map left in {sorted(stale)}"
 
 
-REGISTRY = set(bits.__all__)
+#: the registry's names in bits' interface (the interface offers more: codecs, packing)
+REGISTRY = {
+    "CANONICAL_NAN",
+    "DTYPES",
+    "F8F6F4",
+    "FORMATS",
+    "FORMAT_OF_DTYPE",
+    "FP8",
+    "OUT_FORMATS",
+    "SCALE_DTYPES",
+    "FloatFormat",
+    "Format",
+    "get_format",
+}
+
+
+def test_the_registry_is_in_the_interface():
+    assert REGISTRY <= set(bits.__all__), sorted(REGISTRY - set(bits.__all__))
 
 
 def test_other_floors_read_the_registry_from_the_package():

@@ -38,8 +38,8 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
-from ..bits import OUT_FORMATS, _formats, _wide
-from ..util import _xla
+from .. import util
+from ..bits import OUT_FORMATS, Fields, fields, signed_sum
 from . import _numerics
 from ._numerics import BlockModel
 
@@ -81,7 +81,7 @@ def supports(model: BlockModel, dtype: str, sig_bits: int) -> bool:
     )
 
 
-def operand(f: _formats.Fields, fmt: str, order_fmt: str | None = None) -> Operand:
+def operand(f: Fields, fmt: str, order_fmt: str | None = None) -> Operand:
     """Prepare the fields of A or B (see :func:`jaxmma._numerics.operand_order`)."""
     finite = (f.sig != 0) & ~f.nan & ~f.inf
     mag = f.sig.astype(F32)
@@ -134,7 +134,7 @@ def block(
     L = a.sig.shape[-1]
     col = lambda x, i: x[..., :, i, None]  # noqa: E731  [..., M, 1]
     row = lambda x, i: x[..., None, i, :]  # noqa: E731  [..., 1, N]
-    c = _formats.fields(ctype, c_bits)
+    c = fields(ctype, c_bits)
     c = c._replace(exp=c.exp - c_shift)
     c_finite = (c.sig != 0) & ~c.nan & ~c.inf
     e_zero = model.e_zero(dtype)
@@ -216,7 +216,7 @@ def _sum_parts(parts):
     """The exact sum of int32 partial sums (each below ``2**31`` in magnitude) as
     ``(negative, normalized magnitude limbs)``."""
     signs, limbs = zip(*(_signed_limbs(p) for p in parts), strict=True)
-    return _wide.signed_sum(jnp.stack(signs, axis=-1), jnp.stack(limbs, axis=-2))
+    return signed_sum(jnp.stack(signs, axis=-1), jnp.stack(limbs, axis=-2))
 
 
 def round_sum(neg, mag, unit, dtype: str, model: BlockModel):
@@ -233,7 +233,7 @@ def round_sum(neg, mag, unit, dtype: str, model: BlockModel):
         cut, man = man - model.f32_mantissa, model.f32_mantissa
     emin = 1 - out.bias
     zero = mag == 0
-    p = 31 - _xla.clz(mag).astype(I32)
+    p = 31 - util.clz(mag).astype(I32)
     lead = p + unit
     lsb = jnp.where(lead < emin, emin - man, lead - man)
     qs = lsb - unit  # the bit of mag that becomes the result's lsb

@@ -43,7 +43,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from ..util import _xla
+from .. import util
 
 ROUNDINGS = ("rn", "rz", "rm", "rp")
 DEFAULT_NAN = 0xFFF8_0000_0000_0000  # the NaN of an invalid operation (H100)
@@ -130,7 +130,7 @@ def _lt128(ah, al, bh, bl):
 
 
 def _clz128(hi, lo):
-    return jnp.where(hi != 0, _xla.clz(hi), 64 + _xla.clz(lo)).astype(jnp.int32)
+    return jnp.where(hi != 0, util.clz(hi), 64 + util.clz(lo)).astype(jnp.int32)
 
 
 def _mul53(a, b):
@@ -153,7 +153,7 @@ def _decode(x):
     zero = (e == 0) & (m == 0)
     sig = jnp.where(e != 0, m | _u(1 << 52), m)
     exp = jnp.maximum(e, 1) - 1075  # value = sig * 2**exp
-    n = jnp.where(zero, 0, _xla.clz(sig).astype(jnp.int32) - 11)  # subnormals: normalise
+    n = jnp.where(zero, 0, util.clz(sig).astype(jnp.int32) - 11)  # subnormals: normalise
     return sign, _shl(sig, n), exp - n, nan, inf, zero
 
 
@@ -321,7 +321,7 @@ def mma_bits(ins, A, B, C):
     return _chain(A, B, C, rounding=rounding)
 
 
-@functools.partial(_xla.jit, static_argnames="rounding")
+@functools.partial(util.jit, static_argnames="rounding")
 def _chain(A, B, C, *, rounding: str):
     """The fma chain over k (jitted once per shape and mode, also when called eagerly)."""
     (M, K), N = A.shape[-2:], B.shape[-1]

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import jax.numpy as jnp
 
-from ..bits import _formats
+from ..bits import fields
 from . import _int32, _numerics
 
 U32 = jnp.uint32
@@ -26,7 +26,7 @@ U32 = jnp.uint32
 def _product_terms(x_bits, y_bits) -> _numerics.Terms:
     """``x * y`` (f32 bits, broadcasting) as three exact terms on a last axis."""
     x_bits, y_bits = jnp.broadcast_arrays(jnp.asarray(x_bits, U32), jnp.asarray(y_bits, U32))
-    fx, fy = _formats.fields("f32", x_bits), _formats.fields("f32", y_bits)
+    fx, fy = fields("f32", x_bits), fields("f32", y_bits)
     zx = (fx.sig == 0) & ~fx.nan & ~fx.inf
     zy = (fy.sig == 0) & ~fy.nan & ~fy.inf
     nan = fx.nan | fy.nan | (fx.inf & zy) | (fy.inf & zx)

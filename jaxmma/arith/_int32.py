@@ -14,8 +14,8 @@ from __future__ import annotations
 import jax.numpy as jnp
 from jax import lax
 
+from .. import util
 from ..bits import CANONICAL_NAN, OUT_FORMATS
-from ..util import _xla
 
 I32 = jnp.int32
 
@@ -67,7 +67,7 @@ def round_bits(neg, mag, unit, fmt: str, mantissa: int, nearest: bool):
         cut, man = man - mantissa, mantissa
     emin = 1 - out.bias
     zero = mag == 0
-    p = 31 - _xla.clz(mag)
+    p = 31 - util.clz(mag)
     lead = p + unit
     lsb = jnp.where(lead < emin, emin - man, lead - man)
     qs = lsb - unit  # the bit of mag that becomes the result's lsb
@@ -140,7 +140,7 @@ def _normalized(a):
     """|f32| bits (int32, finite) -> (significand with its leading one at bit 23, or 0;
     the exponent of its lsb): subnormals shifted up, their exponent lowered to match."""
     _, _, exp, sig, _, _, _ = c_fields(a, "f32")
-    shift = jnp.clip(_xla.clz(sig) - 8, 0, 23)
+    shift = jnp.clip(util.clz(sig) - 8, 0, 23)
     return sig << shift, exp - shift
 
 
@@ -177,7 +177,7 @@ def ieee_mul_f32(x_bits, y_bits):
 
 def round_f32_rz(neg, mag, unit):
     """:func:`round_bits` for f32 toward zero with all 23 mantissa bits, in fewer steps."""
-    p = 31 - _xla.clz(mag)
+    p = 31 - util.clz(mag)
     lead = p + unit
     sub = lead < -126
     qs = jnp.where(sub, -149 - unit, p - 23)  # the bit of mag that becomes the lsb

@@ -19,7 +19,18 @@ from typing import NamedTuple
 
 import jax.numpy as jnp
 
-from ..bits import CANONICAL_NAN, OUT_FORMATS, _formats, _wide
+from ..bits import (
+    CANONICAL_NAN,
+    FORMATS,
+    OUT_FORMATS,
+    FloatFormat,
+    align,
+    limbs_needed,
+    msb,
+    round_to_float,
+    signed_sum,
+)
+from ..bits import fields as _fields
 from ._int32 import convert_bits, ieee_add_f32
 
 U32 = jnp.uint32
@@ -63,7 +74,7 @@ EXACT = BlockModel(F=0, L=None, e_zero_f32=0, e_zero_f16=0, exact=True)
 
 
 def man_bits(fmt: str) -> int:
-    return _formats.FORMATS[fmt].mant_bits
+    return FORMATS[fmt].mant_bits
 
 
 def element_order(fields, fmt: str):
@@ -89,18 +100,16 @@ def fused_sum(
     out = OUT_FORMATS[dtype]
     zero = terms.sig == 0
     if model.exact and window:
-        lead = jnp.where(zero, jnp.int32(-(2**30)), terms.lsb + _wide.msb(terms.sig[..., None]))
+        lead = jnp.where(zero, jnp.int32(-(2**30)), terms.lsb + msb(terms.sig[..., None]))
         lo = jnp.min(jnp.where(zero, jnp.int32(2**30), terms.lsb), axis=-1)
         top = jnp.max(lead, axis=-1)
         unit = jnp.maximum(lo, top - SUM_WINDOW) - 1  # one extra bit: the half unit
         unit = jnp.where(top < -(2**29), 0, unit)
         shift = terms.lsb - unit[..., None]
-        limbs, lost = _wide.align(
-            jnp.where(zero, U32(0), terms.sig), shift, _wide.limbs_needed(SUM_WINDOW + 8)
-        )
+        limbs, lost = align(jnp.where(zero, U32(0), terms.sig), shift, limbs_needed(SUM_WINDOW + 8))
         limbs = limbs.at[..., 0].set(limbs[..., 0] | lost.astype(U32))
-        neg, mag = _wide.signed_sum(terms.sign, limbs)
-        bits = _wide.round_to_float(neg, mag, unit, out, "rn", signed_zero=True)
+        neg, mag = signed_sum(terms.sign, limbs)
+        bits = round_to_float(neg, mag, unit, out, "rn", signed_zero=True)
         return apply_specials(bits, terms, dtype)
     if model.exact:
         lo = jnp.min(jnp.where(zero, jnp.int32(2**30), terms.lsb), axis=-1)
@@ -113,11 +122,11 @@ def fused_sum(
         unit = e_max - model.F
         shift = terms.lsb - unit[..., None]
         width = model.F + 3  # products < 2**(e_max + 2)
-    nl = _wide.limbs_needed(width + 1)
-    limbs, _ = _wide.align(jnp.where(zero, U32(0), terms.sig), shift, nl)
-    neg, mag = _wide.signed_sum(terms.sign, limbs)
+    nl = limbs_needed(width + 1)
+    limbs, _ = align(jnp.where(zero, U32(0), terms.sig), shift, nl)
+    neg, mag = signed_sum(terms.sign, limbs)
     if model.exact:
-        bits = _wide.round_to_float(neg, mag, unit, out, "rn", signed_zero=True)
+        bits = round_to_float(neg, mag, unit, out, "rn", signed_zero=True)
     else:
         bits = round_block(neg, mag, unit, dtype, model)
     return apply_specials(bits, terms, dtype)
@@ -131,16 +140,16 @@ def round_block(neg, mag, unit, dtype: str, model: BlockModel):
     mode = "rz" if dtype == "f32" else "rn"
     if dtype == "f32" and model.f32_mantissa < out.man:  # e.g. sm_89 fp8: e8m13
         cut = out.man - model.f32_mantissa
-        narrow = _wide.FloatFormat(model.f32_mantissa, out.exp, out.bias)
-        return _wide.round_to_float(neg, mag, unit, narrow, mode) << U32(cut)
-    return _wide.round_to_float(neg, mag, unit, out, mode)
+        narrow = FloatFormat(model.f32_mantissa, out.exp, out.bias)
+        return round_to_float(neg, mag, unit, narrow, mode) << U32(cut)
+    return round_to_float(neg, mag, unit, out, mode)
 
 
 def exact_width(atype: str, btype: str, ctype: str, k: int) -> int:
     """Bits that hold any exact sum of k products and C without truncation."""
 
     def span(fmt):
-        f = _formats.FORMATS[fmt]
+        f = FORMATS[fmt]
         top = (1 << f.exp_bits) - 1 - f.bias + 1  # above the largest finite exponent
         return top, 1 - f.bias - f.mant_bits
 
@@ -202,15 +211,15 @@ def operand_order(fields, fmt, order_fmt=None):
         return element_order(fields, fmt)
     # the element re-encoded exactly in order_fmt (e.g. fp8 converted to f16): the leading
     # bit's exponent, clamped at that format's emin
-    lead = _wide.msb(fields.sig[..., None]) + fields.exp
-    emin = 1 - _formats.FORMATS[order_fmt].bias
+    lead = msb(fields.sig[..., None]) + fields.exp
+    emin = 1 - FORMATS[order_fmt].bias
     return jnp.maximum(lead, emin)
 
 
 def c_terms(c_bits, ctype: str, shift: int = 0) -> Terms:
     """The accumulator as a term ``[..., m, n, 1]``; ``shift``: times ``2**-shift`` exactly
     (the decoded exponent lowered, the significand kept: ``tcgen05.mma``'s scale-input-d)."""
-    f = _formats.fields(ctype, c_bits)
+    f = _fields(ctype, c_bits)
     t = Terms(
         f.sign.astype(U32),
         jnp.where(f.nan | f.inf, U32(0), f.sig),

@@ -51,8 +51,7 @@ import numpy as np
 from jax import lax
 from jax.typing import ArrayLike
 
-from ..spec import _spec
-from ..util import _grad, _xla
+from .. import spec, util
 from . import _doubles
 
 Rounding = Literal["rn", "rna", "rz", "rm", "rp", "stochastic"]
@@ -154,8 +153,8 @@ FORMATS: dict[str, Format] = {
 # The registry: what the other floors know of the formats, read from here (``jaxmma.bits``)
 #: the fp8 element formats, and those of ``kind::f8f6f4`` (fp8, fp6, fp4), in the spec's
 #: order: the spec's own type lists (:mod:`jaxmma.spec._spec`), written there once
-FP8: tuple[str, ...] = _spec.F8
-F8F6F4: tuple[str, ...] = _spec.F8F6F4
+FP8: tuple[str, ...] = spec.F8
+F8F6F4: tuple[str, ...] = spec.F8F6F4
 #: format -> the JAX dtype of exactly its values (ml_dtypes' name, ``Format.dtype``)
 DTYPES: dict[str, np.dtype] = {n: jnp.dtype(f.dtype) for n, f in FORMATS.items() if f.dtype}
 #: dtype name -> format: the inverse of :data:`DTYPES`
@@ -386,7 +385,7 @@ def round_float(f, fl: Fields, payload, payload_bits, rounding, saturate, rbits,
     sign = fl.sign if f.signed else jnp.zeros_like(fl.sign)
     sig = fl.sig
     w, m = _width(sig), f.mant_bits
-    top = fl.exp + (w - _xla.clz(sig).astype(jnp.int32)) - 1
+    top = fl.exp + (w - util.clz(sig).astype(jnp.int32)) - 1
     q = jnp.maximum(top - m, f.min_exp)
     kept, inc = _shift_round(sig, q - fl.exp, sign, rounding, rbits)
     kept = kept + inc.astype(sig.dtype)
@@ -421,7 +420,7 @@ def round_float(f, fl: Fields, payload, payload_bits, rounding, saturate, rbits,
 def _round_int(f, fl: Fields, rounding, saturate, rbits):
     sig = fl.sig
     w = _width(sig)
-    top = fl.exp + (w - _xla.clz(sig).astype(jnp.int32)) - 1
+    top = fl.exp + (w - util.clz(sig).astype(jnp.int32)) - 1
     kept, inc = _shift_round(sig, -fl.exp, fl.sign, rounding, rbits)
     k = (kept + inc.astype(sig.dtype)).astype(jnp.uint32)
     mask = jnp.uint32(2**f.bits - 1)
@@ -486,7 +485,7 @@ def encode(
         if not isinstance(flag, bool | np.bool_):
             raise TypeError(f"{name}: expected True or False, got {flag!r}"[:300])
     _need_x64(f)
-    x = _grad.no_derivative(_as_float(x, f, rounding, saturate), _ENCODE_NO_DERIVATIVE)
+    x = util.no_derivative(_as_float(x, f, rounding, saturate), _ENCODE_NO_DERIVATIVE)
     rbits = None
     if random_bits is not None:
         if isinstance(random_bits, int):
@@ -510,11 +509,11 @@ def encode(
 
 # one compiled program per format and rounding, not one per operation of an eager call
 # (inside a caller's jit it is inlined: the same operations)
-@functools.partial(_xla.jit, static_argnums=(0, 1, 2, 3))
+@functools.partial(util.jit, static_argnums=(0, 1, 2, 3))
 def _encode_bits(name: str, rounding: str, saturate: bool, ftz: bool, x, rbits):
     f = FORMATS[name]
     src = FORMATS["f64" if x.dtype == jnp.float64 else "f32"]
-    raw = lax.bitcast_convert_type(_xla.ingest(x), jnp.uint64 if src.bits == 64 else jnp.uint32)
+    raw = lax.bitcast_convert_type(util.ingest(x), jnp.uint64 if src.bits == 64 else jnp.uint32)
     fl = _float_fields(src, raw)
     if f.kind != "float":
         return _round_int(f, fl, rounding, saturate, rbits)
@@ -544,9 +543,9 @@ def decode(fmt: str, bits: ArrayLike) -> jax.Array:
     return _decode_bits(f.name, _as_bits(bits, f))
 
 
-@functools.partial(_xla.jit, static_argnums=0)
+@functools.partial(util.jit, static_argnums=0)
 def _decode_bits(name: str, x):
-    x = _xla.ingest(x)
+    x = util.ingest(x)
     f = FORMATS[name]
     fmt = name
     if f.name == "f64":
@@ -586,4 +585,4 @@ def round_to_format(fmt: str, x: ArrayLike, **kwargs: Any) -> jax.Array:
     x32 = _as_float(x, f, rounding, saturate)  # the errors naming fmt and x, before tracing
     if _doubles.is_host_double(x):  # doubles: the values that round as the doubles do
         x = x32
-    return _grad.straight_through(lambda v: decode(fmt, encode(fmt, v, **kwargs)), x)
+    return util.straight_through(lambda v: decode(fmt, encode(fmt, v, **kwargs)), x)

@@ -12,7 +12,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from ..util import _errors, _xla
+from .. import util
 from . import _formats
 
 #: format -> the jnp dtype whose bits are the element's bits: the registry's dtype of the
@@ -58,7 +58,7 @@ def to_bits(fmt: str, x, name: str, kind=None, *, width: int | None = None):
         x = jnp.asarray(x)
         size = jnp.dtype(want).itemsize
         u = {1: jnp.uint8, 2: jnp.uint16, 4: jnp.uint32, 8: jnp.uint64}[size]
-        return lax.bitcast_convert_type(_xla.ingest(x), u).astype(out)
+        return lax.bitcast_convert_type(util.ingest(x), u).astype(out)
     if dtype.type in UNSIGNED and 8 * dtype.itemsize >= width:
         if not isinstance(x, jax.Array) and fmt != "f64":  # NumPy uint64: no silent wrap
             x = (np.asarray(x).astype(np.uint64) & np.uint64(0xFFFFFFFF)).astype(np.uint32)
@@ -67,7 +67,7 @@ def to_bits(fmt: str, x, name: str, kind=None, *, width: int | None = None):
     unsigned = f"uint{max(8, 1 << (width - 1).bit_length())} (or wider unsigned) raw bits"
     raise TypeError(
         f"{name}: expected {' or '.join([*allowed, unsigned])} for "
-        f".{fmt} elements, got {dtype}" + (_errors.x64_hint() if fmt == "f64" else "")
+        f".{fmt} elements, got {dtype}" + (util.x64_hint() if fmt == "f64" else "")
     )
 
 
@@ -126,9 +126,7 @@ def check_array_like(x, name: str) -> None:
 
 def _need_x64(name: str) -> None:
     if not jax.config.jax_enable_x64:
-        raise ValueError(
-            f"{name}: .f64 elements need 64-bit types, which are off{_errors.X64_HINT}"
-        )
+        raise ValueError(f"{name}: .f64 elements need 64-bit types, which are off{util.X64_HINT}")
 
 
 def from_bits(fmt: str, bits):

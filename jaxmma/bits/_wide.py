@@ -16,7 +16,7 @@ from typing import NamedTuple
 import jax.numpy as jnp
 from jax import lax
 
-from ..util import _xla
+from .. import util
 from . import _formats
 
 LIMB = 16
@@ -128,7 +128,7 @@ def msb(limbs):
     best = jnp.full(limbs.shape[:-1], -1, jnp.int32)
     for i in range(limbs.shape[-1]):
         v = limbs[..., i]
-        pos = LIMB * i + 31 - _xla.clz(v).astype(jnp.int32)
+        pos = LIMB * i + 31 - util.clz(v).astype(jnp.int32)
         best = jnp.where(v != 0, pos, best)
     return best
 

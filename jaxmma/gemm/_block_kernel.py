@@ -48,18 +48,17 @@ from jax import lax
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import triton as plgpu
 
-from ..bits import CANONICAL_NAN, _formats
-from ..models import _group_gemm
-from ..models._table import GROUP, GROUP_E_ZERO, GROUP_F
-from ..util import _xla
+from .. import models, util
+from ..bits import CANONICAL_NAN, FORMATS
+from ..models import GROUP, GROUP_E_ZERO, GROUP_F
 from . import _modes
 
 F32 = jnp.float32
 F16 = jnp.float16
 I32 = jnp.int32
 U32 = jnp.uint32
-STEP_GROUPS = _group_gemm.STEP_GROUPS
-_LO = _formats.FORMATS["e2m1"].min_exp  # a half unit is 2**_LO
+STEP_GROUPS = models.STEP_GROUPS
+_LO = FORMATS["e2m1"].min_exp  # a half unit is 2**_LO
 #: the exponent of a scale whose significand is 0: its groups never reach e_max
 _ABSENT = -(1 << 20)
 #: the exponent word of a group whose products are all zero: below every order, and its
@@ -125,7 +124,7 @@ def _round_rz(neg, mag, unit):
     [0, 31]. The bit of ``mag`` that becomes the lsb, ``qs``, is at most 25 (as
     ``unit >= -174``), and ``qs < 0`` only where ``mag < 2**24``: ``mag >> 31`` is then 0,
     and ``mag << 31`` has no bit below 24."""
-    p = 31 - _xla.clz(mag)
+    p = 31 - util.clz(mag)
     lead = p + unit
     sub = lead < -126
     qs = jnp.where(sub, -149 - unit, p - 23)
@@ -212,7 +211,7 @@ def _fuse(c, scale_groups, man: int):
     lo = (lo ^ (s & _MASK)) - s
     hi = (hi ^ s) + (lo >> 24)
     lo = lo & _MASK
-    drop = jnp.maximum(24 - _xla.clz(hi), 0)  # hi's bits beyond 8 push lo's lowest out
+    drop = jnp.maximum(24 - util.clz(hi), 0)  # hi's bits beyond 8 push lo's lowest out
     mag = (hi << (24 - drop)) | (lo >> drop)
     bits = _round_rz(s != 0, mag, unit + drop)
     return jnp.where(special, c, bits)
@@ -404,10 +403,10 @@ def _operands(ins, A, B, C, SA, SB):
     and at least 1/32 apart from 0, 20 bits: the tensor core's fused sums (25 bits
     below the largest term, docs/wgmma.md) and its float32 accumulator hold them
     exactly."""
-    va = _group_gemm.half_units(A)
-    vb = _group_gemm.half_units(B)
-    ea, sa, na = _group_gemm.scale_fields(ins.stype, SA)
-    eb, sb, nb = _group_gemm.scale_fields(ins.stype, SB)
+    va = models.half_units(A)
+    vb = models.half_units(B)
+    ea, sa, na = models.scale_fields(ins.stype, SA)
+    eb, sb, nb = models.scale_fields(ins.stype, SB)
 
     def word(e, s, extra):  # a scale of significand 0: its groups never reach e_max
         return (jnp.where(s == 0, I32(_ABSENT), e + extra) << 4) | s
@@ -488,7 +487,7 @@ def gemm_bits(ins, A, B, C, SA, SB, *, interpret=None, tiles: Tiles | None = Non
         kwargs["compiler_params"] = plgpu.CompilerParams(
             num_warps=t.num_warps, num_stages=t.num_stages
         )
-    man = _formats.FORMATS[ins.stype].mant_bits
+    man = FORMATS[ins.stype].mant_bits
     rep = K // GROUP // G  # groups of 16 per scale: 1 (4X) or 2 (2X)
     fuse = fuse or (_fuse_planes if interpret else _fuse_ptx)
     kernel = functools.partial(_kernel, steps=K // ins.k, man=man, rep=rep, fuse=fuse)

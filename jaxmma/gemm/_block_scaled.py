@@ -18,9 +18,7 @@ import sys
 import jax
 import jax.numpy as jnp
 
-from ..models import _group_gemm, _product_gemm
-from ..operands import _scaling
-from ..util import _shapes
+from .. import models, operands, util
 from . import _block_kernel, _modes, _partition
 
 #: ``"auto"``: the forms :func:`covers` names run here; ``"emulate"``: none does
@@ -41,12 +39,12 @@ def covers(cfg, scales) -> bool:
     (the same bits; the measurement is in benchmarks/RESULTS.md), so it keeps it."""
     if MODE != "auto" or scales is None or cfg.promote_every is not None:
         return False
-    if _group_gemm.supports(cfg.ins):
+    if models.group_gemm_supports(cfg.ins):
         return True
-    return _product_gemm.supports(cfg.ins) and jax.default_backend() != "gpu"
+    return models.product_gemm_supports(cfg.ins) and jax.default_backend() != "gpu"
 
 
-_pad = _shapes.pad_axis
+_pad = util.pad_axis
 
 
 def gemm_bits(cfg, A, B, C, scales):
@@ -59,14 +57,14 @@ def gemm_bits(cfg, A, B, C, scales):
     A, B, C, SA, SB = (jnp.broadcast_to(x, lead + x.shape[-2:]) for x in (A, B, C, SA, SB))
     K = A.shape[-1]
     S = max(1, -(-K // ins.k))
-    nblk = _scaling.num_blocks(ins)
+    nblk = operands.num_blocks(ins)
     one = {"ue8m0": 0x7F, "ue4m3": 0x38}[ins.stype]  # 1.0: scales of padded blocks
     A = _pad(A, -1, S * ins.k, 0)
     B = _pad(B, -2, S * ins.k, 0)
     SA = _pad(SA, -1, S * nblk, one)
     SB = _pad(SB, -2, S * nblk, one)
-    if _product_gemm.supports(ins):
-        return _product_gemm.gemm_bits(ins, A, B, C, SA, SB)
+    if models.product_gemm_supports(ins):
+        return models.product_gemm_bits(ins, A, B, C, SA, SB)
     how = _block_kernel.chosen()
     if how is not None:  # the same bits from one Pallas kernel
         # split over devices as XLA splits a dot (jaxmma/gemm/_partition.py): the scales
@@ -74,7 +72,7 @@ def gemm_bits(cfg, A, B, C, scales):
         return _partition.sharded(
             _kernel_bits, ins, A, B, C, scales=(SA, SB), interpret=how == "interpret"
         )
-    return _group_gemm.gemm_bits(ins, A, B, C, SA, SB)
+    return models.group_gemm_bits(ins, A, B, C, SA, SB)
 
 
 def _kernel_bits(ins, A, B, C, *, block_scales, interpret: bool):

@@ -23,10 +23,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ..arith import _numerics
-from ..models import _models
-from ..operands import _scaling, _sparse
-from ..util import _shapes
+from .. import arith, models, operands, util
 from ._config import Config
 
 
@@ -34,7 +31,7 @@ def _lead(*xs):
     return jnp.broadcast_shapes(*(x.shape[:-2] for x in xs))
 
 
-_pad_axis = _shapes.pad_axis
+_pad_axis = util.pad_axis
 
 
 def _steps(x, axis: int, nsteps: int):
@@ -60,7 +57,7 @@ def xla_gemm_bits(cfg: Config, A, B, C, *, scales=None):
     B = _pad_axis(B, -2, S * ins.k)
     xs = {"a": _steps(A, -1, S), "b": _steps(B, -2, S)}
     if scales is not None:
-        nblk = _scaling.num_blocks(ins)
+        nblk = operands.num_blocks(ins)
         one = {"ue8m0": 0x7F, "ue4m3": 0x38}[ins.stype]  # 1.0: scales of padded blocks
         SA, SB = (jnp.broadcast_to(s, lead + s.shape[-2:]) for s in scales)
         xs["sa"] = _steps(_pad_axis(SA, -1, S * nblk, one), -1, S)
@@ -71,7 +68,7 @@ def xla_gemm_bits(cfg: Config, A, B, C, *, scales=None):
 
     def step(acc, x):
         sc = (x["sa"], x["sb"]) if "sa" in x else None
-        d = _models.mma_bits(ins, x["a"], x["b"], acc, scales=sc, sparse_idx=x.get("idx"))
+        d = models.mma_bits(ins, x["a"], x["b"], acc, scales=sc, sparse_idx=x.get("idx"))
         return d, None
 
     def chain(c, steps):
@@ -83,7 +80,7 @@ def xla_gemm_bits(cfg: Config, A, B, C, *, scales=None):
         d, _ = step(c, jax.tree.map(lambda x: x[0], steps))
 
         def converted(acc, x):
-            return step(_numerics.convert(acc, ins.dtype, ins.ctype), x)
+            return step(arith.convert(acc, ins.dtype, ins.ctype), x)
 
         return jax.lax.scan(converted, d, jax.tree.map(lambda x: x[1:], steps))[0]
 
@@ -100,18 +97,18 @@ def xla_gemm_bits(cfg: Config, A, B, C, *, scales=None):
     fill = np.minimum(np.arange(G * P), S - 1)  # any step fills the masked places
     xs = jax.tree.map(lambda x: x[fill] if G * P > S else x, xs)
     xs = jax.tree.map(lambda x: x.reshape((G, P) + x.shape[1:]), xs)
-    zero = _models.zero_bits(C.shape)
+    zero = models.zero_bits(C.shape)
 
     def masked_step(acc, x):  # acc: D bits (f32); the next step's C is acc in the ctype
-        c = acc if ins.ctype == ins.dtype else _numerics.convert(acc, ins.dtype, ins.ctype)
+        c = acc if ins.ctype == ins.dtype else arith.convert(acc, ins.dtype, ins.ctype)
         d, _ = step(c, x[0])
         return jnp.where(x[1], d, acc), None
 
     def group(total, g):
         acc, _ = jax.lax.scan(masked_step, zero, g)
-        return _numerics.ieee_add(total, acc, "f32"), None
+        return arith.ieee_add(total, acc, "f32"), None
 
-    total = C if ins.ctype == "f32" else _numerics.convert(C, ins.ctype, "f32")
+    total = C if ins.ctype == "f32" else arith.convert(C, ins.ctype, "f32")
     total, _ = jax.lax.scan(group, total, (xs, jnp.asarray(real)))
     return _poison(ins, total, bad)
 
@@ -121,7 +118,7 @@ def _poison(ins, D, bad):
     (:func:`jaxmma._sparse.poison_rows`); a valid A leaves every bit as it is."""
     if bad is None:
         return D
-    return _sparse.poison_rows(ins, D, bad)
+    return operands.poison_rows(ins, D, bad)
 
 
 def _compress_steps(ins, a):
@@ -132,7 +129,7 @@ def _compress_steps(ins, a):
     Mp = -(-M // ins.m) * ins.m
     a = _pad_axis(a, -2, Mp)
     tiles = a.reshape(a.shape[:-2] + (Mp // ins.m, ins.m, ins.k))
-    vals, idx, bad = _sparse.matrix_operands(ins, tiles, None, rows=True)
+    vals, idx, bad = operands.sparse_matrix_operands(ins, tiles, None, rows=True)
     back = lambda x: x.reshape(a.shape[:-2] + (Mp, ins.k // 2))[..., :M, :]  # noqa: E731
     bad = jnp.any(bad.reshape(a.shape[:-2] + (Mp,)), axis=0)[..., :M]
     return back(vals), back(idx), bad

@@ -19,9 +19,9 @@ import jax
 import numpy as np
 from jax.typing import DTypeLike
 
-from ..instructions._instruction import Instruction
-from ..instructions._instruction import instruction as _parse_text
-from ..util import _errors
+from .. import util
+from ..instructions import Instruction
+from ..instructions import instruction as _parse_text
 from . import _native, _options, _pallas
 
 #: opcodes whose instruction is a matrix product
@@ -119,7 +119,7 @@ def config(
     ins = resolve(instruction, arch)
     x64 = jax.config.jax_enable_x64  # type: ignore[attr-defined]  # (a flag jax defines)
     if ins.atype == "f64" and not x64:  # before any f64 array is made
-        raise ValueError(f"instruction: {ins.text} computes in .f64{_errors.X64_HINT}")
+        raise ValueError(f"instruction: {ins.text} computes in .f64{util.X64_HINT}")
     if promote_every is not None:
         if isinstance(promote_every, bool) or not isinstance(promote_every, (int, np.integer)):
             raise TypeError(

@@ -23,8 +23,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ..arith import _ieee, _numerics
-from ..bits import _doubles, _formats, _values
+from .. import arith
+from ..bits import FORMATS, encode, from_bits, prepare
 
 
 def f32_bits(x: float):
@@ -32,17 +32,17 @@ def f32_bits(x: float):
 
 
 def to_f32(bits, fmt: str):
-    return bits if fmt == "f32" else _numerics.convert(bits, fmt, "f32")
+    return bits if fmt == "f32" else arith.convert(bits, fmt, "f32")
 
 
 def to_out(bits_f32, out: str):
-    return bits_f32 if out == "f32" else _numerics.convert(bits_f32, "f32", out)
+    return bits_f32 if out == "f32" else arith.convert(bits_f32, "f32", out)
 
 
 def host_c(C, out: str):
     """An epilogue's C of host doubles, before the program (docs/dtypes.md): what rounds
     once into the output type ``out`` in :func:`c_bits`, x64 on or off."""
-    return _doubles.prepare(C, _formats.FORMATS[out], "rn", False, "C")
+    return prepare(C, FORMATS[out], "rn", False, "C")
 
 
 def c_bits(C, out: str, name: str = "C"):
@@ -57,7 +57,7 @@ def c_bits(C, out: str, name: str = "C"):
         return jax.lax.bitcast_convert_type(C, jnp.uint32)
     # one rounding into the output type, from the value itself (a double too, x64 on)
     x = C if C.dtype in (jnp.float32, jnp.float64) else C.astype(jnp.float32)
-    return to_f32(_formats.encode(out, x, rounding="rn"), out)
+    return to_f32(encode(out, x, rounding="rn"), out)
 
 
 def finish(opts, acc, acc_type: str, C32=None, scale=None):
@@ -68,22 +68,22 @@ def finish(opts, acc, acc_type: str, C32=None, scale=None):
         return (acc, acc_type) if out == acc_type else (to_out(to_f32(acc, acc_type), out), out)
     t = to_f32(acc, acc_type)
     for factor in scale or ():
-        t = _ieee.fmul_f32(t, factor)
+        t = arith.fmul_f32(t, factor)
     alpha = None if opts.alpha is None else f32_bits(opts.alpha)
     if opts.epilogue == "rounded":
         if alpha is not None:
-            t = _ieee.fmul_f32(t, alpha)
+            t = arith.fmul_f32(t, alpha)
         t, alpha = to_f32(to_out(t, out), out), None
     if C32 is not None and opts.epilogue is not None:
-        c = C32 if opts.beta is None else _ieee.fmul_f32(C32, f32_bits(opts.beta))
+        c = C32 if opts.beta is None else arith.fmul_f32(C32, f32_bits(opts.beta))
         shape = jnp.broadcast_shapes(t.shape, c.shape)
         t, c = jnp.broadcast_to(t, shape), jnp.broadcast_to(c, shape)
         if alpha is None:
-            t = _numerics.ieee_add(t, c, "f32")
+            t = arith.ieee_add(t, c, "f32")
         else:  # cuBLAS: beta * C first, then one fma with alpha
-            t = _ieee.ffma_f32(alpha, t, c)
+            t = arith.ffma_f32(alpha, t, c)
     elif alpha is not None:
-        t = _ieee.fmul_f32(t, alpha)
+        t = arith.fmul_f32(t, alpha)
     return to_out(t, out), out
 
 
@@ -91,7 +91,7 @@ def global_scaled(D, alpha, C=None):
     """NVFP4's epilogue: the chain's f32 bits ``D`` (from +0) times ``alpha`` (the
     per-tensor scales' float32 product), then C's f32 bits added with one IEEE f32 add;
     float32 values."""
-    D = jax.lax.bitcast_convert_type(_values.from_bits("f32", D) * alpha, jnp.uint32)
+    D = jax.lax.bitcast_convert_type(from_bits("f32", D) * alpha, jnp.uint32)
     if C is not None:
-        D = _numerics.ieee_add(D, jnp.broadcast_to(C, D.shape), "f32")
-    return _values.from_bits("f32", D)
+        D = arith.ieee_add(D, jnp.broadcast_to(C, D.shape), "f32")
+    return from_bits("f32", D)

@@ -31,7 +31,7 @@ from collections.abc import Callable
 import jax
 import jax.numpy as jnp
 
-from ..models import _models
+from .. import models
 from . import _block_scaled, _chain, _native, _pallas
 from ._config import Config
 
@@ -103,7 +103,7 @@ def zeros(cfg: Config, shape) -> jax.Array:
     """+0 accumulator bits of ``shape`` (uint64 for ``.f64``, else uint32)."""
     if cfg.ins.dtype == "f64":
         return jnp.zeros(shape, jnp.uint64)
-    return _models.zero_bits(shape)
+    return models.zero_bits(shape)
 
 
 def gemm_bits(cfg: Config, A, B, C=None, *, scales=None) -> jax.Array:

@@ -25,12 +25,10 @@ import jax.numpy as jnp
 import numpy as np
 from jax.typing import ArrayLike, DTypeLike
 
-from ..bits import _values
-from ..instructions._instruction import Instruction
-from ..operands import _operands
-from ..operands._quant import Quantized
-from ..spec._ptx import shown as _shown
-from ..util import _errors, _ste, _xla
+from .. import bits, operands, util
+from ..instructions import Instruction
+from ..operands import Quantized
+from ..spec import shown as _shown
 from . import _epilogue, _executors, _kernel, _prepare
 from ._config import FIELDS, Config, GemmOptions, merge, resolve, validate
 from ._config import config as config  # the tests' and benchmarks' name for it
@@ -69,13 +67,13 @@ def _forward(cfg: Config, A, B, C, q):
         D = _executors.gemm_bits(cfg, Ab, Bb, None, scales=scales)
         return _epilogue.global_scaled(D, alpha, _prepare.c_bits(ins, C))
     D = _executors.gemm_bits(cfg, Ab, Bb, _prepare.c_bits(ins, C), scales=scales)
-    D = _values.from_bits(cast(str, ins.dtype), D)  # a GEMM's mma form has every type
+    D = bits.from_bits(cast(str, ins.dtype), D)  # a GEMM's mma form has every type
     return D if alpha is None else D * alpha
 
 
 #: the emulation itself, compiled once per configuration and shapes; called eagerly (and
 #: by the derivative rules under an eager ``jax.grad``) it reuses that compilation
-_forward_jit = _xla.jit(lambda cfg, *args: _forward(cfg, *args), static_argnums=0)
+_forward_jit = util.jit(lambda cfg, *args: _forward(cfg, *args), static_argnums=0)
 
 
 def _grad_gemm(grad_ins: Instruction | None):
@@ -99,8 +97,8 @@ def _gemm_values(cfg: Config, A, B, C, q):
         named = (("dgrad_instruction", cfg.dgrad_ins), ("wgrad_instruction", cfg.wgrad_ins))
         given = [n for n, i in named if i is not None]
         option = "/".join(given) + " (or grad_instruction)"
-        return _ste.with_gemm_gradients(fwd, vals, dgrad, wgrad, A, B, C, q, option=option)
-    return _ste.straight_through(fwd, vals, A, B, C, q)
+        return util.with_gemm_gradients(fwd, vals, dgrad, wgrad, A, B, C, q, option=option)
+    return util.product_straight_through(fwd, vals, A, B, C, q)
 
 
 def matmul(
@@ -262,17 +260,17 @@ def matmul(
     warn_default_arch(fields["instruction"], fields["arch"], ins)
     quantize, check, convert_inputs = fields["quantize"], fields["check"], fields["convert_inputs"]
     for name, x in (("A", A), ("B", B)):
-        _values.check_numeric(x, name)
+        bits.check_numeric(x, name)
     for name, v in (("C", C), ("scale_a", scale_a), ("scale_b", scale_b)):
-        _values.check_array_like(v, name)
+        bits.check_array_like(v, name)
     _prepare.check_key(opts, key)
     if not ins.stype and convert_inputs is None:  # doubles: rounded once, in the GEMM's mode
         mode = None if opts is None else opts.input_rounding
         atype, btype, ctype = cast(tuple[str, str, str], (ins.atype, ins.btype, ins.ctype))
-        A = _operands.float64_operand(ins, atype, A, "A", mode)
-        B = _operands.float64_operand(ins, btype, B, "B", mode)
+        A = operands.float64_operand(ins, atype, A, "A", mode)
+        B = operands.float64_operand(ins, btype, B, "B", mode)
         if C is not None and (opts is None or opts.epilogue is None):  # else: the epilogue's
-            C = _operands.float64_operand(ins, ctype, C, "C")
+            C = operands.float64_operand(ins, ctype, C, "C")
     C = _prepare.broadcast_c(C, A, B)
     if opts is not None and opts.pad_k is not None:
         A, B = pad_k_operands(A, B, opts.pad_k)
@@ -287,7 +285,7 @@ def matmul(
     else:
         A, B = jnp.asarray(A), jnp.asarray(B)
         _prepare.check_shapes(ins, A, B, None if C is None else jnp.asarray(C))
-        if ins.sparse and (check or not _errors.is_traced(A)):
+        if ins.sparse and (check or not util.is_traced(A)):
             _prepare.check_structure(ins, A)
     return _gemm_values(cfg, A, B, C, q)
 
@@ -360,8 +358,8 @@ def dot_general(
                 "preferred_element_type: expected None or a dtype (jnp.float32, ...), got "
                 f"{_shown(preferred_element_type)}"
             ) from None
-    _values.check_numeric(lhs, "lhs")
-    _values.check_numeric(rhs, "rhs")
+    bits.check_numeric(lhs, "lhs")
+    bits.check_numeric(rhs, "rhs")
     given = {k: kwargs.pop(k) for k in FIELDS if k in kwargs}
     given.update(instruction=instruction, arch=arch, promote_every=promote_every)
     fields = merge(options, given, kwargs.pop("rounding", None))

@@ -45,13 +45,13 @@ from jax import lax
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import triton as plgpu
 
-from ..bits import CANONICAL_NAN, FP8, _values
+from ..bits import CANONICAL_NAN, ELEMENT_DTYPES, FP8
 from . import _partition, _recipes, _triton_ops
 
 F32 = jnp.float32
 EXECUTORS = ("auto", "native", "emulate")
 #: element dtypes the kernel feeds to its dots
-_DTYPES = {fmt: _values.DTYPES[fmt] for fmt in ("bf16", "f16", *FP8, "tf32")}
+_DTYPES = {fmt: ELEMENT_DTYPES[fmt] for fmt in ("bf16", "f16", *FP8, "tf32")}
 #: the bits of a tf32 register the model reads (the low 13 are ignored)
 TF32_MASK = 0xFFFFE000
 

@@ -50,10 +50,8 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from ..arith import _fixed, _int32, _numerics
-from ..bits import CANONICAL_NAN, FP8, OUT_FORMATS, _formats
-from ..models import _table
-from ..util import _xla
+from .. import arith, models, util
+from ..bits import CANONICAL_NAN, FP8, OUT_FORMATS, fields
 from . import _partition
 
 I32 = jnp.int32
@@ -127,11 +125,11 @@ class Plan:
 
     @property
     def wa(self) -> int:
-        return _numerics.man_bits(self.atype) + 1
+        return arith.man_bits(self.atype) + 1
 
     @property
     def wb(self) -> int:
-        return _numerics.man_bits(self.btype) + 1
+        return arith.man_bits(self.btype) + 1
 
     @property
     def shift(self) -> int:
@@ -149,15 +147,15 @@ def plan(cfg) -> Plan | None:
         return None  # (mixed C / D types chain through a conversion: the XLA path)
     arch = ins.arch_number
     try:
-        gen = _table.family(arch)
+        gen = models.family(arch)
     except ValueError:
         return None
     wgmma = ins.opcode == "wgmma.mma_async"
     if wgmma and gen != 90:
         return None
-    bm = _table.wgmma_block_model(ins) if wgmma else _table.block_model(arch, ins)
-    sig_bits = max(_numerics.man_bits(ins.atype), _numerics.man_bits(ins.btype)) + 1
-    if not _fixed.supports(bm, ins.dtype, sig_bits) or bm.F + 2 > 31:
+    bm = models.wgmma_block_model(ins) if wgmma else models.block_model(arch, ins)
+    sig_bits = max(arith.man_bits(ins.atype), arith.man_bits(ins.btype)) + 1
+    if not arith.fixed_supports(bm, ins.dtype, sig_bits) or bm.F + 2 > 31:
         return None
     if gen == 90 and ins.shape == "m8n8k4":
         return None
@@ -208,13 +206,13 @@ def use_kernel(cfg, scales=None) -> bool:
 # Operand preparation (XLA, elementwise)
 def _operand(fmt: str, bits, order_fmt, w: int, pre_shift: int):
     """Raw bits ``[..., R, K]`` -> (order << 16 | nlsb, word) int32 ``[..., R, K]``."""
-    f = _formats.fields(fmt, bits)
+    f = fields(fmt, bits)
     finite = (f.sig != 0) & ~f.nan & ~f.inf
     mag = jnp.where(finite, f.sig, jnp.uint32(0))
-    msb = 31 - _xla.clz(mag).astype(I32)
+    msb = 31 - util.clz(mag).astype(I32)
     norm = jnp.where(finite, (w - 1) - msb, 0)
     magn = (mag << norm.astype(jnp.uint32)).astype(I32)
-    order = jnp.where(finite, _numerics.operand_order(f, fmt, order_fmt), I32(ABSENT))
+    order = jnp.where(finite, arith.operand_order(f, fmt, order_fmt), I32(ABSENT))
     nlsb = jnp.where(finite, norm - f.exp, 0)
     word = (
         (magn << pre_shift)
@@ -236,7 +234,7 @@ def _info(word, blocks, k: int):
     for off, n in blocks:
         x = w[..., off : off + n]  # [..., R, S, n]
         signs.append(
-            functools.reduce(jnp.bitwise_or, (_int32.srl(x[..., j], 31) << j for j in range(n)))
+            functools.reduce(jnp.bitwise_or, (arith.srl(x[..., j], 31) << j for j in range(n)))
         )
         info = jnp.zeros(x.shape[:-1], I32)
         for w_bit, bit in ((W_ZERO, ZERO_BIT), (W_NAN, NAN_BIT), (W_INF, INF_BIT)):
@@ -279,7 +277,7 @@ def _block(p: Plan, refs, s, j: int, c, c_fmt: str):
     k0 = s * p.k + off
     b = s * len(p.blocks) + j
 
-    c_fin, c_ord, *_ = _int32.c_fields(c, c_fmt)
+    c_fin, c_ord, *_ = arith.c_fields(c, c_fmt)
     e_max = jnp.where(c_fin, c_ord, p.e_zero)
     zero = ((ai[b, :] & ZERO_BIT)[:, None] | (bi[b, :] & ZERO_BIT)[None, :]) != 0
     e_max = jnp.where(zero, jnp.maximum(e_max, p.e_zero), e_max)
@@ -309,23 +307,23 @@ def _block(p: Plan, refs, s, j: int, c, c_fmt: str):
 
     # C's term: trunc(sig * 2**(exp - unit)), where exp - unit <= F - man(C) (below 0
     # where the grid is coarser than C's significand: wgmma fp8, F = 13)
-    c_fin, _, c_exp, c_sig, c_neg, _, _ = _int32.c_fields(c, c_fmt)
-    up = max(p.F - _numerics.man_bits(c_fmt), 0)
-    c_term = _int32.srl(jnp.where(c_fin, c_sig, 0) << up, jnp.minimum(up - c_exp + unit, 31))
+    c_fin, _, c_exp, c_sig, c_neg, _, _ = arith.c_fields(c, c_fmt)
+    up = max(p.F - arith.man_bits(c_fmt), 0)
+    c_term = arith.srl(jnp.where(c_fin, c_sig, 0) << up, jnp.minimum(up - c_exp + unit, 31))
     c_term = jnp.where(c_neg, -c_term, c_term)
-    neg, mag = _int32.sum_two(total, c_term)
+    neg, mag = arith.sum_two(total, c_term)
     if p.dtype == "f32" and p.f32_mantissa == 23:
-        bits = _int32.round_f32_rz(neg, mag, unit)
+        bits = arith.round_f32_rz(neg, mag, unit)
     else:
-        bits = _int32.round_bits(neg, mag, unit, p.dtype, p.f32_mantissa, nearest=p.dtype == "f16")
+        bits = arith.round_bits(neg, mag, unit, p.dtype, p.f32_mantissa, nearest=p.dtype == "f16")
 
     out = OUT_FORMATS[p.dtype]
     inf_bits = I32(((1 << out.exp) - 1) << out.man)
-    neg_inf = _int32.i32((((1 << out.exp) - 1) << out.man) | (1 << (out.nbits - 1)))
+    neg_inf = arith.i32((((1 << out.exp) - 1) << out.man) | (1 << (out.nbits - 1)))
     nan_bits = I32(CANONICAL_NAN[p.dtype])
 
     def with_inf(bits, c):  # the codes of C and the products summed as the engine does
-        _, _, _, _, c_neg, c_nan, c_inf = _int32.c_fields(c, c_fmt)
+        _, _, _, _, c_neg, c_nan, c_inf = arith.c_fields(c, c_fmt)
         c_inf_code = jnp.where(c_neg, jnp.float32(-jnp.inf), jnp.float32(jnp.inf))
         c_code = jnp.where(c_nan, jnp.float32(jnp.nan), jnp.where(c_inf, c_inf_code, 0.0))
 
@@ -339,7 +337,7 @@ def _block(p: Plan, refs, s, j: int, c, c_fmt: str):
         return jnp.where(jnp.isnan(acc), nan_bits, bits)
 
     def without_inf(bits, c):  # NaN where a NaN meets; an Inf C stays
-        _, _, _, _, c_neg, c_nan, c_inf = _int32.c_fields(c, c_fmt)
+        _, _, _, _, c_neg, c_nan, c_inf = arith.c_fields(c, c_fmt)
         bits = jnp.where(c_inf, jnp.where(c_neg, neg_inf, inf_bits), bits)
         nan = ((ai[b, :] & NAN_BIT)[:, None] | (bi[b, :] & NAN_BIT)[None, :]) != 0
         return jnp.where(nan | c_nan, nan_bits, bits)
@@ -356,7 +354,7 @@ def _step(p: Plan, refs, s, acc, c_fmt: str):
     d = jnp.zeros_like(acc)
     for j in range(len(p.blocks)):
         d = _block(p, refs, s, j, d, p.dtype)
-    return _int32.ieee_add(d, acc)
+    return arith.int32_ieee_add(d, acc)
 
 
 def _kernel(*refs, p: Plan, steps: int):
@@ -376,7 +374,7 @@ def _kernel(*refs, p: Plan, steps: int):
         total, acc = carry
         acc = _step(p, ins, s, acc, p.dtype)
         flush = (lax.rem(s + 1, P) == 0) | (s == steps - 1)
-        total = jnp.where(flush, _int32.ieee_add(total, acc), total)
+        total = jnp.where(flush, arith.int32_ieee_add(total, acc), total)
         return total, jnp.where(flush, 0, acc)
 
     total, _ = lax.fori_loop(0, steps, body, (c, jnp.zeros_like(c)))

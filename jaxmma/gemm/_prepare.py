@@ -13,13 +13,27 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ..bits import _doubles, _formats, _packing
-from ..operands import _operands, _quant, _scaling, _sparse
-from ..util import _shapes
+from .. import util
+from ..bits import FORMATS, ROUNDINGS, encode, exact_float32, is_host_double, prepare, to_container
+from ..operands import (
+    SATURATE,
+    Quantized,
+    as_operands,
+    block_size,
+    check_quantized,
+    computed_once,
+    dequantize,
+    element_dtype,
+    quantize_mx,
+    quantize_nvfp4,
+    validate_sparse,
+)
+from ..operands import operand_bits as _operand_bits
+from ..operands import operand_values as _operand_values
 from ._config import Config
 
 F32 = jnp.float32
-_pad_axis = _shapes.pad_axis
+_pad_axis = util.pad_axis
 
 
 def check_shapes(ins, A, B, C):
@@ -83,7 +97,7 @@ def broadcast_c(C, A, B):
 
 def c_bits(ins, C):
     """C's bits in the instruction's C format (None: None, +0 for the executor)."""
-    return None if C is None else _operands.to_bits(ins, ins.ctype, C, "C")
+    return None if C is None else _operand_bits(ins, ins.ctype, C, "C")
 
 
 def operands(cfg: Config, A, B, q):
@@ -92,10 +106,10 @@ def operands(cfg: Config, A, B, q):
     ``scales`` is None."""
     ins = cfg.ins
     if q is not None:  # block-scaled: the quantized operands carry the bits
-        Ab, Bb, SA, SB = _scaling.as_operands(ins, q[0], q[1])
+        Ab, Bb, SA, SB = as_operands(ins, q[0], q[1])
         return Ab, Bb, (SA, SB)
-    Ab = _operands.to_bits(ins, ins.atype, A, "A")
-    Bb = _operands.to_bits(ins, ins.btype, B, "B")
+    Ab = _operand_bits(ins, ins.atype, A, "A")
+    Bb = _operand_bits(ins, ins.btype, B, "B")
     return Ab, Bb, None
 
 
@@ -116,14 +130,14 @@ def operand_values(cfg: Config, A, B, q):
     """The float32 values the instruction multiplies (for the straight-through tangent)."""
     ins = cfg.ins
     if q is not None:
-        va, vb = _quant.dequantize(q[0]), _quant.dequantize(q[1])
+        va, vb = dequantize(q[0]), dequantize(q[1])
         if A is not None:  # a float input: the K it had before padding
             va = va[..., : A.shape[-1]]
         if B is not None:
             vb = vb[..., : B.shape[-2], :]
         return va, vb
-    va = _operands.values(ins, ins.atype, _operands.to_bits(ins, ins.atype, A, "A"))
-    vb = _operands.values(ins, ins.btype, _operands.to_bits(ins, ins.btype, B, "B"))
+    va = _operand_values(ins, ins.atype, _operand_bits(ins, ins.atype, A, "A"))
+    vb = _operand_values(ins, ins.btype, _operand_bits(ins, ins.btype, B, "B"))
     return va, vb
 
 
@@ -131,10 +145,10 @@ def quantize_operands(ins, A, B, quantize):
     """Block-scaled forms: Quantized A/B pass; float arrays are quantized along K."""
     out = []
     for name, x, axis in (("A", A, -1), ("B", B, -2)):
-        if isinstance(x, _quant.Quantized):
-            out.append((None, _quant.check_quantized(x, name, matrix=True)))
+        if isinstance(x, Quantized):
+            out.append((None, check_quantized(x, name, matrix=True)))
             continue
-        x = _doubles.exact_float32(x, name)  # the quantizers' rule: doubles exact in float32
+        x = exact_float32(x, name)  # the quantizers' rule: doubles exact in float32
         x = jnp.asarray(x)
         if not jnp.issubdtype(x.dtype, jnp.floating):
             raise TypeError(
@@ -148,10 +162,10 @@ def quantize_operands(ins, A, B, quantize):
         if quantize is not None:
             qx = quantize(x_q, axis=axis)
         elif ins.stype == "ue4m3":
-            qx = _quant.quantize_nvfp4(x_q, axis=axis, block=_scaling.block_size(ins))
+            qx = quantize_nvfp4(x_q, axis=axis, block=block_size(ins))
         else:
-            qx = _quant.quantize_mx(x_q, fmt, axis=axis, block=_scaling.block_size(ins))
-        out.append((x, _quant.computed_once(_quant.check_quantized(qx, name, matrix=True))))
+            qx = quantize_mx(x_q, fmt, axis=axis, block=block_size(ins))
+        out.append((x, computed_once(check_quantized(qx, name, matrix=True))))
     (A, qa), (B, qb) = out
     return A, B, (qa, qb)
 
@@ -160,26 +174,26 @@ def check_structure(ins, A):
     """ValueError when a sparse A lacks the form's structure: at once for a concrete A, when
     the program runs for a traced one (``check=True``; inside the jitted GEMM A is traced
     and its invalid rows are poisoned instead)."""
-    bits = _operands.to_bits(ins, ins.atype, A, "A")
+    bits = _operand_bits(ins, ins.atype, A, "A")
     M, K = bits.shape[-2:]
     bits = _pad_axis(_pad_axis(bits, -2, -(-M // ins.m) * ins.m), -1, -(-K // ins.k) * ins.k)
     lead = bits.shape[:-2]
     tiles = bits.reshape(lead + (bits.shape[-2] // ins.m, ins.m, bits.shape[-1] // ins.k, ins.k))
-    _sparse.validate(ins, jnp.swapaxes(tiles, -2, -3))  # [..., M / m, K / k, m, k]
+    validate_sparse(ins, jnp.swapaxes(tiles, -2, -3))  # [..., M / m, K / k, m, k]
 
 
 def host_double(ins, x, name: str, fields) -> jax.Array | np.ndarray:
     """dot_general's operand: host doubles as a NumPy float64 array (float32 where the
     quantizers take them), checked by the rule matmul applies; others as jax arrays."""
     if ins.stype:
-        x = _doubles.exact_float32(x, name)
-    if not _doubles.is_host_double(x):
+        x = exact_float32(x, name)
+    if not is_host_double(x):
         return jnp.asarray(x)
     fmt = ins.atype if name == "lhs" else ins.btype
     mode = fields["input_rounding"] or "rn"
-    if fmt not in ("b1", "s32", "f64") and mode in _doubles.ROUNDINGS:
-        sat = fmt in _operands.SATURATE
-        _doubles.prepare(x, _formats.FORMATS[fmt], mode, sat, name)  # its errors
+    if fmt not in ("b1", "s32", "f64") and mode in ROUNDINGS:
+        sat = fmt in SATURATE
+        prepare(x, FORMATS[fmt], mode, sat, name)  # its errors
     return np.asarray(x, np.float64)
 
 
@@ -195,16 +209,16 @@ def operand_bits(ins, fmt: str, x, name: str, rounding, rbits=None):
     other than float32 are taken as they are)."""
     x = jnp.asarray(x)
     if rounding is None or not jnp.issubdtype(x.dtype, jnp.floating):
-        return _operands.to_bits(ins, fmt, x, name)
-    want = _operands.element_dtype(fmt)
+        return _operand_bits(ins, fmt, x, name)
+    want = element_dtype(fmt)
     if fmt != "tf32" and want is not None and x.dtype == jnp.dtype(want):
-        return _operands.to_bits(ins, fmt, x, name)
+        return _operand_bits(ins, fmt, x, name)
     if x.dtype.itemsize < 2:
         x = x.astype(F32)
     rb = None if rounding != "stochastic" else jnp.broadcast_to(rbits, x.shape)
-    sat = fmt in _operands.SATURATE
-    bits = _formats.encode(fmt, x, rounding=rounding, saturate=sat, random_bits=rb)
-    return _packing.to_container(bits, fmt) if ins.kind == "f8f6f4" else bits
+    sat = fmt in SATURATE
+    bits = encode(fmt, x, rounding=rounding, saturate=sat, random_bits=rb)
+    return to_container(bits, fmt) if ins.kind == "f8f6f4" else bits
 
 
 def random_pair(opts, key, A, B):

@@ -27,22 +27,22 @@ import jax
 import jax.numpy as jnp
 from jax.extend import core as jcore
 
-from ..util import _jaxpr
+from .. import util
 from . import _gemm, _hlo, _replay_ops
 
 #: numpy dtype names -> jaxmma format names
 FORMATS = {"bfloat16": "bf16", "float16": "f16", "float32": "f32",
            "float8_e4m3fn": "e4m3", "float8_e5m2": "e5m2"}  # fmt: skip
-_CALLS = _jaxpr.CALLS
+_CALLS = util.CALLS
 
 
 def _has_dot(jaxpr) -> bool:
-    return _jaxpr.contains(jaxpr, ("dot_general",))
+    return util.contains(jaxpr, ("dot_general",))
 
 
 def _replayed(jaxpr) -> bool:
     """Whether ``jaxpr`` holds an equation computed here rather than bound as it is."""
-    return _jaxpr.contains(jaxpr, ("dot_general", *_replay_ops.MINMAX_REDUCE))
+    return util.contains(jaxpr, ("dot_general", *_replay_ops.MINMAX_REDUCE))
 
 
 def ieee_minmax(eqn, x):
@@ -51,7 +51,7 @@ def ieee_minmax(eqn, x):
     what XLA:GPU's MLIR emitters give; the backend's own reduction only supplies the
     value of a result that is neither NaN nor zero."""
     axes = tuple(eqn.params["axes"])
-    m = _jaxpr.bind(eqn, [x])[0]
+    m = util.bind(eqn, [x])[0]
     if not jnp.issubdtype(x.dtype, jnp.floating):
         return m
     is_max = eqn.primitive.name == "reduce_max"
@@ -69,8 +69,8 @@ def _dot_eqns(jaxpr, out: list) -> list:
         if name == "dot_general":
             out.append(e)
         elif name in _CALLS and _CALLS[name] in e.params:
-            _dot_eqns(_jaxpr.closed(e.params[_CALLS[name]])[0], out)
-        elif any(_has_dot(j) for j in _jaxpr.sub_jaxprs(e)):
+            _dot_eqns(util.closed(e.params[_CALLS[name]])[0], out)
+        elif any(_has_dot(j) for j in util.sub_jaxprs(e)):
             raise ValueError(
                 f"fn: a dot inside {name!r} is not covered (loops and conditionals are not "
                 "replayed; only calls)"
@@ -93,7 +93,7 @@ def flows(jaxpr, deps: list, out: dict) -> list:
         if name == "dot_general":
             out[id(e)] = (ins[0], ins[1])
         if name in _CALLS and _CALLS[name] in e.params:
-            inner = _jaxpr.closed(e.params[_CALLS[name]])[0]
+            inner = util.closed(e.params[_CALLS[name]])[0]
             res = flows(inner, ins[len(ins) - len(inner.invars) :], out)
         else:
             res = [frozenset().union(*ins)] * len(e.outvars)
@@ -345,12 +345,12 @@ def _eval(jaxpr, consts, args, plans: dict):
         elif (
             name in _CALLS
             and _CALLS[name] in e.params
-            and _replayed(_jaxpr.closed(e.params[_CALLS[name]])[0])
+            and _replayed(util.closed(e.params[_CALLS[name]])[0])
         ):
-            inner, c = _jaxpr.closed(e.params[_CALLS[name]])
+            inner, c = util.closed(e.params[_CALLS[name]])
             outs = _eval(inner, c, ins[len(ins) - len(inner.invars) :], plans)
         else:
-            outs = _jaxpr.bind(e, ins)
+            outs = util.bind(e, ins)
         for v, x in zip(e.outvars, outs, strict=True):
             env[v] = x
     return [read(v) for v in jaxpr.outvars]

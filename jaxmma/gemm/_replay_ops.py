@@ -29,7 +29,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.extend import core as jcore
 
-from ..util import _jaxpr
+from .. import util
 
 #: equations that move, select, compare or reinterpret values without rounding: exact
 MOVE = frozenset({
@@ -206,7 +206,7 @@ def _fold(eqn, st: _State, ins):
         return np.asarray(vals[0]).astype(eqn.params["new_dtype"])
     if all(np.asarray(x).size == 1 for x in vals) and name in ARITH | {"max", "min"}:
         try:
-            out = _jaxpr.bind(eqn, [np.asarray(x).reshape(v.aval.shape)
+            out = util.bind(eqn, [np.asarray(x).reshape(v.aval.shape)
                                     for x, v in zip(vals, eqn.invars, strict=True)])[0]  # fmt: skip
             return np.asarray(out)
         except Exception:  # not foldable here: unknown
@@ -224,9 +224,9 @@ def _walk(jaxpr, consts, st: _State, findings: list):
         taint = frozenset().union(*(st.get(st.taint, v, frozenset()) for v in e.invars))
         reasons = []
         prod = lowp = False
-        sub = list(_jaxpr.sub_jaxprs(e))
-        if name in _jaxpr.CALLS and _jaxpr.CALLS[name] in e.params:
-            inner, c = _jaxpr.closed(e.params[_jaxpr.CALLS[name]])
+        sub = list(util.sub_jaxprs(e))
+        if name in util.CALLS and util.CALLS[name] in e.params:
+            inner, c = util.closed(e.params[util.CALLS[name]])
             k = len(e.invars) - len(inner.invars)
             for vo, vi in zip(e.invars[k:], inner.invars, strict=True):
                 for table in (st.taint, st.prod, st.lowp):

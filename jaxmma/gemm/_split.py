@@ -22,7 +22,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ..arith import _numerics
+from .. import arith
 
 
 def _cdiv(a: int, b: int) -> int:
@@ -144,7 +144,7 @@ def reduce(parts: list, order):
     Adds of one tree level run as one vectorized FADD (the same bits as one at a time),
     the sequential order as a ``lax.scan``, so the program grows with the tree's height
     only."""
-    add = lambda x, y: _numerics.ieee_add(x, y, "f32")  # noqa: E731
+    add = lambda x, y: arith.ieee_add(x, y, "f32")  # noqa: E731
     if len(parts) == 1:
         return parts[0]
     P = jnp.stack(parts)

@@ -27,7 +27,7 @@ import jax.numpy as jnp
 from jax.extend import core as jex_core
 from jax.interpreters import mlir
 
-from ..arith import _ieee
+from .. import arith
 
 F32 = jnp.float32
 #: larger than any dot's K: the compiler never splits the accumulation
@@ -80,7 +80,7 @@ def _ffma_abstract(x, y, z):
 
 def _ffma_reference(x, y, z):
     bits = [jax.lax.bitcast_convert_type(v, jnp.uint32) for v in (x, y, z)]
-    return jax.lax.bitcast_convert_type(_ieee.ffma_f32(*bits), F32)
+    return jax.lax.bitcast_convert_type(arith.ffma_f32(*bits), F32)
 
 
 ffma_p.def_abstract_eval(_ffma_abstract)

@@ -30,9 +30,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ..bits import _values
-from ..operands import _sparse
-from ..util import _errors, _xla
+from .. import bits, operands, util
 
 #: the names errors give the positional operands of each entry point
 _OPERAND_NAMES = {"execute": ("a", "b", "c", "e"), "matrix_mma": ("A", "B", "C")}
@@ -55,16 +53,16 @@ def _static(v) -> bool:
 _SPARSE_ARRAYS = frozenset({"scale_a", "scale_b", "metadata"})
 
 
-@functools.partial(_xla.jit, static_argnums=(0, 1, 2))
+@functools.partial(util.jit, static_argnums=(0, 1, 2))
 def _run(ins, entry: str, static_kw: tuple, args: tuple, array_kw: dict):
     fn = getattr(ins._implementation(), entry)
     return fn(ins, *args, **dict(static_kw), **array_kw)
 
 
-@functools.partial(_xla.jit, static_argnums=(0, 1, 2, 3))
+@functools.partial(util.jit, static_argnums=(0, 1, 2, 3))
 def _run_as_concrete(ins, entry: str, static_kw: tuple, default_check: bool, args, array_kw):
     """The call and whether any of its checks found a bad value."""
-    with _sparse.as_concrete(default_check) as flags:
+    with operands.sparse_as_concrete(default_check) as flags:
         fn = getattr(ins._implementation(), entry)
         out = fn(ins, *args, **dict(static_kw), **array_kw)
     return out, jnp.any(jnp.stack(flags)) if flags else jnp.zeros((), bool)
@@ -76,19 +74,19 @@ def call(ins, entry: str, args: tuple, kwargs: dict):
     fn = getattr(ins._implementation(), entry)
     names = _OPERAND_NAMES.get(entry, ())
     for i, a in enumerate(args):
-        _values.check_numeric(a, names[i] if i < len(names) else f"argument {i}")
+        bits.check_numeric(a, names[i] if i < len(names) else f"argument {i}")
     for k, v in kwargs.items():
-        _values.check_numeric(v, k)
+        bits.check_numeric(v, k)
     array_kw = {k: v for k, v in kwargs.items() if not _static(v)}
     static_kw = tuple(sorted((k, v) for k, v in kwargs.items() if _static(v)))
     arrays = all(_array_kept(a) for a in (*args, *array_kw.values()) if a is not None)
     if ins.sparse is not None:
-        traced = _errors.is_traced(*args, *array_kw.values())  # inside jit/vmap/grad
+        traced = util.is_traced(*args, *array_kw.values())  # inside jit/vmap/grad
         if not arrays or not set(array_kw) <= _SPARSE_ARRAYS or traced:
             return fn(ins, *args, **kwargs)
         try:
             out, failed = _run_as_concrete(
-                ins, entry, static_kw, _sparse.is_checked(), tuple(args), array_kw
+                ins, entry, static_kw, operands.sparse_is_checked(), tuple(args), array_kw
             )
         except jax.errors.UnexpectedTracerError:  # a check inside an inner transformation
             return fn(ins, *args, **kwargs)

@@ -8,16 +8,17 @@ from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 
-from ..operands import _fragments
-from ..spec import _idesc, _ptx, _spec
-from ..spec._spec import Form
+from .. import spec
+from ..operands import fragment_matrix
+from ..operands import unfragment as _unfragment
+from ..spec import Form
 from . import _dispatch, _mma, _movement, _tcgen05, _wgmma, _wmma
 
 if TYPE_CHECKING:
     import jax
     from jax.typing import ArrayLike
 
-    from ..operands._quant import Quantized
+    from ..operands import Quantized
 
 # opcode -> module that implements it
 _IMPLEMENTATIONS = {
@@ -77,7 +78,7 @@ class Instruction:
     # -- descriptive properties ------------------------------------------------------
     @property
     def text(self) -> str:
-        return _ptx.canonical_text(self.form, dataclasses.asdict(self))
+        return spec.canonical_text(self.form, dataclasses.asdict(self))
 
     @property
     def opcode(self) -> str:
@@ -140,7 +141,7 @@ class Instruction:
                 f"idesc: only tcgen05.mma has an instruction descriptor, not {self.text}"
             )
         # every tcgen05.mma form names its kind and its D, A and B types
-        return _idesc.encode(
+        return spec.idesc_encode(
             cast(str, self.kind),
             m=self.m,
             n=self.n,
@@ -156,12 +157,12 @@ class Instruction:
 
     @property
     def arch_number(self) -> int:
-        return _ptx.parse_arch(self.arch).number
+        return spec.parse_arch(self.arch).number
 
     @property
-    def operands(self) -> tuple[_ptx.Operand, ...]:
+    def operands(self) -> tuple[spec.Operand, ...]:
         """Register operands in PTX operand order (see :class:`jaxmma._ptx.Operand`)."""
-        return _ptx.operands(self.form)
+        return spec.operands(self.form)
 
     @property
     def nregs(self) -> dict[str, int]:
@@ -182,7 +183,7 @@ class Instruction:
 
     def runs_on(self, arch: str) -> bool:
         """Whether a GPU of ``arch`` runs this form (per the spec's target notes)."""
-        return _ptx.runs_on(self.form, _ptx.parse_arch(arch))
+        return spec.runs_on(self.form, spec.parse_arch(arch))
 
     def __repr__(self) -> str:
         return f"jaxmma.instruction({self.text!r}, arch={self.arch!r})"
@@ -220,11 +221,11 @@ class Instruction:
         a ``ValueError``; traced ones (under ``jit``) cannot be inspected and have those
         bits dropped. Any other dtype is a ``TypeError`` (values are never converted).
         """
-        return _fragments.fragment_matrix(self, operand, matrix)
+        return fragment_matrix(self, operand, matrix)
 
     def unfragment(self, operand: str, regs: ArrayLike) -> jax.Array:
         """Scatter registers ``[..., 32, nregs]`` back into the matrix ``[..., rows, cols]``."""
-        return _fragments.unfragment(self, operand, regs)
+        return _unfragment(self, operand, regs)
 
 
 def instruction(text: str, arch: str | None = None) -> Instruction:
@@ -252,7 +253,7 @@ def instruction(text: str, arch: str | None = None) -> Instruction:
       >>> ins.m, ins.n, ins.k, ins.nregs
       (16, 8, 16, {'d': 4, 'a': 4, 'b': 2, 'c': 4})
     """
-    form, quals, arch_ = _ptx.parse(text, arch)
+    form, quals, arch_ = spec.parse(text, arch)
     return Instruction(form=form, arch=arch_.name, **quals)
 
 
@@ -294,31 +295,31 @@ def tcgen05_instruction(
       >>> hex(ins.idesc)
       '0x8400490'
     """
-    kinds = list(_spec.TCGEN05_K)
+    kinds = list(spec.TCGEN05_K)
     if not isinstance(kind, str):
-        raise TypeError(f"kind: expected a str, one of {kinds}, got {_ptx.shown(kind)}")
+        raise TypeError(f"kind: expected a str, one of {kinds}, got {spec.shown(kind)}")
     if kind not in kinds:
         bare = kind.removeprefix("kind::")
         hint = f" (without the 'kind::' prefix: {bare!r})" if bare in kinds else ""
-        raise ValueError(f"kind: expected one of {kinds}{hint}, got {_ptx.shown(kind)}")
+        raise ValueError(f"kind: expected one of {kinds}{hint}, got {spec.shown(kind)}")
     if isinstance(cta_group, bool) or not isinstance(cta_group, int | np.integer):
-        raise TypeError(f"cta_group: expected the int 1 or 2, got {_ptx.shown(cta_group)}")
+        raise TypeError(f"cta_group: expected the int 1 or 2, got {spec.shown(cta_group)}")
     if cta_group not in (1, 2):
         raise ValueError(f"cta_group: expected 1 or 2, got {cta_group!r}")
     if scale_vec is not None and not isinstance(scale_vec, str):
         raise TypeError(
-            f"scale_vec: expected None or a str such as 'block16', got {_ptx.shown(scale_vec)}"
+            f"scale_vec: expected None or a str such as 'block16', got {spec.shown(scale_vec)}"
         )
     if isinstance(idesc, np.integer):  # NumPy's ints too: the same 32-bit word
         idesc = int(idesc)
-    fields = _idesc.decode(idesc, kind)
+    fields = spec.idesc_decode(idesc, kind)
     sp = ".sp" if fields["sparse"] else ""
     head = f"tcgen05.mma{sp}.cta_group::{int(cta_group)}.kind::{kind}"
     if kind.startswith("mx"):
         head += ".block_scale" + (f".{scale_vec}" if scale_vec else "")
     elif scale_vec is not None:
         raise ValueError(f"scale_vec: only the block-scaled kinds take one, not .kind::{kind}")
-    k = _spec.TCGEN05_K[kind] * (2 if fields["sparse"] else 1)
+    k = spec.TCGEN05_K[kind] * (2 if fields["sparse"] else 1)
     text = f"{head}.m{fields['m']}n{fields['n']}k{k}.{fields['dtype']}.{fields['atype']}"
     text += f".{fields['btype']}" + (f".{fields['stype']}" if "stype" in fields else "")
     text += "".join(f".{x}" for x in ("satfinite", "negate_a", "negate_b") if fields[x])
@@ -343,16 +344,16 @@ def all_instructions(opcode: str | None = None, arch: str | None = None) -> tupl
       ValueError: ``opcode`` is not None nor one of the spec's opcodes
         (``"mma"``, ``"wmma.mma"``, ``"ldmatrix"``, ...).
     """
-    if opcode is not None and opcode not in _spec.OPCODES:
+    if opcode is not None and opcode not in spec.OPCODES:
         raise ValueError(
-            f"opcode: expected None or one of {', '.join(_spec.OPCODES)}, got {_ptx.shown(opcode)}"
+            f"opcode: expected None or one of {', '.join(spec.OPCODES)}, got {spec.shown(opcode)}"
         )
     out = []
-    want = None if arch is None else _ptx.parse_arch(arch)
-    for f in _spec.forms(opcode):
-        if want is not None and not _ptx.runs_on(f, want):
+    want = None if arch is None else spec.parse_arch(arch)
+    for f in spec.forms(opcode):
+        if want is not None and not spec.runs_on(f, want):
             continue
-        a = (want or _ptx.default_arch(f)).name
+        a = (want or spec.default_arch(f)).name
         for (al, bl), sat, rnd, bop, tr in itertools.product(
             f.layouts,
             (False, True) if f.satfinite else (False,),

@@ -13,10 +13,7 @@ import functools
 import jax.numpy as jnp
 import numpy as np
 
-from ..bits import _formats, _values
-from ..models import _models
-from ..operands import _fragments, _operands, _scaling, _sparse
-from ..util import _grad, _shapes, _ste
+from .. import bits, models, operands, util
 
 _SCALE_NO_DERIVATIVE = (
     "{name}: block scales enter the instruction as exponent bits and have no derivative; "
@@ -51,24 +48,24 @@ def execute(
     ``check`` (``mma.sp`` only): raise on undefined-behaviour metadata (see
     :mod:`jaxmma.sparse`)."""
     _check_model(model)
-    A = _fragments.unfragment(ins, "a", a)
-    B = _fragments.unfragment(ins, "b", b)
-    C = _fragments.unfragment(ins, "c", c)
+    A = operands.unfragment(ins, "a", a)
+    B = operands.unfragment(ins, "b", b)
+    C = operands.unfragment(ins, "c", c)
     idx = None
     if ins.sparse:
-        idx = _sparse.metadata_indices(ins, e, selector, check=check)
+        idx = operands.metadata_indices(ins, e, selector, check=check)
     elif e is not None or selector is not None or check is not None:
         raise ValueError(f"e/selector/check are operands of mma.sp only, not of {ins.text}")
     scales = None
     if ins.stype:
-        scales = _scaling.select_registers(
+        scales = operands.select_registers(
             ins, scale_a, scale_b, byte_id_a, thread_id_a, byte_id_b, thread_id_b
         )
     elif scale_a is not None or scale_b is not None:
         raise ValueError(f"scale_a/scale_b are operands of .block_scale forms, not of {ins.text}")
-    nd = len(_fragments.matrix_shape(ins, "c"))  # 3 for m8n8k4 .f16 (four matrices)
+    nd = len(operands.matrix_shape(ins, "c"))  # 3 for m8n8k4 .f16 (four matrices)
     SA, SB = scales or (None, None)
-    A, B, C, idx, SA, SB = _shapes.broadcast(
+    A, B, C, idx, SA, SB = util.broadcast(
         (
             ("a", A, nd),
             ("b", B, nd),
@@ -80,8 +77,8 @@ def execute(
         ins.text,
     )
     scales = None if scales is None else (SA, SB)
-    D = _models.mma_bits(ins, A, B, C, scales=scales, model=model, sparse_idx=idx)
-    return _fragments.fragment(ins, "d", D)
+    D = models.mma_bits(ins, A, B, C, scales=scales, model=model, sparse_idx=idx)
+    return operands.fragment(ins, "d", D)
 
 
 def check_matrix_shapes(ins, A, B, C) -> None:
@@ -92,8 +89,8 @@ def check_matrix_shapes(ins, A, B, C) -> None:
     ``metadata``); a ``Quantized`` operand by its ``shape``.
     """
     if ins.opcode == "mma":
-        want = {op: _fragments.matrix_shape(ins, op) for op in ("b", "c")}
-        want["a"] = None if ins.sparse else _fragments.matrix_shape(ins, "a")
+        want = {op: operands.matrix_shape(ins, op) for op in ("b", "c")}
+        want["a"] = None if ins.sparse else operands.matrix_shape(ins, "a")
     else:  # wmma.mma
         want = {"a": (ins.m, ins.k), "b": (ins.k, ins.n), "c": (ins.m, ins.n)}
     named = []
@@ -108,7 +105,7 @@ def check_matrix_shapes(ins, A, B, C) -> None:
                 f"{ins.text} (A [..., M, K], B [..., K, N], C [..., M, N]), got {shape}"
             )
         named.append((op.upper(), shape[: len(shape) - len(w)]))
-    _shapes.batch_shape(named, ins.text)
+    util.batch_shape(named, ins.text)
 
 
 def matrix_mma(ins, A, B, C, *, model=None, **kwargs):
@@ -120,7 +117,7 @@ def matrix_mma(ins, A, B, C, *, model=None, **kwargs):
     _check_model(model)
     check_matrix_shapes(ins, A, B, C)
     if ins.stype:
-        A, B, kwargs = _scaling.matrix_operands(ins, A, B, kwargs)
+        A, B, kwargs = operands.scaled_matrix_operands(ins, A, B, kwargs)
     metadata = kwargs.pop("metadata", None)
     check = kwargs.pop("check", None)
     scale_a, scale_b = kwargs.pop("scale_a", None), kwargs.pop("scale_b", None)
@@ -135,21 +132,21 @@ def matrix_mma(ins, A, B, C, *, model=None, **kwargs):
         raise ValueError(f"{'/'.join(given)}: operands of .block_scale forms, not of {ins.text}")
     # scales given as float8 values are read as exponent bits: no derivative, said clearly
     scale_a, scale_b = (
-        _grad.no_derivative(s, _SCALE_NO_DERIVATIVE.format(name=name))
+        util.no_derivative(s, _SCALE_NO_DERIVATIVE.format(name=name))
         if _float_or_none(s) is not None
         else s
         for name, s in (("scale_a", scale_a), ("scale_b", scale_b))
     )
     # raw bits, checked here (dtype errors at trace time); the arithmetic sees these bits
-    Ab = _values.to_bits(ins.atype, A, "A", ins.kind)
-    Bb = _values.to_bits(ins.btype, B, "B", ins.kind)
-    Cb = _values.to_bits(ins.ctype, C, "C", ins.kind)
+    Ab = bits.to_bits(ins.atype, A, "A", ins.kind)
+    Bb = bits.to_bits(ins.btype, B, "B", ins.kind)
+    Cb = bits.to_bits(ins.ctype, C, "C", ins.kind)
     idx = scales = bad = None
     if ins.sparse:
         # bad: rows of A that are invalid (traced and unchecked): their rows of D are poison
-        Ab, idx, bad = _sparse.matrix_operands(ins, Ab, metadata, check=check, rows=True)
+        Ab, idx, bad = operands.sparse_matrix_operands(ins, Ab, metadata, check=check, rows=True)
     if ins.stype:
-        scales = _scaling.scales_from_matrices(ins, scale_a, scale_b)
+        scales = operands.scales_from_matrices(ins, scale_a, scale_b)
     aux = {"bits": (Ab, Bb, Cb), "idx": idx, "scales": scales, "bad": bad}
     # tangents of A/B arrays are tangents of their elements: a block-scaled element counts
     # times its scale, a compressed (metadata-given) A element at its dense column
@@ -161,12 +158,12 @@ def matrix_mma(ins, A, B, C, *, model=None, **kwargs):
         idx = aux["idx"]
         if idx is not None:
             idx = jnp.broadcast_to(idx, Ab.shape[:-2] + idx.shape[-2:])
-        D = _models.mma_bits(ins, Ab, Bb, Cb, scales=aux["scales"], model=model, sparse_idx=idx)
+        D = models.mma_bits(ins, Ab, Bb, Cb, scales=aux["scales"], model=model, sparse_idx=idx)
         if aux["bad"] is not None:
-            D = _sparse.poison_rows(ins, D, aux["bad"])
-        return _values.from_bits(ins.dtype, D)
+            D = operands.poison_rows(ins, D, aux["bad"])
+        return bits.from_bits(ins.dtype, D)
 
-    return _ste.straight_through(
+    return util.product_straight_through(
         forward,
         functools.partial(_operand_values, ins),
         _float_or_none(A),
@@ -199,8 +196,8 @@ def _scale(ins, op, x, aux):
     """Element values (or tangents) of A ``[..., M, K]`` / B ``[..., K, N]`` times their
     block scales (K the stored columns: K/2 for a compressed sparse A)."""
     S = aux["scales"][0 if op == "a" else 1]
-    s = _formats.decode(ins.stype, S).astype(jnp.float32)
-    K, nblk = x.shape[-1 if op == "a" else -2], _scaling.num_blocks(ins)
+    s = bits.decode(ins.stype, S).astype(jnp.float32)
+    K, nblk = x.shape[-1 if op == "a" else -2], operands.num_blocks(ins)
     blk = np.arange(K) // (K // nblk)
     return x * s[..., blk] if op == "a" else x * s[..., blk, :]
 
@@ -216,8 +213,8 @@ def _operand_values(ins, A, B, aux):
     """Float32 values of the A and B the instruction multiplies (scales applied; the
     compressed A of ``mma.sp`` spread to its dense columns)."""
     Ab, Bb, _ = aux["bits"]
-    va = _operands.values(ins, ins.atype, Ab).astype(jnp.float32)
-    vb = _operands.values(ins, ins.btype, Bb).astype(jnp.float32)
+    va = operands.operand_values(ins, ins.atype, Ab).astype(jnp.float32)
+    vb = operands.operand_values(ins, ins.btype, Bb).astype(jnp.float32)
     if aux["scales"] is not None:
         va, vb = _scale(ins, "a", va, aux), _scale(ins, "b", vb, aux)
     if aux["idx"] is not None:

@@ -17,25 +17,23 @@ from __future__ import annotations
 import jax.numpy as jnp
 import numpy as np
 
-from ..bits import _values
-from ..operands import _fragments, _layouts, _memory
-from ..util import _errors, _shapes
+from .. import bits, operands, util
 
 ALIGN = 16
 
 
 def layout(ins):
-    fn = _layouts.ldmatrix_layout if ins.opcode == "ldmatrix" else _layouts.stmatrix_layout
+    fn = operands.ldmatrix_layout if ins.opcode == "ldmatrix" else operands.stmatrix_layout
     return fn(shape=ins.shape, num=ins.form.num, trans=ins.trans, elem=ins.form.elem)
 
 
 def _check_addrs(addrs, lay, nbytes: int):
-    addrs = _values.registers(addrs, "addrs")
+    addrs = bits.registers(addrs, "addrs")
     if addrs.dtype != jnp.uint32:
         raise TypeError(f"addrs: expected uint32 byte offsets [..., 32], got {addrs.dtype}")
     if addrs.ndim < 1 or addrs.shape[-1] != 32:
         raise ValueError(f"addrs: expected shape [..., 32], got {tuple(addrs.shape)}")
-    if _errors.is_traced(addrs):
+    if util.is_traced(addrs):
         return addrs
     used = np.unique(np.asarray(lay.addr_lane).reshape(-1))
     a = np.asarray(addrs)[..., used].astype(np.int64)
@@ -64,17 +62,17 @@ def _element_offsets(lay, addrs, nbytes: int):
     base = jnp.take(addrs, jnp.asarray(src.reshape(-1)), axis=-1).reshape(
         addrs.shape[:-1] + src.shape
     )
-    base = _memory.scale(_memory.clamp(base, nbytes, 8), 8, nbytes)
-    return _memory.add(base, np.asarray(lay.col, np.int64) * lay.mem_bits, nbytes)
+    base = operands.memory_scale(operands.memory_clamp(base, nbytes, 8), 8, nbytes)
+    return operands.memory_add(base, np.asarray(lay.col, np.int64) * lay.mem_bits, nbytes)
 
 
 def _check_traced(ins, lay, addrs, bitoff, nbytes: int, check: bool) -> None:
-    if not check or not _errors.is_traced(addrs, bitoff):
+    if not check or not util.is_traced(addrs, bitoff):
         return
     used = np.unique(np.asarray(lay.addr_lane).reshape(-1))
     aligned = (addrs[..., used] % jnp.uint32(ALIGN)) == 0
-    ok = jnp.all(_memory.inside(bitoff, lay.mem_bits, nbytes)) & jnp.all(aligned)
-    _memory.check_traced(ok, "addrs", ins.opcode)
+    ok = jnp.all(operands.memory_inside(bitoff, lay.mem_bits, nbytes)) & jnp.all(aligned)
+    operands.memory_check_traced(ok, "addrs", ins.opcode)
 
 
 def _check_flag(check) -> bool:
@@ -86,53 +84,53 @@ def _check_flag(check) -> bool:
 def ldmatrix(ins, smem, addrs, *, check=False):
     lay = layout(ins)
     check = _check_flag(check)
-    smem = _memory.check_image(smem, "smem")
+    smem = operands.check_image(smem, "smem")
     addrs = _check_addrs(addrs, lay, smem.shape[-1])
     smem, addrs = _broadcast(smem, addrs)
     bitoff = _element_offsets(lay, addrs, smem.shape[-1])
     _check_traced(ins, lay, addrs, bitoff, smem.shape[-1], check)
-    elems = _memory.read(smem, bitoff, lay.mem_bits)
-    return _fragments.pack(elems, lay.elem_bits)
+    elems = operands.memory_read(smem, bitoff, lay.mem_bits)
+    return operands.fragment_pack(elems, lay.elem_bits)
 
 
 def stmatrix(ins, smem, addrs, regs, *, check=False):
     lay = layout(ins)
     check = _check_flag(check)
-    smem = _memory.check_image(smem, "smem")
+    smem = operands.check_image(smem, "smem")
     addrs = _check_addrs(addrs, lay, smem.shape[-1])
-    regs = _values.registers(regs, "regs")
+    regs = bits.registers(regs, "regs")
     if regs.dtype != jnp.uint32:
         raise TypeError(f"regs: expected uint32 registers [..., 32, {lay.nregs}], got {regs.dtype}")
     if regs.ndim < 2 or regs.shape[-2:] != (32, lay.nregs):
         raise ValueError(
             f"regs: expected shape [..., 32, {lay.nregs}] for {ins.text}, got {tuple(regs.shape)}"
         )
-    smem, addrs, regs = _shapes.broadcast(
+    smem, addrs, regs = util.broadcast(
         (("smem", smem, 1), ("addrs", addrs, 1), ("regs", regs, 2)), ins.text
     )
-    elems = _fragments.unpack(regs, lay.elem_bits)  # [..., 32, nelem]
+    elems = operands.fragment_unpack(regs, lay.elem_bits)  # [..., 32, nelem]
     bitoff = _element_offsets(lay, addrs, smem.shape[-1])
     _check_traced(ins, lay, addrs, bitoff, smem.shape[-1], check)
-    return _memory.write(smem, bitoff, elems, lay.mem_bits)
+    return operands.memory_write(smem, bitoff, elems, lay.mem_bits)
 
 
 def _broadcast(smem, addrs):
-    return _shapes.broadcast((("smem", smem, 1), ("addrs", addrs, 1)))
+    return util.broadcast((("smem", smem, 1), ("addrs", addrs, 1)))
 
 
 def movmatrix(ins, a):
-    a = _values.registers(a, "a")
+    a = bits.registers(a, "a")
     if a.dtype != jnp.uint32:
         raise TypeError(f"a: expected uint32 registers [..., 32], got {a.dtype}")
     if a.ndim < 1 or a.shape[-1] != 32:
         raise ValueError(f"a: expected shape [..., 32], got {tuple(a.shape)}")
-    mv = _layouts.movmatrix_layout()
-    halves = _fragments.unpack(a[..., None], 16).reshape(a.shape[:-1] + (64,))
+    mv = operands.movmatrix_layout()
+    halves = operands.fragment_unpack(a[..., None], 16).reshape(a.shape[:-1] + (64,))
     pos = (mv.src.row * 8 + mv.src.col).reshape(-1)  # where each source half sits in M
     m = halves[..., np.argsort(pos, kind="stable")]  # M, row-major [..., 64]
     want = (mv.dst.row * 8 + mv.dst.col).reshape(-1)
     d = m[..., want].reshape(a.shape[:-1] + (32, 2))
-    return _fragments.pack(d, 16)[..., 0]
+    return operands.fragment_pack(d, 16)[..., 0]
 
 
 def execute(ins, *args, **kwargs):

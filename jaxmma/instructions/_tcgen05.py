@@ -18,10 +18,7 @@ import functools
 
 import jax.numpy as jnp
 
-from ..bits import _values
-from ..models import _models
-from ..operands import _scaling, _sparse
-from ..util import _grad, _shapes, _ste, _xla
+from .. import bits, models, operands, util
 from . import _mma
 from . import _tcgen05_options as _options
 
@@ -67,7 +64,7 @@ def _lane_mask(ins, mask, d_lane, M):
 def _keep_rows(ins, D, C, Cb, rows):
     """D with the ``rows`` (bool ``[..., M, 1]``) holding C, D's old contents, bit for bit
     (a float C keeps its derivative there)."""
-    old = C if getattr(C, "dtype", None) == D.dtype else _values.from_bits(ins.dtype, Cb)
+    old = C if getattr(C, "dtype", None) == D.dtype else bits.from_bits(ins.dtype, Cb)
     return jnp.where(rows, old, D)
 
 
@@ -140,20 +137,20 @@ def matrix_mma(
     shift = _options.scale_input_d(ins, scale_input_d)
     kwargs = {"scale_a": scale_a, "scale_b": scale_b}
     if ins.stype:
-        A, B, kwargs = _scaling.matrix_operands(ins, A, B, kwargs)
+        A, B, kwargs = operands.scaled_matrix_operands(ins, A, B, kwargs)
     elif scale_a is not None or scale_b is not None:
         raise ValueError(f"scale_a/scale_b: operands of the block-scaled kinds, not of {ins.text}")
     if not ins.sparse and (metadata is not None or check is not None):
         given = [n for n, v in (("metadata", metadata), ("check", check)) if v is not None]
         raise ValueError(f"{'/'.join(given)}: operands of tcgen05.mma.sp only, not of {ins.text}")
-    Ab = _values.to_bits(ins.atype, A, "A", ins.kind)
-    Bb = _values.to_bits(ins.btype, B, "B", ins.kind)
-    Cb = _values.to_bits(ins.ctype, C, "C")
+    Ab = bits.to_bits(ins.atype, A, "A", ins.kind)
+    Bb = bits.to_bits(ins.btype, B, "B", ins.kind)
+    Cb = bits.to_bits(ins.ctype, C, "C")
     idx = bad = None
     if ins.sparse:
         _sparse_shapes(ins, Ab, Bb, Cb, metadata)
-        Ab, idx, bad = _sparse.matrix_operands(ins, Ab, metadata, check=check, rows=True)
-    M, K, N = _shapes.matrix_dims(Ab, Bb, Cb)
+        Ab, idx, bad = operands.sparse_matrix_operands(ins, Ab, metadata, check=check, rows=True)
+    M, K, N = util.matrix_dims(Ab, Bb, Cb)
     K = 2 * K if ins.sparse else K
     if K != ins.k or Bb.shape[-2] != K or Cb.shape[-2:] != (M, N):
         raise ValueError(
@@ -162,20 +159,20 @@ def matrix_mma(
         )
     scales = None
     if ins.stype:
-        nblk = _scaling.num_blocks(ins)
+        nblk = operands.num_blocks(ins)
         sa = (
-            _grad.no_derivative(kwargs["scale_a"], _mma._SCALE_NO_DERIVATIVE.format(name="scale_a"))
+            util.no_derivative(kwargs["scale_a"], _mma._SCALE_NO_DERIVATIVE.format(name="scale_a"))
             if _mma._float_or_none(kwargs["scale_a"]) is not None
             else (kwargs["scale_a"])
         )
         sb = (
-            _grad.no_derivative(kwargs["scale_b"], _mma._SCALE_NO_DERIVATIVE.format(name="scale_b"))
+            util.no_derivative(kwargs["scale_b"], _mma._SCALE_NO_DERIVATIVE.format(name="scale_b"))
             if _mma._float_or_none(kwargs["scale_b"]) is not None
             else (kwargs["scale_b"])
         )
         scales = (
-            _scaling.scale_matrix(ins, "scale_a", sa, (M, nblk)),
-            _scaling.scale_matrix(ins, "scale_b", sb, (nblk, N)),
+            operands.scale_matrix(ins, "scale_a", sa, (M, nblk)),
+            operands.scale_matrix(ins, "scale_b", sb, (nblk, N)),
         )
     if ins.negate_a:
         Ab = Ab ^ jnp.uint32(1 << sign_bit(ins, ins.atype))
@@ -198,12 +195,12 @@ def matrix_mma(
             idx = jnp.broadcast_to(idx, lead + idx.shape[-2:])
         Ab, Bb, Cb = (jnp.broadcast_to(x, lead + x.shape[-2:]) for x in (Ab, Bb, Cb))
         if idx is None:
-            D = _models.mma_bits(ins, Ab, Bb, Cb, scales=aux["scales"], model=model, c_shift=shift)
+            D = models.mma_bits(ins, Ab, Bb, Cb, scales=aux["scales"], model=model, c_shift=shift)
         else:  # sparse calls run eagerly (their structure is checked): compile the sum once
             D = _sparse_bits(ins, model, shift, Ab, Bb, Cb, aux["scales"], idx)
         if aux["bad"] is not None:
-            D = _sparse.poison_rows(ins, D, aux["bad"])
-        return _values.from_bits(ins.dtype, D)
+            D = operands.poison_rows(ins, D, aux["bad"])
+        return bits.from_bits(ins.dtype, D)
 
     # tangents of A/B arrays are tangents of their elements: a block-scaled element counts
     # times its scale, a compressed (metadata-given) A element at its dense column
@@ -217,7 +214,7 @@ def matrix_mma(
     Cf = None if not enable_input_d else _mma._float_or_none(C)
     if Cf is not None and shift:  # the tangent of C * 2**-s (the forward reads the bits)
         Cf = Cf * jnp.asarray(2.0**-shift, Cf.dtype)
-    D = _ste.straight_through(
+    D = util.product_straight_through(
         forward,
         functools.partial(_mma._operand_values, ins),
         _mma._float_or_none(A),
@@ -230,9 +227,9 @@ def matrix_mma(
     return D if keep is None else _keep_rows(ins, D, C, C_old, keep)
 
 
-@functools.partial(_xla.jit, static_argnums=(0, 1, 2))
+@functools.partial(util.jit, static_argnums=(0, 1, 2))
 def _sparse_bits(ins, model, shift, A, B, C, scales, idx):
-    return _models.mma_bits(ins, A, B, C, scales=scales, model=model, sparse_idx=idx, c_shift=shift)
+    return models.mma_bits(ins, A, B, C, scales=scales, model=model, sparse_idx=idx, c_shift=shift)
 
 
 def _sparse_shapes(ins, A, B, C, metadata) -> None:

@@ -30,10 +30,9 @@ from __future__ import annotations
 
 import jax.numpy as jnp
 
-from ..bits import _values
-from ..models import _models
-from ..models._wgmma import INTEGER
-from ..util import _shapes
+from .. import models, util
+from ..bits import from_bits, to_bits
+from ..models import WGMMA_INTEGER as INTEGER
 
 #: the sign bit of each floating input format (tf32: the f32 register's)
 SIGN_BIT = {"f16": 15, "bf16": 15, "tf32": 31, "e4m3": 7, "e5m2": 7}
@@ -87,10 +86,10 @@ def matrix_mma(ins, A, B, C, *, scale_d=True, scale_a=1, scale_b=1, model=None):
     if model not in (None, "exact"):
         raise ValueError(f"model must be None (Hopper's) or 'exact', got {model!r}")
     _check_options(ins, scale_d, scale_a, scale_b)
-    Ab = _values.to_bits(ins.atype, A, "A")
-    Bb = _values.to_bits(ins.btype, B, "B")
-    Cb = _values.to_bits(ins.ctype, C, "C")
-    M, K, N = _shapes.matrix_dims(Ab, Bb, Cb)
+    Ab = to_bits(ins.atype, A, "A")
+    Bb = to_bits(ins.btype, B, "B")
+    Cb = to_bits(ins.ctype, C, "C")
+    M, K, N = util.matrix_dims(Ab, Bb, Cb)
     if Bb.shape[-2] != K or Cb.shape[-2:] != (M, N):
         raise ValueError(
             f"B: expected [..., {K}, N] and C [..., {M}, N] for A of shape {Ab.shape}; "
@@ -104,8 +103,8 @@ def matrix_mma(ins, A, B, C, *, scale_d=True, scale_a=1, scale_b=1, model=None):
         Cb = jnp.zeros_like(Cb)
     lead = jnp.broadcast_shapes(Ab.shape[:-2], Bb.shape[:-2], Cb.shape[:-2])
     Ab, Bb, Cb = (jnp.broadcast_to(x, lead + x.shape[-2:]) for x in (Ab, Bb, Cb))
-    D = _models.mma_bits(ins, Ab, Bb, Cb, model=model)
-    return _values.from_bits(ins.dtype, D)
+    D = models.mma_bits(ins, Ab, Bb, Cb, model=model)
+    return from_bits(ins.dtype, D)
 
 
 def execute(ins, *args, **kwargs):

@@ -30,10 +30,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ..bits import _values
-from ..models import _models
-from ..operands import _fragments, _layouts, _memory
-from ..util import _errors, _shapes
+from .. import models, operands, util
+from ..bits import registers
 from ._mma import matrix_mma as mm
 
 ALIGN = 16
@@ -80,7 +78,7 @@ def _atom(frag: str, elem: str, acc: str):
     else:
         shape = f"m16n8k{ATOM_K[elem]}"
     op = "c" if frag in ("c", "d") else frag
-    return _layouts.mma_layout(op, shape=shape, atype=elem, btype=elem, ctype=acc)
+    return operands.mma_layout(op, shape=shape, atype=elem, btype=elem, ctype=acc)
 
 
 @functools.cache
@@ -189,15 +187,17 @@ def _offsets(lay: WmmaLayout, mem_layout: str, addr, stride, nbytes: int):
         ints.append(jnp.asarray(x)[..., None, None])
     addr, stride = ints
     bits = lay.elem_bits
-    rows = _memory.scale(_memory.clamp(stride, nbytes, bits), r.astype(np.int64) * bits, nbytes)
-    cols = _memory.add(rows, c.astype(np.int64) * bits, nbytes)
-    base = _memory.scale(_memory.clamp(addr, nbytes, 8), 8, nbytes)
-    return _memory.add(cols, base, nbytes)
+    rows = operands.memory_scale(
+        operands.memory_clamp(stride, nbytes, bits), r.astype(np.int64) * bits, nbytes
+    )
+    cols = operands.memory_add(rows, c.astype(np.int64) * bits, nbytes)
+    base = operands.memory_scale(operands.memory_clamp(addr, nbytes, 8), 8, nbytes)
+    return operands.memory_add(cols, base, nbytes)
 
 
 def _check_mem(ins, mem, addr, stride, lay, mem_layout):
     """Check the image and, when concrete, ``addr``/``stride`` (ValueError/TypeError)."""
-    mem = _memory.check_image(mem, "mem")
+    mem = operands.check_image(mem, "mem")
     addr = _int_arg("addr", addr)
     stride = None if stride is None else _int_arg("stride", stride)
     if any(isinstance(v, jax.core.Tracer) for v in (addr, stride)):
@@ -248,12 +248,12 @@ def _check_traced(ins, lay, addr, stride, off, nbytes: int) -> None:
     go below the default stride raise when the program runs (:func:`_errors.raise_if`)."""
     if not any(isinstance(v, jax.core.Tracer) for v in (addr, stride, off)):
         return
-    ok = jnp.all(_memory.inside(off, lay.elem_bits, nbytes))
+    ok = jnp.all(operands.memory_inside(off, lay.elem_bits, nbytes))
     if not isinstance(addr, int):
         ok = ok & jnp.all(jnp.asarray(addr) % ALIGN == 0)
     if stride is not None and not isinstance(stride, int):
         ok = ok & jnp.all(jnp.asarray(stride) >= _line(lay, ins.layout))
-    _memory.check_traced(ok, "addr/stride", ins.opcode)
+    operands.memory_check_traced(ok, "addr/stride", ins.opcode)
 
 
 def load(ins, mem, addr=0, stride=None, *, check=False):
@@ -265,14 +265,16 @@ def load(ins, mem, addr=0, stride=None, *, check=False):
     off = _offsets(lay, ins.layout, addr, stride, nbytes)
     if check:
         _check_traced(ins, lay, addr, stride, off, nbytes)
-    mem, off = _shapes.broadcast((("mem", mem, 1), ("addr/stride", off, 2)), ins.text)
+    mem, off = util.broadcast((("mem", mem, 1), ("addr/stride", off, 2)), ins.text)
     if lay.elem_bits == 64:
-        ok = _memory.inside(off, 64, nbytes)
-        lo = _memory.read(mem, off, 32).astype(jnp.uint64)
-        hi = _memory.read(mem, _memory.add(off, np.asarray(32), nbytes), 32).astype(jnp.uint64)
+        ok = operands.memory_inside(off, 64, nbytes)
+        lo = operands.memory_read(mem, off, 32).astype(jnp.uint64)
+        hi = operands.memory_read(mem, operands.memory_add(off, np.asarray(32), nbytes), 32).astype(
+            jnp.uint64
+        )
         return jnp.where(ok, lo | (hi << jnp.uint64(32)), jnp.uint64(0))
-    elems = _memory.read(mem, off, lay.elem_bits)
-    return _fragments.pack(elems, lay.elem_bits)
+    elems = operands.memory_read(mem, off, lay.elem_bits)
+    return operands.fragment_pack(elems, lay.elem_bits)
 
 
 def store(ins, mem, regs, addr=0, stride=None, *, check=False):
@@ -285,22 +287,22 @@ def store(ins, mem, regs, addr=0, stride=None, *, check=False):
     off = _offsets(lay, ins.layout, addr, stride, nbytes)
     if check:
         _check_traced(ins, lay, addr, stride, off, nbytes)
-    mem, regs, off = _shapes.broadcast(
+    mem, regs, off = util.broadcast(
         (("mem", mem, 1), ("regs", regs, 2), ("addr/stride", off, 2)), ins.text
     )
-    elems = _fragments.unpack(regs, lay.elem_bits)
-    return _memory.write(mem, off, elems, lay.elem_bits)
+    elems = operands.fragment_unpack(regs, lay.elem_bits)
+    return operands.memory_write(mem, off, elems, lay.elem_bits)
 
 
 # ------------------------------------------------------------------------------ mma
 def _check_regs(lay: WmmaLayout, regs, name, ins):
     """The fragment's registers, checked: ``[..., 32, nregs]`` of the register width."""
-    regs = _values.registers(regs, name, lay.reg_bits)
+    regs = registers(regs, name, lay.reg_bits)
     want = jnp.uint64 if lay.reg_bits == 64 else jnp.uint32
     if regs.dtype != want:
         raise TypeError(
             f"{name}: expected {jnp.dtype(want).name} registers [..., 32, {lay.nregs}] for "
-            f"{ins.text}, got {regs.dtype}{_errors.x64_hint() if lay.reg_bits == 64 else ''}"
+            f"{ins.text}, got {regs.dtype}{util.x64_hint() if lay.reg_bits == 64 else ''}"
         )
     if regs.ndim < 2 or regs.shape[-2:] != (32, lay.nregs):
         raise ValueError(
@@ -311,7 +313,7 @@ def _check_regs(lay: WmmaLayout, regs, name, ins):
 
 
 def _unfragment(lay: WmmaLayout, regs, name, ins):
-    elems = _fragments.unpack(_check_regs(lay, regs, name, ins), lay.elem_bits)
+    elems = operands.fragment_unpack(_check_regs(lay, regs, name, ins), lay.elem_bits)
     flat_idx = (lay.row * lay.cols + lay.col).reshape(-1)
     first = np.unique(flat_idx, return_index=True)[1]  # the first copy of every element
     order = first[np.argsort(flat_idx[first])]
@@ -323,7 +325,7 @@ def _fragment(lay: WmmaLayout, M):
     idx = (lay.row * lay.cols + lay.col).reshape(-1)
     flat = M.reshape(M.shape[:-2] + (-1,))
     elems = flat[..., idx].reshape(M.shape[:-2] + (32, -1))
-    return _fragments.pack(elems, lay.elem_bits)
+    return operands.fragment_pack(elems, lay.elem_bits)
 
 
 def mma(ins, a, b, c, *, model=None):
@@ -331,8 +333,8 @@ def mma(ins, a, b, c, *, model=None):
     A = _unfragment(operand_layout(ins, "a"), a, "a", ins)
     B = _unfragment(operand_layout(ins, "b"), b, "b", ins)
     C = _unfragment(operand_layout(ins, "c"), c, "c", ins)
-    A, B, C = _shapes.broadcast((("a", A, 2), ("b", B, 2), ("c", C, 2)), ins.text)
-    D = _models.mma_bits(ins, A, B, C, model=model)
+    A, B, C = util.broadcast((("a", A, 2), ("b", B, 2), ("c", C, 2)), ins.text)
+    D = models.mma_bits(ins, A, B, C, model=model)
     return _fragment(operand_layout(ins, "d"), D)
 
 

@@ -22,7 +22,7 @@ import jax
 import numpy as np
 from jax.extend import core as jcore
 
-from ..util import _jaxpr
+from .. import util
 from . import _rules, _state, _stats, _targets
 
 Unmatched = Literal["keep", "error"]
@@ -109,7 +109,7 @@ def _dot(e, ins, paths, scope, run):
     run.dots.append(dataclasses.replace(dot, rule=label))
     run.targets.append(target)
     if target == _targets.KEEP or run.explain:
-        return _jaxpr.bind(e, ins)
+        return util.bind(e, ins)
     where = f"policy: rule {label!r} on {dot}"
     state, key, no_key = run.threaded.inputs(where, dot, target, run.inside)
     weight = _targets.weight_side(dot)
@@ -165,9 +165,9 @@ def _eval(jaxpr, consts, args, paths, scope, run):
             if run.unsupported == "error":
                 _refuse(e, here, "a contraction jaxmma does not emulate; unsupported='keep' "
                         "keeps it as written")  # fmt: skip
-            outs = _jaxpr.bind(e, ins)
-        elif not any(_jaxpr.contains(j, _DOTS) for j in _jaxpr.sub_jaxprs(e)):
-            outs = _jaxpr.bind(e, ins)
+            outs = util.bind(e, ins)
+        elif not any(util.contains(j, _DOTS) for j in util.sub_jaxprs(e)):
+            outs = util.bind(e, ins)
         else:
             outs = _nested(e, ins, in_paths, here, run)
         for v, x in zip(e.outvars, outs, strict=True):
@@ -182,7 +182,7 @@ def _nested(e, ins, paths, scope, run):
     name = e.primitive.name
 
     def call(closed_jaxpr, args, arg_paths=None):
-        j, c = _jaxpr.closed(closed_jaxpr)
+        j, c = util.closed(closed_jaxpr)
         return _eval(j, c, list(args), arg_paths or [""] * len(args), scope, run)
 
     outer = run.inside
@@ -198,7 +198,7 @@ def _rebuild(e, ins, paths, scope, call):
     """``e`` rebuilt around its jaxprs, each evaluated by ``call``."""
     name, p = e.primitive.name, e.params
     if name in _INLINE:
-        j = p[_jaxpr.CALLS[name]]
+        j = p[util.CALLS[name]]
         return call(j, ins, paths)
     if name in ("checkpoint", "remat", "remat2"):
         f = functools.partial(call, p["jaxpr"], arg_paths=paths)

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import dataclasses
 
+from .. import training
 from ..gemm import SCALED_FORMS as _BLOCK_SCALED
-from ..training import _recipes
 from ._targets import Gemm, gemm
 
 WGMMA = "wgmma.mma_async.sync.aligned.m64n128k{k}.f32.{a}.{b}"
@@ -23,7 +23,7 @@ class Preset:
     library call it reproduces, with the page that holds the evidence)."""
 
     name: str
-    target: Gemm | _recipes.Recipe
+    target: Gemm | training.Recipe
     gpu: str
     models: str
 
@@ -38,7 +38,7 @@ class Preset:
 
 
 def _fp8_h100():
-    return _recipes.current_scaling(
+    return training.current_scaling(
         arch="sm_90a",
         instructions=(
             WGMMA.format(k=32, a="e4m3", b="e4m3"),
@@ -70,19 +70,19 @@ TABLE = {
             "(use_fast_accum=False; docs/gemm.md, docs/recipes.md)",
         ),
         Preset(
-            "B200_NVFP4", gemm(_recipes.NVFP4, arch="sm_100a"), "B200",
+            "B200_NVFP4", gemm(training.NVFP4, arch="sm_100a"), "B200",
             "NVFP4 GEMMs on tcgen05.mma kind::mxf4nvf4: e2m1 with a ue4m3 scale per 16 "
             "and a float32 scale per tensor, quantized inside (docs/tcgen05.md); "
             "straight-through backward",
         ),
         Preset(
-            "B200_MXFP8", _recipes.mxfp8(), "B200",
+            "B200_MXFP8", training.mxfp8(), "B200",
             "the recipe mxfp8 (torchao MX training, OCP MX): e4m3 with a ue8m0 scale per "
             "32 along each GEMM's K, fprop, dgrad and wgrad on tcgen05.mma kind::mxf8f6f4 "
             "(docs/recipes.md, docs/tcgen05.md)",
         ),
         Preset(
-            "B200_MXFP4", _recipes.mxfp4(), "B200",
+            "B200_MXFP4", training.mxfp4(), "B200",
             "the recipe mxfp4 (torchao MX training, OCP MX): e2m1 with a ue8m0 scale per "
             "32 along each GEMM's K, fprop, dgrad and wgrad on tcgen05.mma kind::mxf4 "
             "(docs/recipes.md, docs/tcgen05.md)",
@@ -96,7 +96,7 @@ TABLE = {
         ),
         Preset(
             "RTX50_MXFP8",
-            _recipes.mxfp8(
+            training.mxfp8(
                 arch="sm_120a",
                 instructions=(_BLOCK_SCALED["ue8m0"].format(a="e4m3", b="e4m3"),) * 3,
             ),

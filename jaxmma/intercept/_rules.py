@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 import jax
 import numpy as np
 
-from ..training._recipes import Recipe
+from ..training import Recipe
 from . import _targets
 
 

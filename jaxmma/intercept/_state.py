@@ -19,8 +19,8 @@ from collections.abc import Mapping
 import jax
 import jax.numpy as jnp
 
-from ..training import _keys
-from ..training._recipes import Recipe
+from .. import training
+from ..training import Recipe
 from . import _targets
 
 #: the name of dot ``index``'s entry in a policy's state
@@ -57,7 +57,7 @@ def _stochastic_gemm(target) -> bool:
 def draws(target) -> str | None:
     """Why a dot on ``target`` draws random numbers (None: it does not)."""
     if isinstance(target, Recipe):
-        return _keys.reason(target)
+        return training.random_reason(target)
     if isinstance(target, _targets.Gemm) and _stochastic_gemm(target):
         return "rounds its inputs stochastically (rounding='stochastic')"
     return None

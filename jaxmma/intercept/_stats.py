@@ -16,11 +16,8 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from ..bits import _formats
-from ..operands import _quant
-from ..training import _fp8, _mx, _nvfp4, _scales
-from ..training._recipes import Recipe
-from ..training._stats import stats
+from .. import bits, operands, training
+from ..training import Recipe, stats
 
 F32 = jnp.float32
 U32 = jnp.uint32
@@ -60,18 +57,22 @@ def _mx_scale(r, t, fmt: str, axis: int):
     (blocks of 32; a NaN block, scale 0xFF, casts with exponent 0)."""
     axis %= t.ndim
     n = t.shape[axis]
-    q = _quant.quantize_mx(
-        _pad(t, axis, _mx.BLOCK), fmt, axis=axis, block=_mx.BLOCK, scale_rounding=r.scale_rounding
+    q = operands.quantize_mx(
+        _pad(t, axis, training.MX_BLOCK),
+        fmt,
+        axis=axis,
+        block=training.MX_BLOCK,
+        scale_rounding=r.scale_rounding,
     )
     sbits = q.scales.astype(jnp.int32)
     e = jnp.where(sbits == 0xFF, 0, sbits - 127)
-    return _per_element(_pow2(-e), axis, _mx.BLOCK, n)
+    return _per_element(_pow2(-e), axis, training.MX_BLOCK, n)
 
 
 def _nvfp4_multiplier(sbits, g):
     """``1 / (s g)`` of ue4m3 scale bits and the global scale: 0 for a zero scale (its
     elements are +0), 1 for a NaN scale (its elements are cast unscaled)."""
-    full = _formats.decode("ue4m3", sbits.astype(U32)) * g
+    full = bits.decode("ue4m3", sbits.astype(U32)) * g
     nan = sbits == 0x7F
     inv = jnp.where(full > 0, F32(1) / jnp.where(full > 0, full, F32(1)), F32(0))
     return jnp.where(nan, F32(1), inv)
@@ -80,10 +81,10 @@ def _nvfp4_multiplier(sbits, g):
 def _nvfp4_scales(x, w):
     """The NVFP4 recipe's multipliers of x ``[M, K]`` (1 x 16 along K) and of w ``[K, N]``
     (16 x 16 blocks)."""
-    B = _nvfp4.BLOCK
-    qx = _quant.quantize_nvfp4(_pad(x, -1, B), axis=-1)
+    B = training.NVFP4_BLOCK
+    qx = operands.quantize_nvfp4(_pad(x, -1, B), axis=-1)
     sx = _per_element(_nvfp4_multiplier(qx.scales, qx.global_scale), 1, B, x.shape[1])
-    qw, _ = _nvfp4.quantize_2d(_pad(_pad(w, 0, B), 1, B))
+    qw, _ = training.quantize_nvfp4_2d(_pad(_pad(w, 0, B), 1, B))
     sw = _per_element(_nvfp4_multiplier(qw.scales, qw.global_scale), 0, B, w.shape[0])
     return sx, sw[:, : w.shape[1]]
 
@@ -91,17 +92,17 @@ def _nvfp4_scales(x, w):
 def _scales_of(r: Recipe, x, w, state):
     """The multipliers of x ``[M, K]`` and w ``[K, N]`` in recipe ``r``'s forward casts."""
     if r.scaling in ("tensor", "delayed"):
-        sx, sw, _, _ = _fp8.x_w_scales(r, x, w, state)
+        sx, sw, _, _ = training.x_w_scales(r, x, w, state)
         return sx, sw
     if r.scaling == "row":
-        sx = _scales.scale_from_amax(_scales.amax(x, 1), r.x_fmt, r.margin)
-        sw = _scales.scale_from_amax(_scales.amax(w, 0), r.w_fmt, r.margin)
+        sx = training.scale_from_amax(training.amax(x, 1), r.x_fmt, r.margin)
+        sw = training.scale_from_amax(training.amax(w, 0), r.w_fmt, r.margin)
         return sx, sw
     if r.scaling == "block":
-        G = _fp8.GROUP
-        sx = _scales.scale_from_amax(_scales.block_amax(x, 1, G), r.x_fmt, r.margin)
-        sw = _scales.scale_from_amax(_scales.block_amax(w, G, G), r.w_fmt, r.margin)
-        return _scales.expand(sx, 1, G), _scales.expand(sw, G, G)
+        G = training.FP8_BLOCK_GROUP
+        sx = training.scale_from_amax(training.block_amax(x, 1, G), r.x_fmt, r.margin)
+        sw = training.scale_from_amax(training.block_amax(w, G, G), r.w_fmt, r.margin)
+        return training.expand_blocks(sx, 1, G), training.expand_blocks(sw, G, G)
     if r.scaling == "mx":
         return _mx_scale(r, x, r.x_fmt, 1), _mx_scale(r, w, r.w_fmt, 0)
     return _nvfp4_scales(x, w)

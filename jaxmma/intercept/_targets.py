@@ -19,7 +19,7 @@ from jax.typing import ArrayLike
 from ..gemm import dot_general as _dot_general
 from ..gemm import matmul as _matmul
 from ..gemm import resolve
-from ..training._recipes import Recipe
+from ..training import Recipe
 
 #: the target that leaves a dot as the function wrote it
 KEEP = "keep"

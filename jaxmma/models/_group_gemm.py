@@ -29,9 +29,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ..arith import _fixed
-from ..bits import _formats
-from ..util import _xla
+from .. import arith, util
+from ..bits import FORMATS, fields
 from ._table import GROUP, GROUP_E_ZERO, GROUP_F
 
 F32 = jnp.float32
@@ -43,7 +42,7 @@ W = 4609
 #: groups per k-step of the dense mxf4* forms (k64)
 STEP_GROUPS = 4
 _MAX_GROUP = 16 * 144  # the largest |group sum| in half units squared
-_LO = _formats.FORMATS["e2m1"].min_exp  # a half unit is 2**_LO
+_LO = FORMATS["e2m1"].min_exp  # a half unit is 2**_LO
 
 
 def supports(ins) -> bool:
@@ -59,14 +58,14 @@ def supports(ins) -> bool:
 
 def half_units(bits):
     """e2m1 bits -> float32 signed value in half units (integers -12 ... 12)."""
-    f = _formats.fields("e2m1", bits)
+    f = fields("e2m1", bits)
     mag = (f.sig << (f.exp - _LO).astype(U32)).astype(F32)
     return jnp.where(f.sign != 0, -mag, mag)
 
 
 def scale_fields(stype: str, S):
     """Scale bits -> (exponent int32, significand int32, NaN bool) of ``stype``."""
-    f = _formats.fields(stype, S)
+    f = fields(stype, S)
     return f.exp, f.sig.astype(I32), f.nan
 
 
@@ -150,9 +149,9 @@ def _step(c, groups, man: int):
     neg = hi < 0
     mlo = jnp.where(neg & (lo != 0), 0x1000000 - lo, lo).astype(U32)
     mhi = jnp.where(neg, -hi - (lo != 0).astype(I32), hi).astype(U32)
-    drop = jnp.maximum(31 - _xla.clz(mhi).astype(I32) - 7, 0).astype(U32)
+    drop = jnp.maximum(31 - util.clz(mhi).astype(I32) - 7, 0).astype(U32)
     mag = jnp.where(mhi != 0, (mhi << (U32(24) - drop)) | (mlo >> drop), mlo)
-    bits = _fixed.round_f32_rz(neg, mag, unit + drop.astype(I32))
+    bits = arith.fixed_round_f32_rz(neg, mag, unit + drop.astype(I32))
     return jnp.where(special, c, bits)
 
 
@@ -177,7 +176,7 @@ def gemm_bits(ins, A, B, C, SA, SB):
     rep = K // GROUP // SA.shape[-1]  # groups per scale: 1 (4X) or 2 (2X)
     ea, sa, na = scale_fields(ins.stype, jnp.repeat(SA, rep, axis=-1))  # [..., M, K/16]
     eb, sb, nb = scale_fields(ins.stype, jnp.repeat(SB, rep, axis=-2))  # [..., K/16, N]
-    man = _formats.FORMATS[ins.stype].mant_bits
+    man = FORMATS[ins.stype].mant_bits
     k = ins.k
     # A's weights: 1 for the first group of a pair, W for the second (T0 + W T1); 32**g
     # for the nonzero indicators of group g of a step (the counts of four groups)

@@ -20,8 +20,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ..arith import _float64, _integer, _numerics
-from ..bits import F8F6F4, FP8, _formats, _packing
+from .. import arith
+from ..bits import F8F6F4, FP8, fields, from_container
 from . import _scaled, _tcgen05, _wgmma
 from ._chain import chain
 from ._table import block_model, family
@@ -55,9 +55,9 @@ def mma_bits(ins, A, B, C, *, scales=None, model=None, sparse_idx=None, c_shift=
     B = gather_rows(B, sparse_idx)
     rows = sparse_idx is not None
     if a in ("s8", "u8", "s4", "u4", "b1"):
-        return _integer.mma_bits(ins, A, B, C, b_rows=rows)
+        return arith.integer_mma_bits(ins, A, B, C, b_rows=rows)
     if a == "f64":
-        return _float64.mma_bits(ins, A, B, C)  # no sparse .f64 form
+        return arith.float64_mma_bits(ins, A, B, C)  # no sparse .f64 form
     if ins.stype:
         return _scaled.mma_bits(ins, A, B, C, scales, model=model, b_rows=rows)
     return float_mma_bits(ins, A, B, C, model=model, b_rows=rows)
@@ -65,8 +65,8 @@ def mma_bits(ins, A, B, C, *, scales=None, model=None, sparse_idx=None, c_shift=
 
 def _fields(fmt, bits, kind):
     if kind in ("f8f6f4",) and fmt in F8F6F4:
-        bits = _packing.from_container(bits, fmt)
-    return _formats.fields(fmt, bits)
+        bits = from_container(bits, fmt)
+    return fields(fmt, bits)
 
 
 def float_mma_bits(ins, A, B, C, *, model=None, b_rows=False, block=None):
@@ -76,9 +76,9 @@ def float_mma_bits(ins, A, B, C, *, model=None, b_rows=False, block=None):
     """
     fa, fb = _fields(ins.atype, A, ins.kind), _fields(ins.btype, B, ins.kind)
     if model == "exact":
-        prod = _numerics.product_terms(fa, fb, ins.atype, ins.btype, b_rows=b_rows)
-        width = _numerics.exact_width(ins.atype, ins.btype, ins.ctype, ins.k)
-        return _numerics.block_chain(prod, C, ins.ctype, ins.dtype, _numerics.EXACT, width)
+        prod = arith.product_terms(fa, fb, ins.atype, ins.btype, b_rows=b_rows)
+        width = arith.exact_width(ins.atype, ins.btype, ins.ctype, ins.k)
+        return arith.block_chain(prod, C, ins.ctype, ins.dtype, arith.EXACT, width)
     arch = ins.arch_number
     bm = block_model(arch, ins)
     if block is not None:
@@ -105,8 +105,8 @@ def sm90_wmma(ins, A, B, C):
             plain, form=dataclasses.replace(plain.form, ctype="f32", dtype="f32")
         )
         if ins.ctype == "f16":
-            return mma_bits(as_f32, A, B, _numerics.convert(C, "f16", "f32"))
-        return _numerics.convert(mma_bits(as_f32, A, B, C), "f32", "f16")
+            return mma_bits(as_f32, A, B, arith.convert(C, "f16", "f32"))
+        return arith.convert(mma_bits(as_f32, A, B, C), "f32", "f16")
     if ins.atype == "tf32":
         return float_mma_bits(ins, A, B, C, block=4)
     return mma_bits(plain, A, B, C)
@@ -127,7 +127,7 @@ def sm90_fp8(ins, fa, fb, C, bm, b_rows=False):
     zero = zero_bits(C.shape)
     first = chain(ins, fa, fb, zero, ins.dtype, bm, b_rows, "f16", lo)
     second = chain(ins, fa, fb, first, ins.dtype, bm, b_rows, "f16", hi)
-    return _numerics.ieee_add(second, C, ins.dtype)
+    return arith.ieee_add(second, C, ins.dtype)
 
 
 def sm90_m8n8k4(ins, fa, fb, C):
@@ -140,30 +140,30 @@ def sm90_m8n8k4(ins, fa, fb, C):
     s23)`` (``FMUL``/``FFMA``/``FADD``, then ``F2FP`` to nearest even). Every step rounds
     to nearest even in f32 with subnormals.
     """
-    prod = _numerics.product_terms(fa, fb, ins.atype, ins.btype)  # [..., m, n, 4]
-    c32 = C if ins.ctype == "f32" else _numerics.convert(C, "f16", "f32")
+    prod = arith.product_terms(fa, fb, ins.atype, ins.btype)  # [..., m, n, 4]
+    c32 = C if ins.ctype == "f32" else arith.convert(C, "f16", "f32")
     zero = zero_bits(C.shape)
 
     def fma(acc, p):  # p: one product term [..., 1]; acc: f32 bits
-        out = _numerics.ieee_sum(_numerics.concat(p, _numerics.c_terms(acc, "f32")), "f32")
+        out = arith.ieee_sum(arith.concat(p, arith.c_terms(acc, "f32")), "f32")
         return out, None
 
     def steps(idx):  # the products of k in idx, stacked on a leading axis for lax.scan
-        return _numerics.Terms(*(jnp.moveaxis(x[..., list(idx)], -1, 0)[..., None] for x in prod))
+        return arith.Terms(*(jnp.moveaxis(x[..., list(idx)], -1, 0)[..., None] for x in prod))
 
     if ins.dtype == "f32":
         s, _ = jax.lax.scan(fma, zero, steps(range(4)))
-        return _numerics.ieee_add(c32, s, "f32")
+        return arith.ieee_add(c32, s, "f32")
     # pairs (0, 1) and (2, 3) side by side on a trailing axis: fma(a1, b1, a0 * b0), ...
-    pair = lambda i: _numerics.Terms(*(x[..., i::2] for x in prod))  # noqa: E731
-    first = _numerics.Terms(*(x[..., None] for x in pair(0)))  # [..., m, n, 2, 1]
-    second = _numerics.Terms(*(x[..., None] for x in pair(1)))
-    q = _numerics.ieee_sum(first, "f32")
-    s2 = _numerics.ieee_sum(_numerics.concat(second, _numerics.c_terms(q, "f32")), "f32")
+    pair = lambda i: arith.Terms(*(x[..., i::2] for x in prod))  # noqa: E731
+    first = arith.Terms(*(x[..., None] for x in pair(0)))  # [..., m, n, 2, 1]
+    second = arith.Terms(*(x[..., None] for x in pair(1)))
+    q = arith.ieee_sum(first, "f32")
+    s2 = arith.ieee_sum(arith.concat(second, arith.c_terms(q, "f32")), "f32")
     u, _ = jax.lax.scan(
-        lambda acc, x: (_numerics.ieee_add(acc, x, "f32"), None), c32, jnp.moveaxis(s2, -1, 0)
+        lambda acc, x: (arith.ieee_add(acc, x, "f32"), None), c32, jnp.moveaxis(s2, -1, 0)
     )
-    return _numerics.convert(u, "f32", "f16")
+    return arith.convert(u, "f32", "f16")
 
 
 def zero_bits(shape):

@@ -36,8 +36,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ..arith import _fixed, _numerics
-from ..bits import _formats, _packing
+from .. import arith
+from ..bits import FORMATS, fields, from_container
 from ._table import PRODUCT_MODEL
 
 F32 = jnp.float32
@@ -65,14 +65,14 @@ def supports(ins) -> bool:
 
 
 def _pow2(e):
-    return _fixed.pow2(e)
+    return arith.fixed_pow2(e)
 
 
 def _operand(fmt: str, bits):
     """Element value (exact float32, 0 for zero/NaN/Inf), ``2**order`` (0 likewise) and
     the engine's code (+-1, 0, +-Inf, NaN)."""
-    f = _formats.fields(fmt, _packing.from_container(bits, fmt))
-    op = _fixed.operand(f, fmt)
+    f = fields(fmt, from_container(bits, fmt))
+    op = arith.fixed_operand(f, fmt)
     value = op.sig * _pow2(op.lsb)
     return value, _pow2(op.order), op.code
 
@@ -105,7 +105,7 @@ def _largest_orders(ap, bp, apw, bpw):
     # decided where the largest relative order is at least -RELATIVE[0]: every product
     # left out of the weights is below it. A row or column without a nonzero element has
     # no nonzero product.
-    open_ = ~(found & (m >= -RELATIVE[0])) & (ra > _fixed.ABSENT) & (rb > _fixed.ABSENT)
+    open_ = ~(found & (m >= -RELATIVE[0])) & (ra > arith.FIXED_ABSENT) & (rb > arith.FIXED_ABSENT)
     return jax.lax.cond(jnp.any(open_), products, lambda: (m + ra + rb, found))
 
 
@@ -125,7 +125,7 @@ def _relative_weights(p, axis: int, low: int):
     ``R`` the largest order there (:data:`jaxmma.arith._fixed.ABSENT` if none); 0 where
     ``order - R < -low``. Returns the weights and ``R`` (1 along ``axis``)."""
     order = (jax.lax.bitcast_convert_type(p, I32) >> 23) - 127
-    order = jnp.where(p > 0, order, I32(_fixed.ABSENT))
+    order = jnp.where(p > 0, order, I32(arith.FIXED_ABSENT))
     top = jnp.max(order, axis=axis, keepdims=True)
     rel = order - top
     keep = (p > 0) & (rel >= -low)
@@ -140,10 +140,10 @@ def _step(c, a, ap, b, bp, es, code, apw=None, bpw=None):
     L = a.shape[-1]
     col = lambda x, i: x[:, i, None]  # noqa: E731
     row = lambda x, i: x[None, i, :]  # noqa: E731
-    cf = _formats.fields("f32", c)
+    cf = fields("f32", c)
     c_finite = (cf.sig != 0) & ~cf.nan & ~cf.inf
     e_zero = model.e_zero("f32")
-    e_max = jnp.where(c_finite, _numerics.element_order(cf, "f32"), I32(e_zero))
+    e_max = jnp.where(c_finite, arith.element_order(cf, "f32"), I32(e_zero))
     e_prod, any_nonzero = _largest_orders(ap, bp, apw, bpw)
     # zero products count with e_zero, but so does a zero (or NaN, Inf) C, and a nonzero
     # C has order >= -126 (subnormals count at emin) > e_zero: e_max >= e_zero always,
@@ -152,29 +152,29 @@ def _step(c, a, ap, b, bp, es, code, apw=None, bpw=None):
     unit = e_max - model.F
     s = _pow2(jnp.minimum(es - unit, 127))
     parts = []
-    for start in range(0, L, _fixed.GROUP):
+    for start in range(0, L, arith.FIXED_GROUP):
         total = None
-        for i in range(start, start + _fixed.GROUP):
+        for i in range(start, start + arith.FIXED_GROUP):
             t = (col(a, i) * row(b, i) * s).astype(I32)
             total = t if total is None else total + t
         parts.append(total)
     c_mag = jnp.where(c_finite, cf.sig, U32(0)).astype(F32)
     c_sig = jnp.where(cf.sign != 0, -c_mag, c_mag)
     parts.append((c_sig * _pow2(cf.exp - unit)).astype(I32))
-    neg, mag, shift = _fixed.sum_three(*parts)
-    bits = _fixed.round_sum(neg, mag, unit + shift, "f32", model)
+    neg, mag, shift = arith.fixed_sum_three(*parts)
+    bits = arith.fixed_round_sum(neg, mag, unit + shift, "f32", model)
     c_inf = jnp.where(cf.sign != 0, F32(-jnp.inf), F32(jnp.inf))
     special = jnp.where(cf.nan, F32(jnp.nan), jnp.where(cf.inf, c_inf, F32(0)))
     if code is not None:
         special = special + code
-    return _numerics.special_bits(
+    return arith.special_bits(
         bits, jnp.isnan(special), special == jnp.inf, special == -jnp.inf, "f32"
     )
 
 
 def _orders(fmt: str) -> tuple[int, int]:
     """The lowest and highest order of a finite nonzero element (subnormals: emin)."""
-    f = _formats.FORMATS[fmt]
+    f = FORMATS[fmt]
     return f.min_exp + f.mant_bits, int(np.floor(np.log2(f.max)))
 
 
@@ -187,8 +187,8 @@ def weighted(atype: str, btype: str) -> bool:
 
 def _weights(fmt: str, bits):
     """``2**(6 * order)`` of the finite nonzero elements, 0 for the others."""
-    op = _fixed.operand(_formats.fields(fmt, _packing.from_container(bits, fmt)), fmt)
-    return _pow2(jnp.where(op.order == _fixed.ABSENT, I32(-1000), 6 * op.order))
+    op = arith.fixed_operand(fields(fmt, from_container(bits, fmt)), fmt)
+    return _pow2(jnp.where(op.order == arith.FIXED_ABSENT, I32(-1000), 6 * op.order))
 
 
 def _gemm2(ins, A, B, C, SA, SB, tile: int | None):
@@ -199,8 +199,8 @@ def _gemm2(ins, A, B, C, SA, SB, tile: int | None):
     k = ins.k
     av, ap, acode = _operand(ins.atype, A)
     bv, bp, bcode = _operand(ins.btype, B)
-    sa = _formats.fields("ue8m0", SA)  # [M, S]
-    sb = _formats.fields("ue8m0", SB)  # [S, N]
+    sa = fields("ue8m0", SA)  # [M, S]
+    sb = fields("ue8m0", SB)  # [S, N]
     special = ~jnp.all(jnp.isfinite(acode)) | ~jnp.all(jnp.isfinite(bcode))
     if weighted(ins.atype, ins.btype):
         aw, bw = _weights(ins.atype, A), _weights(ins.btype, B)

@@ -12,10 +12,18 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ..arith import _fixed, _numerics
-from ..arith._numerics import Terms
-from ..bits import _formats, _packing, _wide
-from ..util import _xla
+from .. import arith, util
+from ..arith import Terms
+from ..bits import (
+    F32_FORMAT,
+    FORMATS,
+    align,
+    fields,
+    from_container,
+    limbs_needed,
+    round_to_float,
+    signed_sum,
+)
 from ._table import GROUP, GROUP_E_ZERO, GROUP_F, KINDS, PRODUCT_MODEL
 
 U32 = jnp.uint32
@@ -37,8 +45,8 @@ def check_ins(ins) -> None:
 
 def _element_fields(ins, fmt: str, bits):
     if ins.kind == "mxf8f6f4":
-        bits = _packing.from_container(bits, fmt)
-    return _formats.fields(fmt, bits)
+        bits = from_container(bits, fmt)
+    return fields(fmt, bits)
 
 
 def _per_term(sa, sb, nterms: int, nblk: int):
@@ -52,10 +60,10 @@ def _per_term(sa, sb, nterms: int, nblk: int):
 
 def _scaled_products(ins, fa, fb, SA, SB, b_rows: bool) -> Terms:
     """Every exact product times its two scales, as terms ``[..., M, N, K]``."""
-    prod = _numerics.product_terms(fa, fb, ins.atype, ins.btype, b_rows=b_rows)
-    sa, sb = (_formats.fields(ins.stype, S) for S in (SA, SB))
+    prod = arith.product_terms(fa, fb, ins.atype, ins.btype, b_rows=b_rows)
+    sa, sb = (fields(ins.stype, S) for S in (SA, SB))
     sa, sb = _per_term(sa, sb, prod.sig.shape[-1], SA.shape[-1])
-    man = _formats.FORMATS[ins.stype].mant_bits
+    man = FORMATS[ins.stype].mant_bits
     nan = prod.nan | sa.nan | sb.nan
     return Terms(
         prod.sign,
@@ -67,14 +75,14 @@ def _scaled_products(ins, fa, fb, SA, SB, b_rows: bool) -> Terms:
     )
 
 
-def _with_scale(op: _fixed.Operand, s) -> _fixed.Operand:
+def _with_scale(op: arith.FixedOperand, s) -> arith.FixedOperand:
     """A fixed-engine operand times power-of-two scales (``.ue8m0`` fields, one per
     element): the scale's exponent joins the element's; a NaN scale makes the element's
     products NaN."""
-    finite = op.lsb != _fixed.ABSENT
-    lsb = jnp.where(finite & ~s.nan, op.lsb + s.exp, I32(_fixed.ABSENT))
-    order = jnp.where(finite & ~s.nan, op.order + s.exp, I32(_fixed.ABSENT))
-    return _fixed.Operand(
+    finite = op.lsb != arith.FIXED_ABSENT
+    lsb = jnp.where(finite & ~s.nan, op.lsb + s.exp, I32(arith.FIXED_ABSENT))
+    order = jnp.where(finite & ~s.nan, op.order + s.exp, I32(arith.FIXED_ABSENT))
+    return arith.FixedOperand(
         jnp.where(s.nan, F32(0), op.sig),
         lsb,
         order,
@@ -93,16 +101,16 @@ def _fixed_products(ins, fa, fb, C, SA, SB):
     """
     K = fa.sig.shape[-1]
     idx = np.arange(K) // (K // SA.shape[-1])
-    sa = _formats.fields("ue8m0", SA[..., idx])  # [..., M, K]
-    sb = _formats.fields("ue8m0", SB[..., idx, :])  # [..., K, N]
-    a = _with_scale(_fixed.operand(fa, ins.atype), sa)
-    b = _with_scale(_fixed.operand(fb, ins.btype), sb)
-    return _fixed.chain(a, b, C, "f32", "f32", PRODUCT_MODEL)
+    sa = fields("ue8m0", SA[..., idx])  # [..., M, K]
+    sb = fields("ue8m0", SB[..., idx, :])  # [..., K, N]
+    a = _with_scale(arith.fixed_operand(fa, ins.atype), sa)
+    b = _with_scale(arith.fixed_operand(fb, ins.btype), sb)
+    return arith.fixed_chain(a, b, C, "f32", "f32", PRODUCT_MODEL)
 
 
 def _span(fmt: str) -> tuple[int, int]:
     """(exponent just above the largest finite value, exponent of the lowest unit)."""
-    f = _formats.FORMATS[fmt]
+    f = FORMATS[fmt]
     return int(np.floor(np.log2(f.max))) + 1, f.min_exp
 
 
@@ -122,7 +130,7 @@ def _group_terms(fa, fb, SA, SB, stype: str, b_rows: bool) -> tuple[Terms, jnp.n
         x = jnp.swapaxes(x, -1, -2)
         return x if b_rows else x[..., None, :, :]
 
-    lo = _formats.FORMATS["e2m1"].min_exp  # products are integers in units of 2**(2 * lo)
+    lo = FORMATS["e2m1"].min_exp  # products are integers in units of 2**(2 * lo)
     ia = fa.sig << (fa.exp - lo).astype(U32)
     ib = fb.sig << (fb.exp - lo).astype(U32)
     if b_rows:  # sparse: every row of A meets its own rows of B
@@ -137,9 +145,9 @@ def _group_terms(fa, fb, SA, SB, stype: str, b_rows: bool) -> tuple[Terms, jnp.n
         total, count = _group_matmul(ia, fa.sign, ib, fb.sign)
         K = ia.shape[-1]
         all_zero = count == 0
-    sa, sb = (_formats.fields(stype, S) for S in (SA, SB))
+    sa, sb = (fields(stype, S) for S in (SA, SB))
     sa, sb = _per_term(sa, sb, K // GROUP, SA.shape[-1])
-    man = _formats.FORMATS[stype].mant_bits
+    man = FORMATS[stype].mant_bits
     ssig = sa.sig * sb.sig
     order = jnp.where(all_zero | (ssig == 0), GROUP_E_ZERO, sa.exp + sb.exp + 2 * man)
     nan = sa.nan | sb.nan
@@ -215,10 +223,10 @@ def _group_sum(terms: Terms, order, F: int):
     neg = hi < 0
     mlo = jnp.where(neg & (lo != 0), 0x1000000 - lo, lo).astype(U32)
     mhi = jnp.where(neg, -hi - (lo != 0).astype(I32), hi).astype(U32)  # < 2**26
-    drop = jnp.maximum(31 - _xla.clz(mhi).astype(I32) - 7, 0).astype(U32)
+    drop = jnp.maximum(31 - util.clz(mhi).astype(I32) - 7, 0).astype(U32)
     mag = jnp.where(mhi != 0, (mhi << (U32(24) - drop)) | (mlo >> drop), mlo)
-    bits = _fixed.round_f32_rz(neg, mag, unit + drop.astype(I32))
-    return _numerics.apply_specials(bits, terms, "f32")
+    bits = arith.fixed_round_f32_rz(neg, mag, unit + drop.astype(I32))
+    return arith.apply_specials(bits, terms, "f32")
 
 
 def _group_sum_wide(terms: Terms, order, F: int):
@@ -227,10 +235,10 @@ def _group_sum_wide(terms: Terms, order, F: int):
     unit = e_max - F
     shift = terms.lsb - unit[..., None]
     # group terms are below 2**(order + 12), C below 2**(order + 1); five of them
-    limbs, _ = _wide.align(terms.sig, shift, _wide.limbs_needed(F + 16))
-    neg, mag = _wide.signed_sum(terms.sign, limbs)
-    bits = _wide.round_to_float(neg, mag, unit, _wide.F32, "rz")
-    return _numerics.apply_specials(bits, terms, "f32")
+    limbs, _ = align(terms.sig, shift, limbs_needed(F + 16))
+    neg, mag = signed_sum(terms.sign, limbs)
+    bits = round_to_float(neg, mag, unit, F32_FORMAT, "rz")
+    return arith.apply_specials(bits, terms, "f32")
 
 
 def _batch(A, B, C, SA, SB, b_rows: bool):
@@ -270,17 +278,17 @@ def mma_bits(ins, A, B, C, scales, *, model=None, b_rows=False):
     fb = _element_fields(ins, ins.btype, B)
     if model == "exact":
         prod = _scaled_products(ins, fa, fb, SA, SB, b_rows)
-        terms = _numerics.concat(prod, _numerics.c_terms(C, "f32"))
+        terms = arith.concat(prod, arith.c_terms(C, "f32"))
         width = exact_width(ins, prod.sig.shape[-1])
-        return _numerics.fused_sum(terms, "f32", _numerics.EXACT, width)
+        return arith.fused_sum(terms, "f32", arith.EXACT, width)
     if ins.kind == "mxf8f6f4" and not b_rows and ins.stype == "ue8m0":
         return _fixed_products(ins, fa, fb, C, SA, SB)
     if ins.kind == "mxf8f6f4":
         prod = _scaled_products(ins, fa, fb, SA, SB, b_rows)
-        return _numerics.block_chain(prod, C, "f32", "f32", PRODUCT_MODEL)
+        return arith.block_chain(prod, C, "f32", "f32", PRODUCT_MODEL)
     groups, order = _group_terms(fa, fb, SA, SB, ins.stype, b_rows)
-    c = _numerics.c_terms(C, "f32")
+    c = arith.c_terms(C, "f32")
     c_zero = (c.sig == 0) & ~c.nan & ~c.inf
     c_order = jnp.where(c_zero, GROUP_E_ZERO, c.order)
-    terms = _numerics.concat(groups, c)
+    terms = arith.concat(groups, c)
     return _group_sum(terms, jnp.concatenate([order, c_order], axis=-1), GROUP_F)

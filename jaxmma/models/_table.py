@@ -10,7 +10,7 @@ kernel-neutral core of :mod:`jaxmma.arith`.
 
 from __future__ import annotations
 
-from ..arith._numerics import BlockModel
+from ..arith import BlockModel
 from ..bits import F8F6F4, FP8
 
 

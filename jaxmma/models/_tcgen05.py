@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import jax.numpy as jnp
 
-from ..arith import _integer, _numerics
-from ..bits import F8F6F4, _formats, _packing
+from .. import arith
+from ..bits import F8F6F4, fields, from_container
 from . import _scaled
 from ._chain import chain
 from ._table import tcgen05_block_model
@@ -23,8 +23,8 @@ from ._table import tcgen05_block_model
 
 def _fields(ins, fmt: str, bits):
     if ins.kind == "f8f6f4" and fmt in F8F6F4:
-        bits = _packing.from_container(bits, fmt)
-    return _formats.fields(fmt, bits)
+        bits = from_container(bits, fmt)
+    return fields(fmt, bits)
 
 
 def _gather_rows(B, sparse_idx):
@@ -62,14 +62,12 @@ def mma_bits(ins, A, B, C, *, scales=None, model=None, sparse_idx=None, c_shift=
     if rows:
         B = _gather_rows(B, sparse_idx)
     if ins.kind == "i8":
-        return _integer.mma_bits(ins, A, B, C, b_rows=rows)
+        return arith.integer_mma_bits(ins, A, B, C, b_rows=rows)
     if ins.stype:
         return _scaled.mma_bits(ins, A, B, C, scales, model=model, b_rows=rows)
     fa, fb = _fields(ins, ins.atype, A), _fields(ins, ins.btype, B)
     if model == "exact":
-        prod = _numerics.product_terms(fa, fb, ins.atype, ins.btype, b_rows=rows)
-        width = _numerics.exact_width(ins.atype, ins.btype, ins.ctype, A.shape[-1]) + c_shift
-        return _numerics.block_chain(
-            prod, C, ins.ctype, ins.dtype, _numerics.EXACT, width, c_shift=c_shift
-        )
+        prod = arith.product_terms(fa, fb, ins.atype, ins.btype, b_rows=rows)
+        width = arith.exact_width(ins.atype, ins.btype, ins.ctype, A.shape[-1]) + c_shift
+        return arith.block_chain(prod, C, ins.ctype, ins.dtype, arith.EXACT, width, c_shift=c_shift)
     return chain(ins, fa, fb, C, ins.ctype, tcgen05_block_model(ins), rows, c_shift=c_shift)

@@ -8,8 +8,7 @@ instruction's operands and options (``scale-d``, ``imm-scale``) are handled abov
 
 from __future__ import annotations
 
-from ..arith import _integer, _numerics
-from ..bits import _formats
+from .. import arith, bits
 from ._chain import chain
 from ._table import wgmma_block_model
 
@@ -31,10 +30,10 @@ def mma_bits(ins, A, B, C, *, model=None):
       uint32 ``[..., M, N]``: raw bits of D in ``ins.dtype``.
     """
     if ins.atype in INTEGER:
-        return _integer.mma_bits(ins, A, B, C)
-    fa, fb = _formats.fields(ins.atype, A), _formats.fields(ins.btype, B)
+        return arith.integer_mma_bits(ins, A, B, C)
+    fa, fb = bits.fields(ins.atype, A), bits.fields(ins.btype, B)
     if model == "exact":
-        prod = _numerics.product_terms(fa, fb, ins.atype, ins.btype)
-        width = _numerics.exact_width(ins.atype, ins.btype, ins.ctype, A.shape[-1])
-        return _numerics.block_chain(prod, C, ins.ctype, ins.dtype, _numerics.EXACT, width)
+        prod = arith.product_terms(fa, fb, ins.atype, ins.btype)
+        width = arith.exact_width(ins.atype, ins.btype, ins.ctype, A.shape[-1])
+        return arith.block_chain(prod, C, ins.ctype, ins.dtype, arith.EXACT, width)
     return chain(ins, fa, fb, C, ins.ctype, wgmma_block_model(ins), False)

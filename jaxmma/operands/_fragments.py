@@ -14,8 +14,10 @@ import math
 import jax.numpy as jnp
 import numpy as np
 
-from ..bits import _packing, _values
-from ..util import _errors
+from .. import util
+from ..bits import pack as _pack
+from ..bits import registers, to_bits
+from ..bits import unpack as _unpack
 from . import _layouts
 
 MMA_OPERANDS = ("a", "b", "c", "d")
@@ -78,18 +80,18 @@ def unpack(regs, elem_bits: int):
 
     64-bit (``.f64``) registers hold one element each and pass through.
     """
-    return regs if elem_bits == 64 else _packing.unpack(regs, elem_bits)
+    return regs if elem_bits == 64 else _unpack(regs, elem_bits)
 
 
 def pack(elems, elem_bits: int):
     """Inverse of :func:`unpack`; element bits above ``elem_bits`` are dropped."""
-    return elems if elem_bits == 64 else _packing.pack(elems, elem_bits)
+    return elems if elem_bits == 64 else _pack(elems, elem_bits)
 
 
 def unfragment(ins, operand: str, regs):
     """Registers ``[..., 32, nregs]`` -> raw-bit matrix ``[..., rows, cols]``."""
     idx, shape, lay = _flat_index(ins, operand)
-    regs = _values.registers(regs, operand, lay.elem_bits if lay.elem_bits == 64 else 32)
+    regs = registers(regs, operand, lay.elem_bits if lay.elem_bits == 64 else 32)
     _check_regs(ins, operand, regs, lay)
     elems = unpack(regs, lay.elem_bits)  # [..., 32, nelem]
     # sizes written out: a zero-size batch leaves no -1 to infer
@@ -126,7 +128,7 @@ def fragment_matrix(ins, operand: str, matrix):
     fmt = operand_format(ins, operand)
     width = layout(ins, operand).elem_bits
     _check_width(ins, operand, matrix, width)
-    bits = _values.to_bits(fmt, matrix, operand, ins.kind, width=width)
+    bits = to_bits(fmt, matrix, operand, ins.kind, width=width)
     return fragment(ins, operand, bits)
 
 
@@ -134,7 +136,7 @@ def _check_width(ins, operand, matrix, width: int) -> None:
     """ValueError for concrete unsigned raw bits above the element's ``width`` (they would
     be dropped silently); traced values cannot be inspected: their high bits are dropped."""
     dtype = getattr(matrix, "dtype", None)
-    if dtype is None or _errors.is_traced(matrix) or np.dtype(dtype).kind != "u":
+    if dtype is None or util.is_traced(matrix) or np.dtype(dtype).kind != "u":
         return
     if np.dtype(dtype).itemsize * 8 <= width or np.size(matrix) == 0:
         return
@@ -149,7 +151,7 @@ def _check_width(ins, operand, matrix, width: int) -> None:
 def _check_regs(ins, operand, regs, lay):
     want = reg_dtype(lay)
     if regs.dtype != want:
-        hint = _errors.x64_hint() if lay.elem_bits == 64 else ""
+        hint = util.x64_hint() if lay.elem_bits == 64 else ""
         raise TypeError(
             f"{operand}: expected {jnp.dtype(want).name} registers [..., 32, {lay.nregs}] "
             f"for {ins.text}, got {regs.dtype}{hint}"

@@ -39,8 +39,8 @@ from typing import NamedTuple
 
 import numpy as np
 
-from ..bits import F8F6F4, FORMATS, _values
-from ..spec import _spec
+from .. import spec
+from ..bits import F8F6F4, FORMATS, container_bits
 
 __all__ = [
     "Layout",
@@ -314,7 +314,7 @@ def _spec_groups() -> dict[tuple[bool, str], tuple[_Group, ...]]:
 
     Types in the registry's order; in a shape, the groups of no kind first (16- to 64-bit
     floats, integers, fp8), then those of each kind; shapes by ``m``, ``n``, ``k``."""
-    mma = [f for f in _spec.FORMS if f.opcode == "mma"]
+    mma = [f for f in spec.FORMS if f.opcode == "mma"]
     kinds, names = _unique(f.kind for f in mma), tuple(FORMATS)
     parts: dict[tuple[bool, str, str | None], list[tuple[set, set]]] = {}
     for f in mma:  # the types an a/b pair joins, and their accumulators
@@ -350,7 +350,7 @@ _FORMS = _spec_groups()
 
 def _elem_bits(dtype: str, kind: str | None) -> int:
     """Bits of one element slot in a register (e2m1 is 4 bits only under kind::mxf4*)."""
-    return _values.container_bits(dtype, kind)
+    return container_bits(dtype, kind)
 
 
 def _kind_name(kind) -> str:

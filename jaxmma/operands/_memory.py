@@ -23,7 +23,7 @@ from __future__ import annotations
 import jax.numpy as jnp
 import numpy as np
 
-from ..util import _errors
+from .. import util
 
 U32 = jnp.uint32
 #: The largest image (bytes): bit offsets up to ``8 * MAX_BYTES`` and the sum of two of
@@ -136,4 +136,4 @@ def check_traced(ok, name: str, what: str) -> None:
     """Checked mode for traced addresses: a run-time error (:func:`jaxmma._errors.raise_if`)
     unless all of ``ok`` (bool, one per element) holds; the error names the argument."""
     message = f"{name}: an address lies outside the memory image or is misaligned ({what})"
-    _errors.raise_if(~jnp.all(ok), lambda pos: message)
+    util.raise_if(~jnp.all(ok), lambda pos: message)

@@ -12,8 +12,23 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ..bits import DTYPES, F8F6F4, FORMATS, _doubles, _formats, _packing, _values
-from ..util import _xla
+from .. import util
+from ..bits import (
+    DTYPES,
+    ELEMENT_DTYPES,
+    F8F6F4,
+    FORMATS,
+    check_numeric,
+    container_bits,
+    decode,
+    encode,
+    fields,
+    from_container,
+    is_host_double,
+    prepare,
+    to_container,
+)
+from ..bits import to_bits as _to_bits
 
 #: element formats without a NaN or Inf, or narrower than 16 bits: a float input is
 #: rounded to nearest and clamped to the largest finite value (``cvt.rn.satfinite``)
@@ -26,7 +41,7 @@ UNSIGNED = (np.uint8, np.uint16, np.uint32, np.uint64)
 
 def element_dtype(fmt: str):
     """The jnp dtype whose values are exactly the format's (None for s4/u4/b1)."""
-    return _values.DTYPES.get(fmt) or NARROW_DTYPES.get(fmt)
+    return ELEMENT_DTYPES.get(fmt) or NARROW_DTYPES.get(fmt)
 
 
 def to_bits(ins, fmt: str, x, name: str):
@@ -46,12 +61,12 @@ def to_bits(ins, fmt: str, x, name: str):
       TypeError: any other dtype (a signed integer of another width, bool, ...), naming
         ``name`` and the dtypes allowed.
     """
-    _values.check_numeric(x, name)
+    check_numeric(x, name)
     x = jnp.asarray(x)
     want = element_dtype(fmt)
     out = jnp.uint64 if fmt == "f64" else jnp.uint32
     if x.dtype.type in UNSIGNED:
-        width = _values.container_bits(fmt, ins.kind)
+        width = container_bits(fmt, ins.kind)
         if 8 * x.dtype.itemsize < width:  # as ins.mma: raw bits at least as wide as the element
             least = f"uint{max(8, 1 << (width - 1).bit_length())}"
             raise TypeError(
@@ -60,15 +75,15 @@ def to_bits(ins, fmt: str, x, name: str):
             )
         return x.astype(out)
     if want is not None and x.dtype == jnp.dtype(want) and fmt not in NARROW_DTYPES:
-        return _values.to_bits(fmt, x, name)
+        return _to_bits(fmt, x, name)
     if jnp.issubdtype(x.dtype, jnp.floating) and fmt not in ("b1", "s32"):
         if fmt == "f64":
-            return jax.lax.bitcast_convert_type(_xla.ingest(x.astype(jnp.float64)), jnp.uint64)
+            return jax.lax.bitcast_convert_type(util.ingest(x.astype(jnp.float64)), jnp.uint64)
         if x.dtype.itemsize < 2:  # fp8/fp6/fp4 inputs: exact in float32
             x = x.astype(jnp.float32)
-        bits = _formats.encode(fmt, x, rounding="rn", saturate=fmt in SATURATE)
+        bits = encode(fmt, x, rounding="rn", saturate=fmt in SATURATE)
         if ins.kind == "f8f6f4":
-            bits = _packing.to_container(bits, fmt)
+            bits = to_container(bits, fmt)
         return bits
     allowed = ["unsigned raw bits"]
     if fmt not in ("b1", "s32"):
@@ -91,23 +106,23 @@ def float64_operand(ins, fmt: str, x, name: str, rounding: str | None = None):
     ``"stochastic"``: doubles that float32 holds, as float32 (the random bits are drawn
     inside the program); others are a TypeError, x64 on or off. Anything else, and
     ``.b1`` / ``.s32`` / ``.f64`` operands, are returned unchanged."""
-    if not _doubles.is_host_double(x) or fmt in ("b1", "s32", "f64"):
+    if not is_host_double(x) or fmt in ("b1", "s32", "f64"):
         return x
-    f, sat = _formats.FORMATS[fmt], fmt in SATURATE
+    f, sat = FORMATS[fmt], fmt in SATURATE
     mode = rounding or "rn"
-    x = _doubles.prepare(x, f, mode, sat, name)
+    x = prepare(x, f, mode, sat, name)
     if mode == "stochastic" or x.dtype == np.float64:
         return x
-    bits = _formats.encode(fmt, x, rounding=mode, saturate=sat)
-    return _packing.to_container(bits, fmt) if ins.kind == "f8f6f4" else bits
+    bits = encode(fmt, x, rounding=mode, saturate=sat)
+    return to_container(bits, fmt) if ins.kind == "f8f6f4" else bits
 
 
 def values(ins, fmt: str, bits):
     """Raw operand bits -> float32 values (float64 for f64): what the instruction reads."""
     if ins.kind == "f8f6f4":
-        bits = _packing.from_container(bits, fmt)
+        bits = from_container(bits, fmt)
     if fmt in ("s8", "u8", "s4", "u4", "b1", "s32"):
-        f = _formats.fields(fmt, bits)
+        f = fields(fmt, bits)
         mag = f.sig.astype(jnp.float32)
         return jnp.where(f.sign != 0, -mag, mag)
-    return _formats.decode(fmt, bits)
+    return decode(fmt, bits)

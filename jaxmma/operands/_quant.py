@@ -41,8 +41,17 @@ import numpy as np
 from jax import lax
 from jax.typing import ArrayLike
 
-from ..bits import CANONICAL_NAN, F8F6F4, _doubles, _formats, _values
-from ..util import _grad, _xla
+from .. import util
+from ..bits import (
+    CANONICAL_NAN,
+    F8F6F4,
+    FORMATS,
+    check_numeric,
+    encode,
+    exact_float32,
+    fields,
+    round_float,
+)
 
 U32 = jnp.uint32
 MX_FORMATS = F8F6F4
@@ -215,15 +224,15 @@ def _flag(value, name: str) -> bool:
 
 
 def _as_f32(x, name: str = "x") -> jax.Array:
-    x = _doubles.exact_float32(x, name)  # doubles: exact in float32, or refused
-    _values.check_numeric(x, name)
+    x = exact_float32(x, name)  # doubles: exact in float32, or refused
+    check_numeric(x, name)
     x = jnp.asarray(x)
     if x.dtype not in (jnp.dtype(jnp.float32), jnp.dtype(jnp.float16), jnp.dtype(jnp.bfloat16)):
         raise TypeError(
             f"{name}: expected float32, float16 or bfloat16 (converted exactly to float32), "
             f"got {x.dtype}"
         )
-    return _xla.ingest(x.astype(jnp.float32))
+    return util.ingest(x.astype(jnp.float32))
 
 
 def _axis_and_blocks(x, axis, block: int) -> int:
@@ -263,7 +272,7 @@ def _unblocked(y, axis: int):
 
 
 def _f32_fields(x):
-    return _formats.fields("f32", lax.bitcast_convert_type(x, U32))
+    return fields("f32", lax.bitcast_convert_type(x, U32))
 
 
 def _block_amax(xb):
@@ -278,7 +287,7 @@ def _is_finite(x):
 
 
 def _msb(v):
-    return 31 - _xla.clz(v).astype(jnp.int32)
+    return 31 - util.clz(v).astype(jnp.int32)
 
 
 def _f32_from_exact(n, u):
@@ -367,7 +376,7 @@ def _divide(fmt: str, xsig, xexp, dsig, dexp, mode: str, rbits=None):
     ``floor(Q * 2**g)`` and its exactness, which :func:`_long_quotient` gives in one or
     two steps.
     """
-    f = _formats.FORMATS[fmt]
+    f = FORMATS[fmt]
     m = f.mant_bits
     emin = f.min_exp + m  # exponent of the smallest normal (or of 1 ulp's binade)
     lx, ld = _msb(xsig), _msb(dsig)
@@ -416,13 +425,13 @@ def _quotient_bits(fmt: str, x, dsig, dexp, mode: str, rbits, saturate: bool):
     # v is on fmt's grid, so rounding it toward zero gives its bits; only above the
     # largest value does the direction matter: away from zero, every such v (and Inf)
     # encodes as the format's overflow result of its sign (Inf, NaN or max)
-    down = _formats.encode(fmt, signed, rounding="rz", saturate=saturate)
+    down = encode(fmt, signed, rounding="rz", saturate=saturate)
     with jax.ensure_compile_time_eval():
-        over = _formats.encode(
+        over = encode(
             fmt, jnp.array([np.inf, -np.inf], jnp.float32), rounding="rna", saturate=saturate
         )
-    up = jnp.where(v > _formats.FORMATS[fmt].max, jnp.where(fl.sign != 0, over[1], over[0]), down)
-    plain = _formats.encode(fmt, x, rounding="rn", saturate=saturate)
+    up = jnp.where(v > FORMATS[fmt].max, jnp.where(fl.sign != 0, over[1], over[0]), down)
+    plain = encode(fmt, x, rounding="rn", saturate=saturate)
     return jnp.where(nz, jnp.where(away, up, down), plain)
 
 
@@ -431,9 +440,9 @@ def _scaled_bits(fmt: str, x, e, rounding: str, rbits, saturate: bool):
     raw = lax.bitcast_convert_type(x, U32)
     fl = _f32_fields(x)
     fl = fl._replace(exp=fl.exp - e)
-    f = _formats.FORMATS[fmt]
+    f = FORMATS[fmt]
     payload = raw & U32(0x7FFFFF)
-    out = _formats.round_float(f, fl, payload, 23, rounding, saturate, rbits, False)
+    out = round_float(f, fl, payload, 23, rounding, saturate, rbits, False)
     return out.astype(U32)
 
 
@@ -457,9 +466,9 @@ def shared_exponent(
     return _shared_exponent(jnp.asarray(amax, jnp.float32), fmt, scale_rounding)
 
 
-@functools.partial(_xla.jit, static_argnums=(1, 2))
+@functools.partial(util.jit, static_argnums=(1, 2))
 def _shared_exponent(amax, fmt: str, scale_rounding: str):
-    f = _formats.FORMATS[fmt]
+    f = FORMATS[fmt]
     fl = _f32_fields(amax)
     nz = fl.sig != 0
     sig = jnp.where(nz, fl.sig, U32(1))
@@ -516,7 +525,7 @@ def quantize_mx(
     _check_choice("fmt", fmt, MX_FORMATS)
     _check_choice("scale_rounding", scale_rounding, SCALE_ROUNDINGS)
     _check_choice("rounding", rounding, ELEMENT_ROUNDINGS)
-    x = _grad.no_derivative(_as_f32(x), _NO_DERIVATIVE.format(name="quantize_mx"))
+    x = util.no_derivative(_as_f32(x), _NO_DERIVATIVE.format(name="quantize_mx"))
     axis = _axis_and_blocks(x, axis, block)
     rbits = _random_bits(rounding, key, x.shape)
     return _quantize_mx(
@@ -534,7 +543,7 @@ def quantize_mx(
 _STATIC = ("fmt", "axis", "block", "scale_rounding", "rounding", "saturate")
 
 
-@functools.partial(_xla.jit, static_argnames=_STATIC)
+@functools.partial(util.jit, static_argnames=_STATIC)
 def _quantize_mx(x, rbits, *, fmt, axis, block, scale_rounding, rounding, saturate):
     xb = _blocked(x, axis, block)
     amax = _block_amax(xb)
@@ -559,7 +568,7 @@ def nvfp4_global_scale(x: ArrayLike) -> jax.Array:
     return _global_scale(_as_f32(x))
 
 
-@_xla.jit
+@util.jit
 def _global_scale(x):
     flat = jnp.where(_is_finite(x), x, 0.0).reshape(-1)
     amax = _block_amax(flat) if flat.size else jnp.float32(0)  # empty: as all-zero
@@ -642,7 +651,7 @@ def quantize_nvfp4(
     """
     _check_choice("scale_rounding", scale_rounding, SCALE_ROUNDINGS)
     _check_choice("rounding", rounding, ELEMENT_ROUNDINGS)
-    x = _grad.no_derivative(_as_f32(x), _NO_DERIVATIVE.format(name="quantize_nvfp4"))
+    x = util.no_derivative(_as_f32(x), _NO_DERIVATIVE.format(name="quantize_nvfp4"))
     axis = _axis_and_blocks(x, axis, block)
     rbits = _random_bits(rounding, key, x.shape)
     g = None
@@ -672,7 +681,7 @@ def quantize_nvfp4(
     )
 
 
-@functools.partial(_xla.jit, static_argnames=_STATIC)
+@functools.partial(util.jit, static_argnames=_STATIC)
 def _quantize_nvfp4(x, rbits, g, *, fmt, axis, block, scale_rounding, rounding, saturate):
     # XLA:CPU constant-folds this program differently when x is a jit constant (other
     # elements along axis=-2, tests/test_properties.py); the barrier keeps x a value
@@ -688,7 +697,7 @@ def _quantize_nvfp4(x, rbits, g, *, fmt, axis, block, scale_rounding, rounding, 
     six_g = (U32(3) * gf.sig, gf.exp + 1)
     sbits = _ue4m3_scale_bits(amax, *six_g, mode)
     sbits = _once(jnp.where(finite, sbits, U32(0x7F)))
-    sf = _formats.fields("ue4m3", sbits)
+    sf = fields("ue4m3", sbits)
     # elements: x / (s * g); a NaN-scale block divides by 1, a zero scale gives +0
     dsig = jnp.where(finite, sf.sig * gf.sig, U32(1))
     dexp = jnp.where(finite, sf.exp + gf.exp, 0)
@@ -766,7 +775,7 @@ def _e2m1_nearest_bits(x, dsig, dexp, saturate: bool):
     f = jnp.where(t > 6, U32(63), f)
     code = jnp.asarray(_E2M1_NEAREST)[(f << U32(1)) | sticky.astype(U32)]
     with jax.ensure_compile_time_eval():
-        special = _formats.encode(
+        special = encode(
             "e2m1", jnp.array([0.0, np.inf, np.nan], jnp.float32), rounding="rn", saturate=saturate
         )
     sign = fl.sign << U32(3)
@@ -866,7 +875,7 @@ def fake_quantize_mx(x: ArrayLike, fmt: str, **kwargs: Any) -> jax.Array:
       [1.0, 1.0, 1.0, 1.0]
     """
     _as_f32(x)  # the argument errors, before tracing
-    return _grad.straight_through(lambda v: dequantize(quantize_mx(v, fmt, **kwargs)), x)
+    return util.straight_through(lambda v: dequantize(quantize_mx(v, fmt, **kwargs)), x)
 
 
 def fake_quantize_nvfp4(x: ArrayLike, **kwargs: Any) -> jax.Array:
@@ -874,7 +883,7 @@ def fake_quantize_nvfp4(x: ArrayLike, **kwargs: Any) -> jax.Array:
     :func:`fake_quantize_mx`; ``kwargs`` as for :func:`quantize_nvfp4`). The global
     scale is computed from ``x`` (or given) and treated as a constant."""
     _as_f32(x)
-    return _grad.straight_through(lambda v: dequantize(quantize_nvfp4(v, **kwargs)), x)
+    return util.straight_through(lambda v: dequantize(quantize_nvfp4(v, **kwargs)), x)
 
 
 def _f32_rounded(n, u):
@@ -897,7 +906,7 @@ def _f32_rounded(n, u):
     return jnp.where(n == 0, U32(0), bits)
 
 
-@_xla.jit
+@util.jit
 def _dequantize(q: Quantized) -> jax.Array:
     """``element * scale * global`` rounded once to nearest even float32.
 
@@ -909,8 +918,8 @@ def _dequantize(q: Quantized) -> jax.Array:
     flushes subnormal products to zero.
     """
     elements, scales = raw_bits(q)
-    e = _formats.fields(q.fmt, elements)
-    s = _formats.fields(q.scale_fmt, jnp.repeat(scales, q.block, axis=q.axis))
+    e = fields(q.fmt, elements)
+    s = fields(q.scale_fmt, jnp.repeat(scales, q.block, axis=q.axis))
     g = jnp.float32(1.0) if q.global_scale is None else q.global_scale
     g = g.reshape(g.shape + (1,) * (e.sig.ndim - g.ndim))  # batched by vmap: leading axes
     g = jax.tree.map(lambda v: jnp.broadcast_to(v, e.sig.shape), _f32_fields(g))

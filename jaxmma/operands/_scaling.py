@@ -37,9 +37,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ..bits import SCALE_DTYPES, _packing, _values
-from ..models._scaled import check_ins as _check_ins
-from ..spec._view import InstructionView
+from ..bits import SCALE_DTYPES, registers, to_container
+from ..models import check_scaled_ins as _check_ins
+from ..spec import InstructionView
 from . import _layouts
 from ._quant import Quantized, check_quantized, raw_bits
 
@@ -93,7 +93,7 @@ def _static_id(name: str, value, allowed, ins) -> int:
 def _scale_data(ins, name: str, x):
     if x is None:
         raise ValueError(f"{name}: required by {ins.text} (uint32 [..., 32] scale data)")
-    x = _values.registers(x, name)
+    x = registers(x, name)
     if not jnp.issubdtype(x.dtype, jnp.unsignedinteger):
         raise TypeError(f"{name}: expected uint32 scale-data registers, got {x.dtype}")
     if x.ndim < 1 or x.shape[-1] != 32:
@@ -266,7 +266,7 @@ def _operand(ins, op: str, q, arg: str):
     scales = _quantized_scales(ins, op, q, arg)
     bits = _quant_raw_bits(q)[0]
     if ins.kind == "mxf8f6f4":
-        bits = _packing.to_container(bits, q.fmt)
+        bits = to_container(bits, q.fmt)
     return bits, scales
 
 

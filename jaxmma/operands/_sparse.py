@@ -75,10 +75,10 @@ import numpy as np
 from jax import lax
 from jax.typing import ArrayLike
 
-from ..bits import CANONICAL_NAN, FORMATS, FP8, _values
-from ..spec._spec import Form
-from ..spec._view import InstructionView
-from ..util import _errors, _xla
+from .. import util
+from ..bits import CANONICAL_NAN, FORMATS, FP8, to_bits
+from ..bits import registers as _registers
+from ..spec import Form, InstructionView
 from . import _fragments, _layouts
 
 __all__ = [
@@ -170,7 +170,7 @@ def as_concrete(default_check: bool):
     call op by op, which raises the ``ValueError``."""
     tokens = _AS_CONCRETE.set(True), _DEFAULT_CHECK.set(bool(default_check))
     try:
-        with _errors.recording() as flags:
+        with util.recording() as flags:
             yield flags
     finally:
         _DEFAULT_CHECK.reset(tokens[1])
@@ -386,7 +386,7 @@ def _fail(bad, message, values: dict, traced: bool) -> None:
     of the compiled program, with the same message).
     """
     if traced or _concrete(bad, *values.values()):
-        _errors.raise_if(bad, message, **values)
+        util.raise_if(bad, message, **values)
 
 
 def _where(pos) -> str:
@@ -433,7 +433,7 @@ def _slot_nibbles(slots: int, kept):
     return s[..., 0] | (s[..., 1] << 2)
 
 
-@functools.partial(_xla.jit, static_argnums=(0, 1))
+@functools.partial(util.jit, static_argnums=(0, 1))
 def _decode_core(slots: int, width: int, e, lane, shift, valid):
     """e uint32 ``[..., 32]`` -> (idx int32 ``[..., M, K/2]``, nibbles uint32 and bad bool
     ``[..., M, nch]``)."""
@@ -443,7 +443,7 @@ def _decode_core(slots: int, width: int, e, lane, shift, valid):
     return idx, nib, jnp.logical_not(valid[nib])
 
 
-@_xla.jit
+@util.jit
 def _pack_core(nib, row, chunk, used):
     """Nibbles uint32 ``[..., M, nch]`` -> metadata registers uint32 ``[..., 32]``."""
     per = nib[..., row, chunk]  # [..., 32, 8]
@@ -465,7 +465,7 @@ def _per_slot(slots: int, width: int, x):
     return x.reshape(x.shape[:-1] + (-1, slots, width))
 
 
-@functools.partial(_xla.jit, static_argnums=(0, 1))
+@functools.partial(util.jit, static_argnums=(0, 1))
 def _compress_core(slots: int, width: int, x, mag_mask):
     """Dense ``[..., M, K]`` -> (values ``[..., M, K/2]``, idx, nibbles, non-zero count)."""
     nz = jnp.any(_per_slot(slots, width, _nonzero(x, mag_mask)), axis=-1)
@@ -498,7 +498,7 @@ def _magnitude(how: str, x, mag_mask):
     return jnp.where(jnp.isnan(m), jnp.float32(jnp.inf), m)
 
 
-@functools.partial(_xla.jit, static_argnums=(0, 1, 2))
+@functools.partial(util.jit, static_argnums=(0, 1, 2))
 def _prune_core(slots: int, width: int, how: str, x, mag_mask):
     mag = jnp.sum(_per_slot(slots, width, _magnitude(how, x, mag_mask)), axis=-1)
     kept = jnp.argsort(-mag, axis=-1, stable=True)[..., : slots // 2].astype(jnp.int32)
@@ -508,7 +508,7 @@ def _prune_core(slots: int, width: int, how: str, x, mag_mask):
     return jnp.where(keep, x, jnp.zeros((), x.dtype))
 
 
-@functools.partial(_xla.jit, static_argnums=2)
+@functools.partial(util.jit, static_argnums=2)
 def _scatter(values, idx, k: int):
     """Stored values ``[..., M, J]`` at dense columns ``idx`` -> ``[..., M, K]``, zeros
     elsewhere; where two stored elements share a column the first one wins."""
@@ -522,7 +522,7 @@ def _scatter(values, idx, k: int):
     return jnp.where(jnp.any(hit, axis=-2), taken, jnp.zeros((), values.dtype))
 
 
-@functools.partial(_xla.jit, static_argnums=(0, 1, 2))
+@functools.partial(util.jit, static_argnums=(0, 1, 2))
 def _idx_bad_core(slots: int, width: int, order: str | None, idx):
     """bool ``[..., M, nch]``: the stored columns of a chunk are not what a nibble decodes
     to; ``order`` ``"distinct"``/``"ascending"`` also flags the undefined-behaviour ones."""
@@ -572,7 +572,7 @@ def _check_meta_matrix(geo: _Geometry, e):
     return e.astype(jnp.int32)
 
 
-@functools.partial(_xla.jit, static_argnums=(0, 1))
+@functools.partial(util.jit, static_argnums=(0, 1))
 def _decode_matrix_core(slots: int, width: int, e, valid):
     """e int32 ``[..., M, nch]`` -> (idx int32 ``[..., M, K/2]`` (-1 for the chunks whose
     value is not 4-bit), nibbles, not 4-bit, not meaningful: bool ``[..., M, nch]``)."""
@@ -613,7 +613,7 @@ def _tcgen05_indices(geo: _Geometry, e, check):
 def _check_e(geo: _Geometry, e):
     if e is None:
         raise ValueError(f"e: the metadata operand is required for {geo.text}")
-    e = _values.registers(e, "e")
+    e = _registers(e, "e")
     if e.dtype != jnp.uint32:
         raise TypeError(f"e: expected uint32 metadata registers for {geo.text}, got {e.dtype}")
     if e.ndim < 1 or e.shape[-1] != 32:
@@ -1017,7 +1017,7 @@ def compress(
     tab = _tables(geo, sel)
     e = _pack_core(nib, tab.row, tab.chunk, tab.used)
     if registers:
-        bits = _values.to_bits(geo.atype, values, "A", geo.kind)
+        bits = to_bits(geo.atype, values, "A", geo.kind)
         return _fragments.fragment(ins, "a", bits), e
     return values, e
 

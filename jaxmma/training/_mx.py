@@ -17,8 +17,8 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
+from .. import operands
 from ..gemm import matmul
-from ..operands import _quant
 from . import _keys
 
 F32 = jnp.float32
@@ -26,7 +26,7 @@ BLOCK = 32  # OCP MX v1.0, section 5.2
 
 
 def _q(r, x, fmt, axis, rounding="rn", key=None):
-    return _quant.quantize_mx(
+    return operands.quantize_mx(
         jax.lax.stop_gradient(x), fmt, axis=axis, block=BLOCK, scale_rounding=r.scale_rounding,
         rounding=rounding, key=key if rounding == "stochastic" else None,
     )  # fmt: skip

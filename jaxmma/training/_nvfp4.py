@@ -24,9 +24,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from ..bits import _formats
+from .. import bits, operands
 from ..gemm import matmul
-from ..operands import _quant
 from . import _keys
 
 F32 = jnp.float32
@@ -44,7 +43,7 @@ def _sylvester(n: int) -> np.ndarray:
 HADAMARD = (_sylvester(BLOCK) / 4).astype(np.float32)
 
 
-def quantize_2d(w: jax.Array) -> tuple[_quant.Quantized, _quant.Quantized]:
+def quantize_2d(w: jax.Array) -> tuple[operands.Quantized, operands.Quantized]:
     """NVFP4 ``w [K, N]`` with one ue4m3 scale per 16 x 16 block, as the B operand
     (blocked along K, ``axis=-2``), and the same tensor transposed, ``[N, K]``, as the B
     operand of ``G @ w^T`` (blocked along N): two :class:`Quantized` of the same bits.
@@ -60,21 +59,21 @@ def quantize_2d(w: jax.Array) -> tuple[_quant.Quantized, _quant.Quantized]:
             f"{jnp.shape(w)}"
         )
     K, N = w.shape
-    g = _quant.nvfp4_global_scale(w)
+    g = operands.nvfp4_global_scale(w)
     blocked = lambda v: v.reshape(K // BLOCK, BLOCK, N // BLOCK, BLOCK)  # noqa: E731
     a = blocked(jnp.abs(w)).max(axis=(1, 3))
     # NaN or Inf in the block: a NaN scale (saturation hid Inf; XLA's max may drop NaN)
     finite = blocked(jnp.isfinite(w)).all(axis=(1, 3))
-    sbits = jnp.where(finite, _formats.encode("ue4m3", a / (F32(6) * g), saturate=True), 0x7F)
-    sv = _formats.decode("ue4m3", sbits)
+    sbits = jnp.where(finite, bits.encode("ue4m3", a / (F32(6) * g), saturate=True), 0x7F)
+    sv = bits.decode("ue4m3", sbits)
     blocks = lambda v: jnp.repeat(jnp.repeat(v, BLOCK, 0), BLOCK, 1)  # noqa: E731
     full = blocks(sv) * g
     q = jnp.where(full > 0, w / jnp.where(full > 0, full, F32(1)), F32(0))
     q = jnp.where(blocks(finite), q, w)  # a NaN-scale block: w without scaling
-    e = _formats.encode("e2m1", jax.lax.stop_gradient(q), saturate=True).astype(jnp.uint8)
+    e = bits.encode("e2m1", jax.lax.stop_gradient(q), saturate=True).astype(jnp.uint8)
     sb = sbits.astype(jnp.uint8)
-    qw = _quant.Quantized(e, jnp.repeat(sb, BLOCK, 1), g, "e2m1", "ue4m3", BLOCK, -2)
-    qwt = _quant.Quantized(e.T, jnp.repeat(sb.T, BLOCK, 1), g, "e2m1", "ue4m3", BLOCK, -2)
+    qw = operands.Quantized(e, jnp.repeat(sb, BLOCK, 1), g, "e2m1", "ue4m3", BLOCK, -2)
+    qwt = operands.Quantized(e.T, jnp.repeat(sb.T, BLOCK, 1), g, "e2m1", "ue4m3", BLOCK, -2)
     return qw, qwt
 
 
@@ -100,7 +99,7 @@ def signs_from_key(key):
 
 
 def _q(x, axis, rounding, key):
-    return _quant.quantize_nvfp4(
+    return operands.quantize_nvfp4(
         jax.lax.stop_gradient(x), axis=axis, rounding=rounding,
         key=key if rounding == "stochastic" else None,
     )  # fmt: skip

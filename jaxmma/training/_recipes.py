@@ -18,11 +18,11 @@ import jax
 import jax.numpy as jnp
 from jax.typing import ArrayLike
 
+from .. import operands
 from ..gemm import dot_general as _dot_general
 from ..gemm import matmul as _matmul
 from ..gemm import resolve
-from ..operands import _quant, _scaling
-from ..operands._quant import ScaleRounding
+from ..operands import ScaleRounding
 from . import _fp8, _keys, _mx, _nvfp4, _scales
 from ._scales import GradRounding
 
@@ -385,12 +385,12 @@ def _mx_recipe(name, source, *, arch, instructions: tuple[str, str, str], x_fmt,
                arg="instructions") -> Recipe:  # fmt: skip
     for n, v in (("x_fmt", x_fmt), ("w_fmt", w_fmt), ("g_fmt", g_fmt)):
         _choice(n, v, formats)
-    _choice("scale_rounding", scale_rounding, _quant.SCALE_ROUNDINGS)
+    _choice("scale_rounding", scale_rounding, operands.SCALE_ROUNDINGS)
     _choice("grad_rounding", grad_rounding, _scales.ROUNDINGS)
     want = {"forward": (x_fmt, w_fmt), "dgrad": (g_fmt, w_fmt), "wgrad": (x_fmt, g_fmt)}
     for (gemm, (a, b)), text in zip(want.items(), instructions, strict=True):
         ins = resolve(text, arch, name=arg)  # errors now, not at the first step
-        if ins.stype != "ue8m0" or ins.sparse or _scaling.block_size(ins) != _mx.BLOCK:
+        if ins.stype != "ue8m0" or ins.sparse or operands.block_size(ins) != _mx.BLOCK:
             raise ValueError(
                 f"{arg}: the {gemm} GEMM needs a dense block-scaled form with ue8m0 "
                 f"scales per {_mx.BLOCK} (OCP MX), got {text}"

@@ -15,7 +15,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.typing import ArrayLike
 
-from ..bits import DTYPES, FORMATS, FP8, _formats
+from ..bits import DTYPES, FORMATS, FP8, decode, encode
 
 F32 = jnp.float32
 #: the largest finite value of each fp8 element format
@@ -59,13 +59,13 @@ def cast(x, scale, fmt: str, rounding: str = "rn", key=None):
     if rounding == "stochastic":
         kw["random_bits"] = jax.random.bits(key, y.shape, jnp.uint32)
     y = jax.lax.stop_gradient(y)
-    bits = _formats.encode(fmt, y, **kw)
+    bits = encode(fmt, y, **kw)
     if fmt in ELEMENT_DTYPES:  # the format's own dtype: the GEMM takes its bits as they are
         out = jax.lax.bitcast_convert_type(bits.astype(jnp.uint8), ELEMENT_DTYPES[fmt])
         # kept whole: XLA:GPU would otherwise fuse the encoding into each transposing
         # reader of the operand (measured: the step 2.93 ms with it, 3.09 ms without)
         return jax.lax.optimization_barrier(out)
-    return _formats.decode(fmt, bits)
+    return decode(fmt, bits)
 
 
 #: the fp8 formats' JAX dtypes: one byte per element, no second conversion in the GEMM

@@ -11,7 +11,8 @@ import jax.numpy as jnp
 import numpy as np
 from jax.typing import ArrayLike
 
-from ..bits import FP8, _formats
+from .. import bits
+from ..bits import FP8
 from . import _scales
 
 #: the element formats :func:`stats` takes
@@ -77,9 +78,9 @@ def stats(x: ArrayLike, fmt: str, scale: ArrayLike = 1.0) -> Stats:
         raise ValueError(
             f"scale: expected a shape broadcastable to x's {x.shape}, got {scale.shape}"
         )
-    f = _formats.get_format(fmt)
+    f = bits.get_format(fmt)
     v = x.astype(jnp.float32) * scale
-    r = _formats.decode(fmt, _formats.encode(fmt, v, rounding="rn", saturate=True))
+    r = bits.decode(fmt, bits.encode(fmt, v, rounding="rn", saturate=True))
     smallest_normal = jnp.float32(2.0 ** (1 - f.bias))
     number = ~jnp.isnan(v)  # NaN (in x, or from Inf * 0) is in no count
 
