@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import functools
 
-import jax
 import jax.numpy as jnp
 import numpy as np
 
@@ -24,7 +23,6 @@ from . import _config, _epilogue, _executors, _prepare, _recipes, _split
 from ._options import KernelOptions
 
 F32 = jnp.float32
-HIGHEST = jax.lax.Precision.HIGHEST
 DEFAULT = KernelOptions()
 FP8 = (jnp.dtype(jnp.float8_e4m3fn), jnp.dtype(jnp.float8_e5m2))
 
@@ -72,72 +70,32 @@ def _bits_forward(cfg, opts, kind, A, B, C, SA, SB, key):
 _forward_jit = _xla.jit(_bits_forward, static_argnums=(0, 1, 2))
 
 
-def _is_float(x) -> bool:
-    return x is not None and jnp.issubdtype(jnp.result_type(x), jnp.floating)
-
-
 def _gemm(cfg, opts, kind, A, B, C, SA, SB, key):
-    """Values in, values out, with the straight-through tangent."""
+    """Values in, values out, with the straight-through tangent of
+    ``alpha * (A_q * SA) @ (B_q * SB) + beta * C`` (:func:`jaxmma.util._ste.gemm`)."""
     ins = cfg.ins
     K, N = jnp.shape(A)[-1], jnp.shape(B)[-1]
+    epilogue = opts.epilogue is not None
+    exact = _ste.Exact(
+        scale_a=None if kind is None else functools.partial(_recipes.factor_a, kind, K=K),
+        scale_b=None if kind is None else functools.partial(_recipes.factor_b, kind, K=K, N=N),
+        alpha=opts.alpha if epilogue else None,
+        beta=opts.beta if epilogue and opts.beta is not None else 1.0,
+        by_jvp=True,
+    )
 
-    def exact(va, vb, c, sa, sb):
-        if kind is not None:
-            ea, eb = _recipes.expand(kind, sa, sb, K, N)
-            va, vb = va * ea, vb * eb
-        lead = jnp.broadcast_shapes(va.shape[:-2], vb.shape[:-2])
-        va = jnp.broadcast_to(va, lead + va.shape[-2:])
-        vb = jnp.broadcast_to(vb, lead + vb.shape[-2:])
-        d = jnp.matmul(va, vb, precision=HIGHEST)
-        if opts.alpha is not None and opts.epilogue is not None:
-            d = d * F32(opts.alpha)
-        if c is not None:
-            beta = opts.beta if (opts.beta is not None and opts.epilogue is not None) else 1.0
-            d = d + jnp.broadcast_to(F32(beta) * c, d.shape)
-        return d
-
-    @jax.custom_jvp
-    def f(A, B, C, SA, SB, key):
+    def forward(A, B, C, SA, SB, key):
         return _forward_jit(cfg, opts, kind, A, B, C, SA, SB, key)
 
-    # symbolic zeros: an operand without a tangent adds no term (see util/_ste.py)
-    @functools.partial(f.defjvp, symbolic_zeros=True)
-    def f_jvp(primals, tangents):
-        out = f(*primals)
-        A, B, C, SA, SB, key = primals
-        tangents = tangents[:5]
-        primals = primals[:5]
+    def values(A, B, SA, SB, key):
         rnd = opts.input_rounding
+        ra, rb = _prepare.random_pair(opts, key, A, B)
+        Ab = _prepare.operand_bits(ins, ins.atype, A, "A", rnd, ra)
+        Bb = _prepare.operand_bits(ins, ins.btype, B, "B", rnd, rb)
+        va, vb = _operands.values(ins, ins.atype, Ab), _operands.values(ins, ins.btype, Bb)
+        return va, vb, *(None if s is None else jnp.asarray(s, F32) for s in (SA, SB))
 
-        def vals(A, B, _):
-            ra, rb = _prepare.random_pair(opts, key, A, B)
-            Ab = _prepare.operand_bits(ins, ins.atype, A, "A", rnd, ra)
-            Bb = _prepare.operand_bits(ins, ins.btype, B, "B", rnd, rb)
-            return _operands.values(ins, ins.atype, Ab), _operands.values(ins, ins.btype, Bb)
-
-        va, vb = _ste.straight_values(vals, A, B, None)
-        prim = [va, vb, None if C is None else jnp.asarray(C, F32), SA, SB]
-        prim = [None if p is None else jnp.asarray(p, F32) for p in prim]
-        # the operands that carry a tangent are the variables; the others stay constants
-        moving = [
-            i
-            for i, (x, p, t) in enumerate(zip(primals, prim, tangents, strict=True))
-            if p is not None and _is_float(x) and _ste.has_tangent(t)
-        ]
-        if not moving:
-            return out, jnp.zeros(out.shape, out.dtype)
-
-        def g(*xs):
-            full = list(prim)
-            for i, x in zip(moving, xs, strict=True):
-                full[i] = x
-            return exact(*full)
-
-        tans = tuple(jnp.broadcast_to(jnp.asarray(tangents[i], F32), prim[i].shape) for i in moving)
-        _, t = jax.jvp(g, tuple(prim[i] for i in moving), tans)
-        return out, jnp.broadcast_to(t, out.shape).astype(out.dtype)
-
-    return f(A, B, C, SA, SB, key)
+    return _ste.gemm(forward, values, A, B, C, SA, SB, key, exact=exact)
 
 
 def matmul(cfg, opts, A, B, C, scale_a, scale_b, *, key=None):

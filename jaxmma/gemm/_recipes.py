@@ -81,13 +81,18 @@ def scale_bits(kind: str, scale_a, scale_b) -> tuple:
     return (_ieee.fmul_f32(sa, sb),)
 
 
-def expand(kind: str, scale_a, scale_b, K: int, N: int):
-    """Scales as factors of A ``[..., M, K]`` and B ``[..., K, N]`` (for derivatives)."""
+def factor_a(kind: str, scale_a, K: int):
+    """A's scales as a factor of A ``[..., M, K]`` (for derivatives; linear in them)."""
     if kind in ("tensor", "row"):
-        return scale_a, scale_b
-    ea = jnp.repeat(scale_a, GROUP, axis=-1)[..., :K]
-    eb = jnp.repeat(jnp.repeat(scale_b, GROUP, axis=-2), GROUP, axis=-1)[..., :K, :N]
-    return ea, eb
+        return scale_a
+    return jnp.repeat(scale_a, GROUP, axis=-1)[..., :K]
+
+
+def factor_b(kind: str, scale_b, K: int, N: int):
+    """B's scales as a factor of B ``[..., K, N]`` (for derivatives; linear in them)."""
+    if kind in ("tensor", "row"):
+        return scale_b
+    return jnp.repeat(jnp.repeat(scale_b, GROUP, axis=-2), GROUP, axis=-1)[..., :K, :N]
 
 
 def block_bits(chain, Ab, Bb, zero, scale_a, scale_b):

@@ -38,6 +38,7 @@ from jax.typing import ArrayLike, DTypeLike
 from ..bits import _doubles, _formats
 from ..instructions._instruction import Instruction
 from ..operands import _quant, _scaling
+from ..util import _ste
 from . import _config, _gemm
 
 F32 = jnp.float32
@@ -241,46 +242,48 @@ class _Matmul:
         return _formats.decode(fmt, _bits(x).astype(jnp.uint32)).astype(F32)
 
 
-@functools.partial(jax.custom_jvp, nondiff_argnums=(0,))
+_E8M0_NO_DERIVATIVE = (
+    "{name}: float8_e8m0fnu holds neither zero nor negative values, so it cannot carry a "
+    "derivative; differentiate with respect to lhs / rhs, or give float8_e4m3fn (ue4m3) "
+    "scales"
+)
+
+
+def _scale_tangent(name: str, d, s, aux):
+    """The tangent of the scale the instruction reads, ``|s|`` (ue4m3 ignores the sign
+    bit): ``d * sign(s)``; float8_e8m0fnu scales refuse a derivative."""
+    if _dtype_name(s) == "float8_e8m0fnu":
+        raise TypeError(_E8M0_NO_DERIVATIVE.format(name=name))
+    return d.astype(F32) * jnp.sign(s.astype(F32))
+
+
+_SCALE_TANGENTS = (
+    None,
+    None,
+    functools.partial(_scale_tangent, "lhs_scales"),
+    functools.partial(_scale_tangent, "rhs_scales"),
+)
+
+
 def _scaled_matmul_ste(cfg: _Matmul, a, b, sa, sb):
-    qa, qb = cfg.quantized(a, b, sa, sb)
-    return _gemm.matmul(qa, qb, instruction=cfg.ins)
+    """The GEMM with the straight-through tangent of the exact product
+    ``(a * sa) @ (b * sb)^T`` of the values read (:func:`jaxmma.util._ste.gemm`)."""
 
+    def forward(a, b, _, sa, sb, aux):
+        qa, qb = cfg.quantized(a, b, sa, sb)
+        return _gemm.matmul(qa, qb, instruction=cfg.ins)
 
-@functools.partial(_scaled_matmul_ste.defjvp, symbolic_zeros=True)
-def _scaled_matmul_jvp(cfg, primals, tangents):
-    """The tangent of the exact product ``(a * sa) @ (b * sb)^T`` of the values read."""
-    a, b, sa, sb = primals
-    da, db, dsa, dsb = tangents
-    out = _scaled_matmul_ste(cfg, a, b, sa, sb)
-    zero = lambda t: isinstance(t, jax.custom_derivatives.SymbolicZero)  # noqa: E731
-    for name, x, t in (("lhs_scales", sa, dsa), ("rhs_scales", sb, dsb)):
-        if not zero(t) and _dtype_name(x) == "float8_e8m0fnu":
-            raise TypeError(
-                f"{name}: float8_e8m0fnu holds neither zero nor negative values, so it cannot "
-                "carry a derivative; differentiate with respect to lhs / rhs, or give "
-                "float8_e4m3fn (ue4m3) scales"
-            )
-    s_a = jnp.repeat(cfg.values(sa, cfg.ins.stype), cfg.block, axis=-1)
-    s_b = jnp.repeat(cfg.values(sb, cfg.ins.stype), cfg.block, axis=-1)
-    va, vb = cfg.values(a, cfg.afmt), cfg.values(b, cfg.bfmt)
-    # only the terms with a tangent: a product with an all-zero matrix would cost a GEMM
-    # (and XLA:CPU's YNNPACK dot fusion once read such products from uninitialized memory)
-    dA = dB = None
-    if not zero(da):
-        dA = da.astype(F32) * s_a
-    if not zero(dsa):  # ue4m3: the instruction reads |scale|
-        t = va * jnp.repeat(dsa.astype(F32) * jnp.sign(sa.astype(F32)), cfg.block, -1)
-        dA = t if dA is None else dA + t
-    if not zero(db):
-        dB = db.astype(F32) * s_b
-    if not zero(dsb):
-        t = vb * jnp.repeat(dsb.astype(F32) * jnp.sign(sb.astype(F32)), cfg.block, -1)
-        dB = t if dB is None else dB + t
-    prod = functools.partial(jnp.einsum, "bmk,bnk->bmn", precision=HIGHEST)
-    terms = [prod(dA, vb * s_b)] if dA is not None else []
-    terms += [prod(va * s_a, dB)] if dB is not None else []
-    return out, sum(terms[1:], terms[0]) if terms else jnp.zeros(out.shape, out.dtype)
+    def values(a, b, sa, sb, aux):
+        fmts = (cfg.afmt, cfg.bfmt, cfg.ins.stype, cfg.ins.stype)
+        return tuple(cfg.values(x, f) for x, f in zip((a, b, sa, sb), fmts, strict=True))
+
+    block = functools.partial(jnp.repeat, repeats=cfg.block, axis=-1)
+    exact = _ste.Exact(
+        scale_a=block,
+        scale_b=block,
+        product=functools.partial(jnp.einsum, "bmk,bnk->bmn", precision=HIGHEST),
+    )
+    return _ste.gemm(forward, values, a, b, None, sa, sb, exact=exact, lifts=_SCALE_TANGENTS)
 
 
 def scaled_matmul(
@@ -486,6 +489,10 @@ class _Backward:
     out_dtype: np.dtype
 
 
+# Not the straight-through rule of util._ste, by design: jax.nn's backward quantizes G and
+# the raw float operands again (along the backward contraction, not the values the
+# forward read), and an nvfp4 configs[2] zeroes gradients where the forward clipped, which
+# reads the operands beside the gradient GEMM. A recipe backward, as in training/.
 @functools.partial(jax.custom_vjp, nondiff_argnums=(0, 1))
 def _gemm_3d_configs(cfg, bwd, gl, gr, gg, L, R):
     return _gemm_3d(cfg, gl, gr, L, R)
