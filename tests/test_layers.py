@@ -181,7 +181,6 @@ INTERFACES = (
 #: (importing module, imported module)
 INTERFACE_PENDING: set[tuple[str, str]] = {
     # being reworked elsewhere; they move to the interfaces when that lands
-    ("jaxmma.gemm._kernel", "jaxmma.util._ste"),
     ("jaxmma.gemm._kernel", "jaxmma.util._xla"),
     ("jaxmma.gemm._kernel", "jaxmma.bits._doubles"),
     ("jaxmma.gemm._kernel", "jaxmma.bits._values"),

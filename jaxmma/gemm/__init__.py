@@ -24,13 +24,14 @@ options and fp8 scales. ``_scaled_dot`` (``jax.nn``'s block-scaled API), ``_hlo`
 (XLA:GPU's plans) and ``_replay`` build options for ``matmul``.
 
 Derivatives: one straight-through module, ``jaxmma.util._ste`` (floor 0, so that
-``ins.mma`` below shares it), around every entry point: ``_ste.gemm`` takes the forward
-on bits, the values the instruction reads and the entry point's exact value
-(``_ste.Exact``: ``alpha * (A * SA) @ (B * SB) + beta * C``); ``_gemm`` (plain path),
-``_kernel`` (kernel options, fp8 scales) and ``_scaled_dot.scaled_matmul`` pass theirs,
-and ``_ste.with_gemm_gradients`` runs the ``grad_instruction`` GEMMs. jax.nn's
-``grad="configs"`` backward in ``_scaled_dot`` is a quantizing recipe, not
-straight-through, and keeps its own ``custom_vjp`` (docs/gemm.md, "Derivatives").
+``ins.mma`` below shares it), around every entry point: ``util.gemm_straight_through``
+takes the forward on bits, the values the instruction reads and the entry point's exact
+value (``util.GemmExact``: ``alpha * (A * SA) @ (B * SB) + beta * C``); ``_gemm`` (plain
+path, ``util.product_straight_through``), ``_kernel`` (kernel options, fp8 scales) and
+``_scaled_dot.scaled_matmul`` pass theirs, and ``util.with_gemm_gradients`` runs the
+``grad_instruction`` GEMMs. jax.nn's ``grad="configs"`` backward in ``_scaled_dot`` is a
+quantizing recipe, not straight-through, and keeps its own ``custom_vjp`` (docs/gemm.md,
+"Derivatives").
 
 What other floors may use is re-exported below; they import it from ``jaxmma.gemm``,
 never from the modules (``tests/test_layers.py`` checks it).

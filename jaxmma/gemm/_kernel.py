@@ -15,10 +15,11 @@ import functools
 import jax.numpy as jnp
 import numpy as np
 
+from .. import util
 from ..bits import _doubles, _values
 from ..models import _models
 from ..operands import _operands
-from ..util import _ste, _xla
+from ..util import _xla
 from . import _config, _epilogue, _executors, _prepare, _recipes, _split
 from ._options import KernelOptions
 
@@ -72,11 +73,11 @@ _forward_jit = _xla.jit(_bits_forward, static_argnums=(0, 1, 2))
 
 def _gemm(cfg, opts, kind, A, B, C, SA, SB, key):
     """Values in, values out, with the straight-through tangent of
-    ``alpha * (A_q * SA) @ (B_q * SB) + beta * C`` (:func:`jaxmma.util._ste.gemm`)."""
+    ``alpha * (A_q * SA) @ (B_q * SB) + beta * C`` (:func:`jaxmma.util.gemm_straight_through`)."""
     ins = cfg.ins
     K, N = jnp.shape(A)[-1], jnp.shape(B)[-1]
     epilogue = opts.epilogue is not None
-    exact = _ste.Exact(
+    exact = util.GemmExact(
         scale_a=None if kind is None else functools.partial(_recipes.factor_a, kind, K=K),
         scale_b=None if kind is None else functools.partial(_recipes.factor_b, kind, K=K, N=N),
         alpha=opts.alpha if epilogue else None,
@@ -95,7 +96,7 @@ def _gemm(cfg, opts, kind, A, B, C, SA, SB, key):
         va, vb = _operands.values(ins, ins.atype, Ab), _operands.values(ins, ins.btype, Bb)
         return va, vb, *(None if s is None else jnp.asarray(s, F32) for s in (SA, SB))
 
-    return _ste.gemm(forward, values, A, B, C, SA, SB, key, exact=exact)
+    return util.gemm_straight_through(forward, values, A, B, C, SA, SB, key, exact=exact)
 
 
 def matmul(cfg, opts, A, B, C, scale_a, scale_b, *, key=None):

@@ -35,10 +35,10 @@ import jax.numpy as jnp
 import numpy as np
 from jax.typing import ArrayLike, DTypeLike
 
+from .. import util
 from ..bits import _doubles, _formats
 from ..instructions._instruction import Instruction
 from ..operands import _quant, _scaling
-from ..util import _ste
 from . import _config, _gemm
 
 F32 = jnp.float32
@@ -267,7 +267,7 @@ _SCALE_TANGENTS = (
 
 def _scaled_matmul_ste(cfg: _Matmul, a, b, sa, sb):
     """The GEMM with the straight-through tangent of the exact product
-    ``(a * sa) @ (b * sb)^T`` of the values read (:func:`jaxmma.util._ste.gemm`)."""
+    ``(a * sa) @ (b * sb)^T`` of the values read (:func:`jaxmma.util.gemm_straight_through`)."""
 
     def forward(a, b, _, sa, sb, aux):
         qa, qb = cfg.quantized(a, b, sa, sb)
@@ -278,12 +278,14 @@ def _scaled_matmul_ste(cfg: _Matmul, a, b, sa, sb):
         return tuple(cfg.values(x, f) for x, f in zip((a, b, sa, sb), fmts, strict=True))
 
     block = functools.partial(jnp.repeat, repeats=cfg.block, axis=-1)
-    exact = _ste.Exact(
+    exact = util.GemmExact(
         scale_a=block,
         scale_b=block,
         product=functools.partial(jnp.einsum, "bmk,bnk->bmn", precision=HIGHEST),
     )
-    return _ste.gemm(forward, values, a, b, None, sa, sb, exact=exact, lifts=_SCALE_TANGENTS)
+    return util.gemm_straight_through(
+        forward, values, a, b, None, sa, sb, exact=exact, lifts=_SCALE_TANGENTS
+    )
 
 
 def scaled_matmul(

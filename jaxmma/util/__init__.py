@@ -4,8 +4,9 @@ shapes (``_shapes``), custom derivatives (``_grad``, ``_ste``), jaxpr walks
 
 What other floors may use is re-exported below; they import it from ``jaxmma.util``,
 never from the modules (``tests/test_layers.py`` checks it). ``straight_through`` is the
-elementwise straight-through tangent (``_grad``), ``product_straight_through`` that of a
-product (``_ste``).
+elementwise straight-through tangent (``_grad``); ``gemm_straight_through`` is the one
+derivative rule of every GEMM entry point, given its exact value (``GemmExact``), and
+``product_straight_through`` that rule for ``A @ B + C`` (``_ste``).
 """
 
 from ._errors import X64_HINT as X64_HINT
@@ -24,6 +25,8 @@ from ._shapes import batch_shape as batch_shape
 from ._shapes import broadcast as broadcast
 from ._shapes import matrix_dims as matrix_dims
 from ._shapes import pad_axis as pad_axis
+from ._ste import Exact as GemmExact
+from ._ste import gemm as gemm_straight_through
 from ._ste import straight_through as product_straight_through
 from ._ste import with_gemm_gradients as with_gemm_gradients
 from ._xla import clz as clz
@@ -32,6 +35,7 @@ from ._xla import jit as jit
 
 __all__ = [
     "CALLS",
+    "GemmExact",
     "X64_HINT",
     "batch_shape",
     "bind",
@@ -39,6 +43,7 @@ __all__ = [
     "closed",
     "clz",
     "contains",
+    "gemm_straight_through",
     "ingest",
     "is_traced",
     "jit",
