@@ -96,3 +96,55 @@ def xla_flags() -> str:
     if _xla_knows(NO_FUSION_EMITTERS):
         flags.append(NO_FUSION_EMITTERS)
     return " ".join(flags)
+
+
+#: the measured list of slow test functions (see :func:`halve_slow`)
+SLOW_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "slow.txt")
+#: functions never halved: the checks against hardware captures
+ALWAYS = ("tests/test_golden.py::", "tests/test_gemm_golden.py::", "::test_matches_the_h100")
+
+
+def slow_functions() -> list[str]:
+    """The test functions (node ids without parameters) listed in tests/slow.txt."""
+    with open(SLOW_FILE) as f:
+        lines = (line.strip() for line in f)
+        return [line for line in lines if line and not line.startswith("#")]
+
+
+def halve_slow(names) -> set:
+    """Of ``names`` (node ids), those the quick run leaves out: of the slow functions
+    (tests/slow.txt) half, drawn with this run's seed (a different half from day to
+    day; every one in the full sweep). Checks against hardware captures are never left
+    out."""
+    if full_sweep():
+        return set()
+    slow = sorted(s for s in slow_functions() if not any(a in s for a in ALWAYS))
+    random.Random(f"{seed()}:slow").shuffle(slow)
+    out = set(slow[1::2])
+    return {n for n in names if n.split("[", 1)[0] in out}
+
+
+def _write_slow(durations_path: str, least: float = 1.5) -> None:
+    """Print tests/slow.txt from the output of ``pytest tests -n 2 -q --durations=0``
+    (a quick run from an empty compile cache): the functions whose cases together took
+    ``least`` seconds or more."""
+    total: dict = {}
+    with open(durations_path) as f:
+        for line in f:
+            parts = line.split()
+            if len(parts) == 3 and parts[0].endswith("s") and parts[1] in (
+                "call", "setup", "teardown"
+            ):  # fmt: skip
+                base = parts[2].split("[", 1)[0]
+                total[base] = total.get(base, 0.0) + float(parts[0][:-1])
+    print("# Test functions that took 1.5 s or more (their cases together) in a quick run from")
+    print("# an empty compile cache on 2 cores; the quick run keeps half of them, drawn with")
+    print("# the seed (tests/_suite.py halve_slow). Regenerate:")
+    print("#   pytest tests -n 2 -q --durations=0 > durations.txt")
+    print("#   python tests/_suite.py durations.txt > tests/slow.txt")
+    for base in sorted(b for b, t in total.items() if t >= least):
+        print(base)
+
+
+if __name__ == "__main__":
+    _write_slow(sys.argv[1])

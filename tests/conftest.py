@@ -9,7 +9,9 @@ between the quick run (``make test``) and the full sweep (``make test-all``).
   parametrized test it keeps one case in ``_suite.CASE_SHARE`` (at least one), drawn with
   the same seed, unless the test is marked ``every_case`` (the notebooks, the hardware
   golden files, the cheap table-driven checks) or its cases were drawn by hand
-  (``_suite.params``). The seed is today's UTC date
+  (``_suite.params``). Of the slow test functions listed in tests/slow.txt (measured)
+  it keeps half, a different half each day; the checks against hardware captures
+  always run. The seed is today's UTC date
   unless the variable is set; the header prints it, so a failure is reproduced with
   ``JAXMMA_TEST_SEED=<seed> pytest ...``.
 """
@@ -17,7 +19,7 @@ between the quick run (``make test``) and the full sweep (``make test-all``).
 import datetime
 import os
 
-from _suite import full_sweep, seed, thin, xla_flags
+from _suite import full_sweep, halve_slow, seed, thin, xla_flags
 
 # Faster XLA:CPU compilation for the many small programs the suite builds; jaxmma's
 # results are bit-identical (the CPU's own tanh or rsqrt are not). Set once by the
@@ -97,6 +99,10 @@ def pytest_collection_modifyitems(config, items):
     kept = {id(rest[i]) for i in thin(it.nodeid for it in rest)}
     drop += [it for it in rest if id(it) not in kept]
     keep = [it for it in keep if id(it) in wholes or id(it) in kept]
+    # half of the slow functions (tests/slow.txt), a different half each day
+    out = halve_slow(it.nodeid for it in keep)
+    drop += [it for it in keep if it.nodeid in out]
+    keep = [it for it in keep if it.nodeid not in out]
     if drop:
         config.hook.pytest_deselected(items=drop)
         items[:] = keep

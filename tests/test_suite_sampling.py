@@ -1,8 +1,9 @@
 """The quick run's samples (tests/_suite.py): one item per group, the same in every
 process for a seed, every item in the full sweep."""
 
+import _suite
 import pytest
-from _suite import CASE_SHARE, params, sample, thin
+from _suite import CASE_SHARE, halve_slow, params, sample, thin
 
 ITEMS = [(g, i) for g in "abcd" for i in range(5)]
 
@@ -66,3 +67,47 @@ def test_thin_keeps_a_share_of_each_function(monkeypatch):
     assert seen == set(range(len(NAMES)))  # the seed rotates through every case
     monkeypatch.setenv("JAXMMA_FULL", "1")
     assert thin(NAMES) == list(range(len(NAMES)))
+
+
+SLOW = [f"t.py::s{i}" for i in range(10)] + [
+    "tests/test_golden.py::g",
+    "t.py::test_matches_the_h100",
+]
+
+
+def test_half_of_the_slow_functions_each_day(monkeypatch):
+    monkeypatch.delenv("JAXMMA_FULL", raising=False)
+    monkeypatch.setattr(_suite, "slow_functions", lambda: SLOW)
+    names = [f"{s}[{c}]" for s in SLOW for c in "ab"] + ["t.py::fast"]
+    seen = set()
+    for seed in range(40):
+        monkeypatch.setenv("JAXMMA_TEST_SEED", str(seed))
+        out = halve_slow(names)
+        assert out == halve_slow(list(names))  # the same draw in every process
+        functions = {n.split("[", 1)[0] for n in out}
+        assert len(functions) == 5  # half of the ten that may be left out
+        assert all(f"{f}[a]" in out and f"{f}[b]" in out for f in functions)  # whole
+        assert not out & {"t.py::fast", "tests/test_golden.py::g[a]"}
+        assert not any("test_matches_the_h100" in n for n in out)
+        seen |= functions
+    assert seen == set(SLOW[:10])  # every slow function runs on some days, not on others
+    monkeypatch.setenv("JAXMMA_FULL", "1")
+    assert halve_slow(names) == set()
+
+
+def test_the_slow_list_names_existing_tests():
+    """tests/slow.txt names test functions that exist (a renamed test is not silently
+    halved forever, nor a missing one kept in the list)."""
+    import ast
+    import os
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    missing = []
+    for name in _suite.slow_functions():
+        path, func = name.split("::", 1)
+        with open(os.path.join(root, path)) as f:
+            tree = ast.parse(f.read())
+        defs = {n.name for n in ast.walk(tree) if isinstance(n, ast.FunctionDef)}
+        if func.split("::")[-1] not in defs:
+            missing.append(name)
+    assert not missing, f"tests/slow.txt names tests that do not exist: {missing}"
