@@ -124,7 +124,7 @@ def halve_slow(names) -> set:
     return {n for n in names if n.split("[", 1)[0] in out}
 
 
-def _write_slow(durations_path: str, least: float = 1.5) -> None:
+def _write_slow(durations_path: str, least: float = 1.0) -> None:
     """Print tests/slow.txt from the output of ``pytest tests -n 2 -q --durations=0``
     (a quick run from an empty compile cache): the functions whose cases together took
     ``least`` seconds or more."""
@@ -137,7 +137,7 @@ def _write_slow(durations_path: str, least: float = 1.5) -> None:
             ):  # fmt: skip
                 base = parts[2].split("[", 1)[0]
                 total[base] = total.get(base, 0.0) + float(parts[0][:-1])
-    print("# Test functions that took 1.5 s or more (their cases together) in a quick run from")
+    print("# Test functions that took 1 s or more (their cases together) in a quick run from")
     print("# an empty compile cache on 2 cores; the quick run keeps half of them, drawn with")
     print("# the seed (tests/_suite.py halve_slow). Regenerate:")
     print("#   pytest tests -n 2 -q --durations=0 > durations.txt")
