@@ -179,20 +179,7 @@ INTERFACES = (
 )
 #: imports of a declared floor's modules still to move to the package's names:
 #: (importing module, imported module)
-INTERFACE_PENDING: set[tuple[str, str]] = {
-    # being reworked elsewhere; they move to the interfaces when that lands
-    ("jaxmma.gemm._kernel", "jaxmma.util._xla"),
-    ("jaxmma.gemm._kernel", "jaxmma.bits._doubles"),
-    ("jaxmma.gemm._kernel", "jaxmma.bits._values"),
-    ("jaxmma.gemm._scaled_dot", "jaxmma.bits._doubles"),
-    ("jaxmma.gemm._scaled_dot", "jaxmma.bits._formats"),
-    ("jaxmma.gemm._recipes", "jaxmma.arith._ieee"),
-    ("jaxmma.gemm._kernel", "jaxmma.models._models"),
-    ("jaxmma.gemm._kernel", "jaxmma.operands._operands"),
-    ("jaxmma.gemm._scaled_dot", "jaxmma.operands._quant"),
-    ("jaxmma.gemm._scaled_dot", "jaxmma.operands._scaling"),
-    ("jaxmma.gemm._scaled_dot", "jaxmma.instructions._instruction"),
-}
+INTERFACE_PENDING: set[tuple[str, str]] = set()
 
 
 def _reaching(graph, floor: str):

@@ -14,6 +14,7 @@ output format of the wide integers.
 from ._doubles import ROUNDINGS as ROUNDINGS
 from ._doubles import exact_float32 as exact_float32
 from ._doubles import is_host_double as is_host_double
+from ._doubles import nearest_float32 as nearest_float32
 from ._doubles import prepare as prepare
 from ._formats import DTYPES as DTYPES
 from ._formats import F8F6F4 as F8F6F4
@@ -83,6 +84,7 @@ __all__ = [
     "is_host_double",
     "limbs_needed",
     "msb",
+    "nearest_float32",
     "pack",
     "prepare",
     "registers",

@@ -16,10 +16,9 @@ import jax.numpy as jnp
 import numpy as np
 
 from .. import util
-from ..bits import _doubles, _values
-from ..models import _models
-from ..operands import _operands
-from ..util import _xla
+from ..bits import from_bits, nearest_float32
+from ..models import zero_bits
+from ..operands import operand_bits, operand_values
 from . import _config, _epilogue, _executors, _prepare, _recipes, _split
 from ._options import KernelOptions
 
@@ -41,10 +40,10 @@ def _bits_forward(cfg, opts, kind, A, B, C, SA, SB, key):
     Bb = jnp.broadcast_to(Bb, lead + Bb.shape[-2:])
     if opts.lead_first:  # the partial k-tile first, then +0s to a whole tile, then the rest
         Ab, Bb = _split.lead_first(Ab, Bb, opts.k_tile)
-    zero = _models.zero_bits(shape)
+    zero = zero_bits(shape)
     run = lambda a, b, c: _executors.gemm_bits(cfg, a, b, c)  # noqa: E731
     in_chain = opts.epilogue is None and C is not None
-    C0 = jnp.broadcast_to(_operands.to_bits(ins, ins.ctype, C, "C"), shape) if in_chain else None
+    C0 = jnp.broadcast_to(operand_bits(ins, ins.ctype, C, "C"), shape) if in_chain else None
     scale = _recipes.scale_bits(kind, SA, SB) if kind in ("tensor", "row") else None
     ex = _executors.choose(cfg, (Ab.shape, Bb.shape))
     if kind == "block" and ex.fuses("block"):
@@ -65,10 +64,10 @@ def _bits_forward(cfg, opts, kind, A, B, C, SA, SB, key):
     if C is not None and opts.epilogue is not None:
         C32 = _epilogue.c_bits(C, out)
     bits, fmt = _epilogue.finish(opts, acc, acc_type, C32, scale)
-    return _values.from_bits(fmt, bits)
+    return from_bits(fmt, bits)
 
 
-_forward_jit = _xla.jit(_bits_forward, static_argnums=(0, 1, 2))
+_forward_jit = util.jit(_bits_forward, static_argnums=(0, 1, 2))
 
 
 def _gemm(cfg, opts, kind, A, B, C, SA, SB, key):
@@ -93,7 +92,7 @@ def _gemm(cfg, opts, kind, A, B, C, SA, SB, key):
         ra, rb = _prepare.random_pair(opts, key, A, B)
         Ab = _prepare.operand_bits(ins, ins.atype, A, "A", rnd, ra)
         Bb = _prepare.operand_bits(ins, ins.btype, B, "B", rnd, rb)
-        va, vb = _operands.values(ins, ins.atype, Ab), _operands.values(ins, ins.btype, Bb)
+        va, vb = operand_values(ins, ins.atype, Ab), operand_values(ins, ins.btype, Bb)
         return va, vb, *(None if s is None else jnp.asarray(s, F32) for s in (SA, SB))
 
     return util.gemm_straight_through(forward, values, A, B, C, SA, SB, key, exact=exact)
@@ -113,7 +112,7 @@ def matmul(cfg, opts, A, B, C, scale_a, scale_b, *, key=None):
                     f"arrays, got {dtype}"
                 )
     # fp8 scales are float32 factors: doubles rounded to nearest once, x64 on or off
-    scale_a, scale_b = _doubles.nearest_float32(scale_a), _doubles.nearest_float32(scale_b)
+    scale_a, scale_b = nearest_float32(scale_a), nearest_float32(scale_b)
     A, B = jnp.asarray(A), jnp.asarray(B)
     _prepare.check_shapes(ins, A, B, None if C is None else jnp.asarray(C))
     M, K, N = A.shape[-2], A.shape[-1], B.shape[-1]

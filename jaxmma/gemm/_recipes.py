@@ -20,7 +20,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from ..arith import _ieee
+from ..arith import ffma_f32, fmul_f32
 
 GROUP = 128  # elements of K per block scale (DeepSeek-V3: 1x128 and 128x128)
 
@@ -78,7 +78,7 @@ def scale_bits(kind: str, scale_a, scale_b) -> tuple:
     sa, sb = bits(scale_a), bits(scale_b)
     if kind == "row":
         return (sb, sa)
-    return (_ieee.fmul_f32(sa, sb),)
+    return (fmul_f32(sa, sb),)
 
 
 def factor_a(kind: str, scale_a, K: int):
@@ -114,11 +114,11 @@ def block_bits(chain, Ab, Bb, zero, scale_a, scale_b):
     sa = jnp.moveaxis(bits(scale_a), -1, 0)[..., None]  # [G, ..., M, 1]
     sb = jnp.repeat(bits(scale_b), GROUP, axis=-1)[..., :N]  # [..., G, N]
     sb = jnp.moveaxis(sb, -2, 0)[..., None, :]  # [G, ..., 1, N]
-    s = _ieee.fmul_f32(sa, sb)
+    s = fmul_f32(sa, sb)
 
     def step(total, x):
         p, sg = x
-        return _ieee.ffma_f32(p, sg, total), None
+        return ffma_f32(p, sg, total), None
 
     shape = jnp.broadcast_shapes(P.shape[1:], s.shape[1:])
 

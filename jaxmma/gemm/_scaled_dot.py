@@ -36,9 +36,9 @@ import numpy as np
 from jax.typing import ArrayLike, DTypeLike
 
 from .. import util
-from ..bits import _doubles, _formats
-from ..instructions._instruction import Instruction
-from ..operands import _quant, _scaling
+from ..bits import decode, exact_float32
+from ..instructions import Instruction
+from ..operands import Quantized, block_size, quantize_mx, quantize_nvfp4
 from . import _config, _gemm
 
 F32 = jnp.float32
@@ -133,7 +133,7 @@ def _pick(afmt, bfmt, stype, block, *, instruction, arch, names, block_name=None
         ):
             if got != want:
                 raise TypeError(f"{what}: {ins.text} takes .{want}, got .{got}")
-    want = _scaling.block_size(ins)
+    want = block_size(ins)
     if block != want:
         allowed = want if instruction is not None else f"{BLOCKS[stype]} for {stype} scales"
         what = block_name or f"{names[2]}, {names[3]}: block size"
@@ -232,14 +232,14 @@ class _Matmul:
     def quantized(self, a, b, sa, sb):
         """(B, M, K), (B, N, K) bits and their scales -> Quantized A [B, M, K], B [B, K, N]."""
         st, blk = self.ins.stype, self.block
-        qa = _quant.Quantized(_bits(a), _bits(sa), None, self.afmt, st, blk, -1)
+        qa = Quantized(_bits(a), _bits(sa), None, self.afmt, st, blk, -1)
         T = lambda x: jnp.swapaxes(_bits(x), -1, -2)  # noqa: E731
-        qb = _quant.Quantized(T(b), T(sb), None, self.bfmt, st, blk, -2)
+        qb = Quantized(T(b), T(sb), None, self.bfmt, st, blk, -2)
         return qa, qb
 
     def values(self, x, fmt):
         """float32 values the instruction reads (ue4m3 scales without their sign)."""
-        return _formats.decode(fmt, _bits(x).astype(jnp.uint32)).astype(F32)
+        return decode(fmt, _bits(x).astype(jnp.uint32)).astype(F32)
 
 
 _E8M0_NO_DERIVATIVE = (
@@ -374,10 +374,8 @@ class _Side:
     def quantize(self, x, axis, global_scale):
         """jax.nn's recipe on jaxmma's exact quantizers (``docs/scaled_dot.md``)."""
         if self.mode == "mxfp8":  # amax / max rounded up to a power of two
-            return _quant.quantize_mx(
-                x, self.fmt, axis=axis, block=self.block, scale_rounding="ceil"
-            )
-        return _quant.quantize_nvfp4(
+            return quantize_mx(x, self.fmt, axis=axis, block=self.block, scale_rounding="ceil")
+        return quantize_nvfp4(
             x, axis=axis, block=self.block, global_scale=global_scale, scale_rounding="nearest"
         )
 
@@ -628,7 +626,7 @@ def scaled_dot_general(
             f"grad={grad!r}), got {len(configs)}"
         )
     # the quantizers' rule for doubles, as matmul's: exact in float32, or a TypeError
-    lhs, rhs = (jnp.asarray(_doubles.exact_float32(x, n)) for x, n in ((lhs, "lhs"), (rhs, "rhs")))
+    lhs, rhs = (jnp.asarray(exact_float32(x, n)) for x, n in ((lhs, "lhs"), (rhs, "rhs")))
     for name, x in (("lhs", lhs), ("rhs", rhs)):
         if not jnp.issubdtype(x.dtype, jnp.floating):
             raise TypeError(f"{name}: expected a float array to quantize, got {x.dtype}")
