@@ -357,7 +357,7 @@ def test_plans_that_differ_are_paired_by_data_flow_only():
     plans: each dot gets the plan whose operands depend on its own arguments, whatever
     the fusions' order; where the module's data flow is not read, or does not tell the
     two apart, or is not the function's, both dots are refused (a reason, not a guess)."""
-    args = [jnp.zeros((16, 64), jnp.float32), jnp.zeros((64, 8)), jnp.zeros((64, 8))]
+    args = [jnp.zeros(s, jnp.float32) for s in ((16, 64), (64, 8), (64, 8))]
     closed = jax.make_jaxpr(_two_dots)(*args)
     eqns = R._dot_eqns(closed.jaxpr, [])
     deps: dict = {}
