@@ -8,7 +8,9 @@ block-scaled GEMM"): ``kind::mxf4`` / ``kind::mxf4nvf4`` on
 :mod:`jaxmma.models._group_gemm`, or on a GPU its Pallas kernel
 (:mod:`jaxmma.gemm._block_kernel`, chosen by its ``MODE``); dense ``kind::mxf8f6f4``
 with ue8m0 scales on :mod:`jaxmma.models._product_gemm`. :func:`path` forces either
-executor (tests and benchmarks); the bits do not depend on it.
+executor (tests and benchmarks); the bits do not depend on it. On a GPU the
+``kind::mxf8f6f4`` forms run on :mod:`jaxmma.gemm._product_kernel` (chosen by its
+``MODE``).
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ import jax
 import jax.numpy as jnp
 
 from .. import models, operands, util
-from . import _block_kernel, _modes, _partition
+from . import _block_kernel, _modes, _partition, _product_kernel
 
 #: ``"auto"``: the forms :func:`covers` names run here; ``"emulate"``: none does
 MODE = "auto"
@@ -34,14 +36,17 @@ def path(mode: str):
 
 def covers(cfg, scales) -> bool:
     """Whether :func:`gemm_bits` computes this GEMM (a dense ``kind::mxf4*`` form, or a
-    ``kind::mxf8f6f4`` (ue8m0) one off a GPU, without promotion, while :data:`MODE` allows
-    it). On a GPU the per-step chain is the faster of the two for ``kind::mxf8f6f4``
-    (the same bits; the measurement is in benchmarks/RESULTS.md), so it keeps it."""
+    ``kind::mxf8f6f4`` (ue8m0) one, without promotion, while :data:`MODE` allows it). On
+    a GPU the XLA formulation of ``kind::mxf8f6f4`` is slower than the per-step chain
+    (the measurement is in benchmarks/RESULTS.md), so there it takes the kernel or the
+    chain."""
     if MODE != "auto" or scales is None or cfg.promote_every is not None:
         return False
     if models.group_gemm_supports(cfg.ins):
         return True
-    return models.product_gemm_supports(cfg.ins) and jax.default_backend() != "gpu"
+    if not models.product_gemm_supports(cfg.ins):
+        return False
+    return jax.default_backend() != "gpu" or _product_kernel.chosen() is not None
 
 
 _pad = util.pad_axis
@@ -64,7 +69,12 @@ def gemm_bits(cfg, A, B, C, scales):
     SA = _pad(SA, -1, S * nblk, one)
     SB = _pad(SB, -2, S * nblk, one)
     if models.product_gemm_supports(ins):
-        return models.product_gemm_bits(ins, A, B, C, SA, SB)
+        how = _product_kernel.chosen()
+        if how is None:
+            return models.product_gemm_bits(ins, A, B, C, SA, SB)
+        return _partition.sharded(
+            _product_bits, ins, A, B, C, scales=(SA, SB), interpret=how == "interpret"
+        )
     how = _block_kernel.chosen()
     if how is not None:  # the same bits from one Pallas kernel
         # split over devices as XLA splits a dot (jaxmma/gemm/_partition.py): the scales
@@ -77,3 +87,7 @@ def gemm_bits(cfg, A, B, C, scales):
 
 def _kernel_bits(ins, A, B, C, *, block_scales, interpret: bool):
     return _block_kernel.gemm_bits(ins, A, B, C, *block_scales, interpret=interpret)
+
+
+def _product_bits(ins, A, B, C, *, block_scales, interpret: bool):
+    return _product_kernel.gemm_bits(ins, A, B, C, *block_scales, interpret=interpret)

@@ -20,6 +20,7 @@ from ._scaled import check_ins as check_scaled_ins
 from ._table import GROUP as GROUP
 from ._table import GROUP_E_ZERO as GROUP_E_ZERO
 from ._table import GROUP_F as GROUP_F
+from ._table import PRODUCT_MODEL as PRODUCT_MODEL
 from ._table import block_model as block_model
 from ._table import family as family
 from ._table import wgmma_block_model as wgmma_block_model
@@ -29,6 +30,7 @@ __all__ = [
     "GROUP",
     "GROUP_E_ZERO",
     "GROUP_F",
+    "PRODUCT_MODEL",
     "STEP_GROUPS",
     "WGMMA_INTEGER",
     "block_model",
