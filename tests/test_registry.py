@@ -106,6 +106,7 @@ FAMILY_PENDING = {"gemm/_hlo.py"}
 #: capture script runs alone on the GPU machine, the library harness maps torch dtypes)
 DTYPE_MAP_PENDING = {
     "gemm/_hlo.py",
+    "gemm/_hlo_text.py",
     "gemm/_replay.py",
     "gemm/_scaled_dot.py",
     "conformance/_library.py",
