@@ -16,10 +16,9 @@ import pytest
 from _suite import params
 
 import jaxmma
-from jaxmma import arith
-from jaxmma.arith import _fixed, _numerics
-from jaxmma.bits import _formats
-from jaxmma.models import _chain, _models, _table
+from jaxmma import arith, bits, models
+from jaxmma.arith import _numerics
+from jaxmma.models import _chain
 
 FORMS = [
     ("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32", "sm_90"),
@@ -44,7 +43,7 @@ def _jitted(ins, engine):
     a form has the same shapes). ``engine`` only keys the cache: the general engine's
     program is traced, and so compiled, under the patch that switches the fixed one off."""
     del engine
-    return jax.jit(lambda a, b, c: _models.mma_bits(ins, a, b, c))
+    return jax.jit(lambda a, b, c: models.mma_bits(ins, a, b, c))
 
 
 def _general(monkeypatch, ins, A, B, C):
@@ -59,12 +58,10 @@ def _fast(ins, A, B, C):
 
 
 def _encode(ins, fmt, x):
-    bits = _formats.encode(fmt, jnp.asarray(x, jnp.float32), saturate=fmt not in ("f16", "bf16"))
+    out = bits.encode(fmt, jnp.asarray(x, jnp.float32), saturate=fmt not in ("f16", "bf16"))
     if ins.kind == "f8f6f4":
-        from jaxmma.bits import _packing
-
-        bits = _packing.to_container(bits, fmt)
-    return bits
+        out = bits.to_container(out, fmt)
+    return out
 
 
 def _inputs(ins, how, rng):
@@ -74,11 +71,11 @@ def _inputs(ins, how, rng):
     if how == "raw":
         out = {}
         for op, shape in shapes.items():
-            f = _formats.FORMATS[fmts[op]]
+            f = bits.FORMATS[fmts[op]]
             x = rng.integers(0, 2**32, size=shape, dtype=np.uint64).astype(np.uint32)
             x = x if f.bits >= 32 else x & np.uint32((1 << f.bits) - 1)
             if ins.kind == "f8f6f4" and op != "c":
-                x = np.asarray(_encode(ins, fmts[op], _formats.decode(fmts[op], x)))
+                x = np.asarray(_encode(ins, fmts[op], bits.decode(fmts[op], x)))
             out[op] = jnp.asarray(x)
         return out["a"], out["b"], out["c"]
     if how == "normal":
@@ -107,7 +104,7 @@ def _inputs(ins, how, rng):
         b[-1] += 2.0**-6
         vals = {"a": a, "b": b, "c": rng.standard_normal(shapes["c"]) * 2.0**-20}
     elif how == "tiny":  # results in the output format's subnormal range
-        fa, fb = _formats.FORMATS[fmts["a"]], _formats.FORMATS[fmts["b"]]
+        fa, fb = bits.FORMATS[fmts["a"]], bits.FORMATS[fmts["b"]]
         ea = 2.0 ** (fa.min_exp + rng.integers(0, 6, shapes["a"]))
         eb = 2.0 ** (fb.min_exp + rng.integers(0, 6, shapes["b"]))
         vals = {
@@ -116,9 +113,7 @@ def _inputs(ins, how, rng):
             "c": np.zeros(shapes["c"]),
         }
     elif how == "huge":  # sums that overflow the accumulator
-        top = {
-            op: _formats.decode(fmts[op], _formats.FORMATS[fmts[op]].max_bits) for op in ("a", "b")
-        }
+        top = {op: bits.decode(fmts[op], bits.FORMATS[fmts[op]].max_bits) for op in ("a", "b")}
         vals = {
             op: np.full(shapes[op], float(top[op])) * rng.choice([1.0, 0.5], shapes[op])
             for op in ("a", "b")
@@ -170,16 +165,16 @@ def test_fixed_engine_is_chosen_for_the_common_forms():
     # the fast path must actually run where the docs say it does
     for text, arch in FORMS[:4]:
         ins = jaxmma.instruction(text, arch=arch)
-        bm = _table.block_model(ins.arch_number, ins)
-        assert _fixed.supports(bm, ins.dtype, _chain.sig_bits(ins)), text
+        bm = models.block_model(ins.arch_number, ins)
+        assert arith.fixed_supports(bm, ins.dtype, _chain.sig_bits(ins)), text
 
 
 def test_fixed_engine_declines_what_it_cannot_hold():
-    from jaxmma.arith._numerics import EXACT, BlockModel
+    from jaxmma.arith import EXACT, BlockModel
 
-    assert not _fixed.supports(EXACT, "f32", 8)
-    assert not _fixed.supports(BlockModel(F=30, L=16, e_zero_f32=0, e_zero_f16=0), "f32", 8)
-    assert not _fixed.supports(BlockModel(F=25, L=16, e_zero_f32=0, e_zero_f16=0), "f32", 24)
+    assert not arith.fixed_supports(EXACT, "f32", 8)
+    assert not arith.fixed_supports(BlockModel(F=30, L=16, e_zero_f32=0, e_zero_f16=0), "f32", 8)
+    assert not arith.fixed_supports(BlockModel(F=25, L=16, e_zero_f32=0, e_zero_f16=0), "f32", 24)
 
 
 def test_f32_add_matches_the_general_sum():
@@ -215,6 +210,6 @@ def test_f32_add_matches_the_general_sum():
     x, y = draw(), draw()
     near = rng.random(n) < 0.3  # -x plus a few ulps: cancellation
     y[near] = (x[near] ^ np.uint32(0x80000000)) + rng.integers(-3, 4, near.sum()).astype(np.uint32)
-    fast = np.asarray(_numerics.ieee_add(jnp.asarray(x), jnp.asarray(y), "f32"))
+    fast = np.asarray(arith.ieee_add(jnp.asarray(x), jnp.asarray(y), "f32"))
     general = np.asarray(_numerics.ieee_add_general(jnp.asarray(x), jnp.asarray(y), "f32"))
     assert np.array_equal(fast, general), np.flatnonzero(fast != general)[:5]

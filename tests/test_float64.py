@@ -17,8 +17,8 @@ import numpy as np
 import pytest
 
 import jaxmma
+from jaxmma import spec
 from jaxmma.arith import _float64
-from jaxmma.spec import _spec
 
 MODES = ("rn", "rz", "rm", "rp")
 NAN = 0x7FFF_FFFF_FFFF_FFFF
@@ -525,7 +525,7 @@ def test_hardware_chains(mode):
 
 
 # ---- whole instructions --------------------------------------------------------------------
-F64_FORMS = [f for f in _spec.FORMS if f.atype == "f64" and f.opcode in ("mma", "wmma.mma")]
+F64_FORMS = [f for f in spec.FORMS if f.atype == "f64" and f.opcode in ("mma", "wmma.mma")]
 
 
 def _text(form, mode):

@@ -19,7 +19,7 @@ import ml_dtypes
 import numpy as np
 import pytest
 
-from jaxmma.bits import _formats as F
+from jaxmma import bits as F
 
 MODES = ("rn", "rna", "rz", "rm", "rp", "stochastic")
 N = 1024  # every oracle batch is padded to this length: one compiled shape for all

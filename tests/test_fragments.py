@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import jaxmma
-from jaxmma.operands import _fragments
+from jaxmma import operands
 
 FORMS = [
     i
@@ -23,7 +23,7 @@ FORMS = [
 
 
 def _regs(ins, operand, rng, batch=()):
-    lay = _fragments.layout(ins, operand)
+    lay = operands.fragment_layout(ins, operand)
     if lay.elem_bits == 64:
         x = rng.integers(0, 2**63, batch + (32, lay.nregs), dtype=np.uint64)
     else:
@@ -33,7 +33,7 @@ def _regs(ins, operand, rng, batch=()):
 
 def _layouts(ins):
     """Forms with equal keys share their fragment layouts: the quick run checks one each."""
-    lays = [_fragments.layout(ins, op) for op in "abcd"]
+    lays = [operands.fragment_layout(ins, op) for op in "abcd"]
     scale_vec = ins.form.scale_vec if ins.stype else None
     return ins.shape, ins.sparse, ins.kind, scale_vec, [(x.elem_bits, x.nregs) for x in lays]
 
@@ -52,10 +52,10 @@ def test_round_trips(ins, seed):
         with ctx:
             regs = jnp.asarray(_regs(ins, operand, rng, (2,)))
             M = ins.unfragment(operand, regs)
-            assert M.shape == (2,) + _fragments.matrix_shape(ins, operand)
+            assert M.shape == (2,) + operands.matrix_shape(ins, operand)
             np.testing.assert_array_equal(np.asarray(ins.fragment(operand, M)), np.asarray(regs))
             # every register bit lands in exactly one matrix element
-            lay = _fragments.layout(ins, operand)
+            lay = operands.fragment_layout(ins, operand)
             assert M.size * lay.elem_bits == regs.size * (64 if lay.elem_bits == 64 else 32)
 
 

@@ -342,9 +342,9 @@ def _q_step(ins):
 
 def block_scaled_reference(ins, qa, qb, C):
     m, n, k = ins.m, ins.n, ins.k
-    from jaxmma.operands import _scaling  # the geometry only: scales per k-step
+    from jaxmma import operands  # the geometry only: scales per k-step
 
-    nblk = _scaling.num_blocks(ins)
+    nblk = operands.num_blocks(ins)
     bs = k // nblk
     (Mx, Kx), Nx = qa.shape, qb.shape[1]
     Mp, Np, Kp = _ceil(Mx, m), _ceil(Nx, n), _ceil(Kx, k)
@@ -379,9 +379,9 @@ BLOCK_FORMS = [
 
 
 def _quantizer(ins, fmt):
-    from jaxmma.operands import _scaling
+    from jaxmma import operands
 
-    block = _scaling.block_size(ins)
+    block = operands.block_size(ins)
     if ins.stype == "ue4m3":
         return functools.partial(jaxmma.quant.quantize_nvfp4, block=block)
     return functools.partial(jaxmma.quant.quantize_mx, fmt=fmt, block=block)

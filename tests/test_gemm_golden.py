@@ -21,12 +21,12 @@ from _suite import params
 from jax import lax
 
 import jaxmma
-from jaxmma.arith import _numerics
-from jaxmma.conformance import _gemm, _golden
+from jaxmma import arith, conformance
+from jaxmma.conformance import _gemm
 
 GOLDEN = os.path.join(os.path.dirname(__file__), "golden", "sm_90")
 FILES = _gemm.golden_files(GOLDEN) if os.path.isdir(GOLDEN) else []
-RECORDS = [rec for path in FILES for rec in _golden.load_golden(path)]
+RECORDS = [rec for path in FILES for rec in conformance.load_golden(path)]
 
 
 def _id(rec) -> str:
@@ -56,7 +56,7 @@ def _mma(ins):
 
 @functools.cache
 def _fadd():
-    return jax.jit(lambda x, y: _numerics.ieee_add(x, y, "f32"))
+    return jax.jit(lambda x, y: arith.ieee_add(x, y, "f32"))
 
 
 def _bits(x) -> np.ndarray:

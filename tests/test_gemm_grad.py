@@ -230,8 +230,7 @@ def _spy(monkeypatch):
 
 def _abstract(ins):
     """(register-level args, kwargs), (matrix-level args, kwargs) as ShapeDtypeStructs."""
-    from jaxmma.bits import _values
-    from jaxmma.operands import _fragments, _scaling
+    from jaxmma import operands
 
     S = jax.ShapeDtypeStruct
     wide = ins.atype == "f64"
@@ -243,7 +242,7 @@ def _abstract(ins):
     if ins.opcode == "wmma.mma":
         shapes = {"a": (ins.m, ins.k), "b": (ins.k, ins.n), "c": (ins.m, ins.n)}
     else:
-        shapes = {op: _fragments.matrix_shape(ins, op) for op in "abc"}
+        shapes = {op: operands.matrix_shape(ins, op) for op in "abc"}
     elem = lambda fmt: jnp.uint64 if wide else jnp.uint32  # noqa: E731
     margs = [
         S(shapes["a"], elem(ins.atype)),
@@ -258,9 +257,8 @@ def _abstract(ins):
         mkw["metadata"] = S((ins.m, ins.k // 2), jnp.int32)
     if ins.stype:
         rkw.update(scale_a=S((32,), jnp.uint32), scale_b=S((32,), jnp.uint32))
-        sa, sb = _scaling.scale_shapes(ins)
+        sa, sb = operands.scale_shapes(ins)
         mkw.update(scale_a=S(sa, jnp.uint8), scale_b=S(sb, jnp.uint8))
-    del _values
     return (rargs, rkw), (margs, mkw)
 
 
@@ -299,12 +297,9 @@ def test_every_form_reaches_the_one_model_at_both_levels(chunk, monkeypatch):
 
 
 def _random_operand(ins, op, rng, batch=()):
-    from jaxmma.operands import _fragments
-
     (o,) = [x for x in ins.operands if x.name == op]
     regs = rng.integers(0, 2**32, batch + (32, o.nregs), dtype=np.uint64).astype(np.uint32)
     # well-formed element values: keep exponents moderate in 16-bit halves (no NaN flood)
-    del _fragments
     return jnp.asarray(regs & np.uint32(0xBFFFBFFF if o.elem_bits == 16 else 0xBFFFFFFF))
 
 

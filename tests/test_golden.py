@@ -13,7 +13,7 @@ import pytest
 from _suite import sample
 
 import jaxmma
-from jaxmma.conformance import _compare, _golden
+from jaxmma import conformance
 
 GOLDEN = os.path.join(os.path.dirname(__file__), "golden", "sm_90")
 # gemm-*.npz hold chained GEMMs (tests/test_gemm_golden.py), wgmma-*.npz whole wgmma
@@ -26,7 +26,7 @@ FILES = sorted(
 
 
 def test_golden_files_cover_every_form_sm90_runs():
-    captured = {r.text for path in FILES for r in _golden.load_golden(path)}
+    captured = {r.text for path in FILES for r in conformance.load_golden(path)}
     runnable = {i.text for i in jaxmma.all_instructions(arch="sm_90")}
     assert runnable == captured
     assert len(captured) == 455
@@ -36,7 +36,7 @@ def test_golden_files_cover_every_form_sm90_runs():
 def test_emulator_matches_hardware(path):
     failures = []
     records = sample(
-        _golden.load_golden(path),
+        conformance.load_golden(path),
         key=lambda r: r.instruction().opcode,
         salt=os.path.basename(path),
     )
@@ -44,8 +44,8 @@ def test_emulator_matches_hardware(path):
     for rec in records:
         ins = rec.instruction()
         assert ins.arch == "sm_90"
-        vec = _golden.regenerate_inputs(rec)  # raises if the generator drifted
-        res = _compare.compare(ins, vec, rec.outputs)
+        vec = conformance.regenerate_inputs(rec)  # raises if the generator drifted
+        res = conformance.compare(ins, vec, rec.outputs)
         assert res.total > 0
         if res.status != "ok" or res.equal != res.total:
             failures.append(f"{rec.text}: {res.status} {res.equal}/{res.total} {res.message}")

@@ -16,8 +16,8 @@ import numpy as np
 import pytest
 
 import jaxmma
+from jaxmma import spec
 from jaxmma.arith import _integer
-from jaxmma.spec import _spec
 
 INT32_MAX, INT32_MIN = 2**31 - 1, -(2**31)
 WIDTH = {"s8": 8, "u8": 8, "s4": 4, "u4": 4, "b1": 1}
@@ -123,11 +123,9 @@ def check(ins, A, B, C, *, b_rows=False):
 
 # ---- every integer form of the spec --------------------------------------------------------
 INT_FORMS = [
-    f
-    for f in _spec.FORMS
-    if f.atype in ("s8", "u8", "s4", "u4") and f.opcode in ("mma", "wmma.mma")
+    f for f in spec.FORMS if f.atype in ("s8", "u8", "s4", "u4") and f.opcode in ("mma", "wmma.mma")
 ]
-B1_FORMS = [f for f in _spec.FORMS if f.atype == "b1" and f.opcode in ("mma", "wmma.mma")]
+B1_FORMS = [f for f in spec.FORMS if f.atype == "b1" and f.opcode in ("mma", "wmma.mma")]
 
 
 def _text(form, satfinite=False, bitop=None):

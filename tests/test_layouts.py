@@ -621,7 +621,7 @@ def test_under_jit_and_vmap():
 
 def test_spec_table_forms_all_have_layouts():
     """Cross-check with the one table of forms (jaxmma.spec._spec), where present."""
-    spec = pytest.importorskip("jaxmma.spec._spec")
+    spec = pytest.importorskip("jaxmma.spec")
     count = 0
     for form in spec.forms("mma"):
         kw = dict(

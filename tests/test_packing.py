@@ -9,7 +9,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jaxmma.bits import _packing as P
+from jaxmma import bits as P
 
 WIDTHS = (1, 2, 4, 8, 16, 32)
 

@@ -24,9 +24,9 @@ import pytest
 from _suite import params
 
 import jaxmma
+from jaxmma import operands
 from jaxmma.instructions import _mma
 from jaxmma.operands import _quant as Q
-from jaxmma.operands import _scaling
 
 DOC = pathlib.Path(__file__).resolve().parent.parent / "docs" / "block_scaling.md"
 
@@ -459,7 +459,7 @@ CASES = [
 
 def quantized_pair(kind, scale_vec, a, b, sparse, seed=31):
     (ins,) = [i for i in forms(kind, scale_vec, sparse) if (i.atype, i.btype) == (a, b)]
-    block = _scaling.block_size(ins)
+    block = operands.block_size(ins)
 
     def quant(x, fmt, axis):
         if ins.stype == "ue4m3":
@@ -470,9 +470,7 @@ def quantized_pair(kind, scale_vec, a, b, sparse, seed=31):
     X = jnp.asarray(rng.standard_normal((16, ins.k)).astype(np.float32))
     Y = jnp.asarray(rng.standard_normal((ins.k, 8)).astype(np.float32))
     if sparse:
-        from jaxmma.operands import _sparse
-
-        X = _sparse.prune(ins, X)
+        X = operands.prune(ins, X)
     return ins, quant(X, a, -1), quant(Y, b, -2)
 
 
@@ -483,18 +481,18 @@ def quantized_pair(kind, scale_vec, a, b, sparse, seed=31):
 )
 def test_as_operands_encodes_the_operands(kind, scale_vec, a, b, sparse):
     ins, qa, qb = quantized_pair(kind, scale_vec, a, b, sparse)
-    A, B, SA, SB = _scaling.as_operands(ins, qa, qb)
+    A, B, SA, SB = operands.as_operands(ins, qa, qb)
     # 9.7.14.5.14: kind::mxf8f6f4 holds e2m1 in bits [5:2] of a byte, 6-bit types in [5:0];
     # kind::mxf4* takes packed e2m1 nibbles (one per element at the matrix level)
     shift = {"e2m1": 2}.get(a, 0) if kind == "mxf8f6f4" else 0
     np.testing.assert_array_equal(np.asarray(A), np.asarray(qa.elements) << shift)
     shift = {"e2m1": 2}.get(b, 0) if kind == "mxf8f6f4" else 0
     np.testing.assert_array_equal(np.asarray(B), np.asarray(qb.elements) << shift)
-    (ma, na), (mb, nb) = _scaling.scale_shapes(ins)
+    (ma, na), (mb, nb) = operands.scale_shapes(ins)
     assert SA.shape == (ma, na) and SB.shape == (mb, nb)
     np.testing.assert_array_equal(np.asarray(SA), np.asarray(qa.scales))
     np.testing.assert_array_equal(np.asarray(SB), np.asarray(qb.scales))
-    sa, sb = _scaling.scales_from_matrices(ins, qa, qb)  # the quantized operands directly
+    sa, sb = operands.scales_from_matrices(ins, qa, qb)  # the quantized operands directly
     np.testing.assert_array_equal(np.asarray(sa), np.asarray(SA))
     np.testing.assert_array_equal(np.asarray(sb), np.asarray(SB))
 
@@ -503,7 +501,7 @@ def test_as_operands_encodes_the_operands(kind, scale_vec, a, b, sparse):
 def test_quantized_operands_give_the_exact_product(case):
     # model="exact" of the emulated mma == the exact dot product of the dequantized values
     ins, qa, qb = quantized_pair(*case)
-    A, B, SA, SB = _scaling.as_operands(ins, qa, qb)
+    A, B, SA, SB = operands.as_operands(ins, qa, qb)
     C = jnp.zeros((16, 8), jnp.float32)
     mma = jax.jit(lambda *o: ins.mma(*o[:3], scale_a=o[3], scale_b=o[4], model="exact"))
     D = mma(A, B, C, SA, SB)
@@ -516,19 +514,19 @@ def test_as_operands_checks_the_configuration():
     Y = jnp.ones((64, 8), jnp.float32)
     good_a, good_b = Q.quantize_nvfp4(X), Q.quantize_nvfp4(Y, axis=0)
     with pytest.raises(ValueError, match="scale format 'ue4m3', got 'ue8m0'"):
-        _scaling.as_operands(ins, Q.quantize_mx(X, "e2m1", block=16), good_b)
+        operands.as_operands(ins, Q.quantize_mx(X, "e2m1", block=16), good_b)
     with pytest.raises(ValueError, match=r"qb: .*axis -2, got -1"):
-        _scaling.as_operands(ins, good_a, dataclasses.replace(good_b, axis=-1))
+        operands.as_operands(ins, good_a, dataclasses.replace(good_b, axis=-1))
     with pytest.raises(ValueError, match="block 16, got 32"):
-        _scaling.as_operands(ins, dataclasses.replace(good_a, block=32), good_b)
+        operands.as_operands(ins, dataclasses.replace(good_a, block=32), good_b)
     with pytest.raises(TypeError, match="qb: expected a Quantized"):
-        _scaling.as_operands(ins, good_a, Y)
+        operands.as_operands(ins, good_a, Y)
     with pytest.raises(ValueError, match="element format 'e2m1', got 'e4m3'"):
-        _scaling.scales_from_matrices(ins, Q.quantize_mx(X, "e4m3", block=16), good_b)
-    A, B, kw = _scaling.matrix_operands(ins, good_a, Y, {"scale_b": good_b.scales})
+        operands.scales_from_matrices(ins, Q.quantize_mx(X, "e4m3", block=16), good_b)
+    A, B, kw = operands.scaled_matrix_operands(ins, good_a, Y, {"scale_b": good_b.scales})
     assert A.shape == (16, 64) and B is Y and set(kw) == {"scale_a", "scale_b"}
     with pytest.raises(ValueError, match="scale_a: given together"):
-        _scaling.matrix_operands(ins, good_a, Y, {"scale_a": good_a.scales})
+        operands.scaled_matrix_operands(ins, good_a, Y, {"scale_a": good_a.scales})
 
 
 @pytest.mark.skipif(
@@ -541,7 +539,7 @@ def test_mma_takes_quantized_operands():
     qa = Q.quantize_nvfp4(jnp.asarray(rng.standard_normal((16, 64)).astype(np.float32)))
     qb = Q.quantize_nvfp4(jnp.asarray(rng.standard_normal((64, 8)).astype(np.float32)), axis=0)
     C = jnp.zeros((16, 8), jnp.float32)
-    A, B, SA, SB = _scaling.as_operands(ins, qa, qb)
+    A, B, SA, SB = operands.as_operands(ins, qa, qb)
     want = ins.mma(A, B, C, scale_a=SA, scale_b=SB)
     np.testing.assert_array_equal(np.asarray(ins.mma(qa, qb, C)), np.asarray(want))
     got = jax.jit(lambda qa, qb: ins.mma(qa, qb, C))(qa, qb)

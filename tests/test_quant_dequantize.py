@@ -13,8 +13,7 @@ import numpy as np
 import pytest
 from jax import lax
 
-from jaxmma.arith import _numerics
-from jaxmma.bits import _formats
+from jaxmma import arith, bits
 from jaxmma.operands import _quant as Q
 
 U32 = jnp.uint32
@@ -23,8 +22,8 @@ U32 = jnp.uint32
 @jax.jit
 def _reference(q):
     elements, scales = Q.raw_bits(q)
-    e = _formats.fields(q.fmt, elements)
-    s = _formats.fields(q.scale_fmt, jnp.repeat(scales, q.block, axis=q.axis))
+    e = bits.fields(q.fmt, elements)
+    s = bits.fields(q.scale_fmt, jnp.repeat(scales, q.block, axis=q.axis))
     g = jnp.float32(1.0) if q.global_scale is None else q.global_scale
     g = g.reshape(g.shape + (1,) * (e.sig.ndim - g.ndim))
     g = jax.tree.map(lambda v: jnp.broadcast_to(v, e.sig.shape), Q._f32_fields(g))
@@ -36,9 +35,9 @@ def _reference(q):
     inf = (e.inf | g.inf) & ~nan
     sig = jnp.where(nan | inf, U32(0), e.sig * s.sig * g.sig)
     lsb = e.exp + s.exp + g.exp
-    term = _numerics.Terms((e.sign ^ g.sign).astype(U32), sig, lsb, lsb, nan, inf)
-    bits = _numerics.ieee_sum(_numerics.Terms(*(v[..., None] for v in term)), "f32")
-    return lax.bitcast_convert_type(bits, jnp.float32)
+    term = arith.Terms((e.sign ^ g.sign).astype(U32), sig, lsb, lsb, nan, inf)
+    raw = arith.ieee_sum(arith.Terms(*(v[..., None] for v in term)), "f32")
+    return lax.bitcast_convert_type(raw, jnp.float32)
 
 
 def _globals(n, seed):
@@ -77,7 +76,7 @@ def test_nvfp4_every_pair_times_global_scales():
 
 @pytest.mark.parametrize("fmt", ["e4m3", "e5m2", "e3m2", "e2m3", "e2m1"])
 def test_mx_every_pair(fmt):
-    n = 2 ** _formats.FORMATS[fmt].bits
+    n = 2 ** bits.FORMATS[fmt].bits
     ebits, sbits = np.arange(n), np.arange(256)
     el = jnp.asarray(np.tile(ebits, (256, 1)).astype(np.uint8))
     q = Q.Quantized(el, jnp.asarray(sbits.astype(np.uint8)[:, None]), None, fmt, "ue8m0", n, -1)

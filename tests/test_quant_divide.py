@@ -26,7 +26,7 @@ import pytest
 from jax import lax
 
 import jaxmma
-from jaxmma.bits import _formats
+from jaxmma import bits
 from jaxmma.operands import _quant as Q
 
 U32 = jnp.uint32
@@ -34,7 +34,7 @@ U32 = jnp.uint32
 
 def _reference_divide(fmt, xsig, xexp, dsig, dexp, mode, rbits=None):
     """Bit-by-bit long division (the quantizers' division before the short one)."""
-    f = _formats.FORMATS[fmt]
+    f = bits.FORMATS[fmt]
     m = f.mant_bits
     emin = f.min_exp + m
     lx, ld = Q._msb(xsig), Q._msb(dsig)
@@ -95,9 +95,9 @@ def _reference_quotient_bits(fmt, x, dsig, dexp, mode, rbits, saturate):
     signed = lax.bitcast_convert_type(
         lax.bitcast_convert_type(v, U32) | (fl.sign << U32(31)), jnp.float32
     )
-    up = _formats.encode(fmt, signed, rounding="rna", saturate=saturate)
-    down = _formats.encode(fmt, signed, rounding="rz", saturate=saturate)
-    plain = _formats.encode(fmt, x, rounding="rn", saturate=saturate)
+    up = bits.encode(fmt, signed, rounding="rna", saturate=saturate)
+    down = bits.encode(fmt, signed, rounding="rz", saturate=saturate)
+    plain = bits.encode(fmt, x, rounding="rn", saturate=saturate)
     return jnp.where(nz, jnp.where(away, up, down), plain)
 
 
@@ -114,7 +114,7 @@ def _operands(fmt, n, seed):
     """Random (xsig, xexp, dsig, dexp, rbits): quotients over the format's whole range
     and beyond, a quarter of them exact ties or one unit of xsig away from one."""
     rng = np.random.default_rng(seed)
-    f = _formats.FORMATS[fmt]
+    f = bits.FORMATS[fmt]
     m = f.mant_bits
     # significands: f32 ones (24 bits, and subnormal-sized), up to 27 bits; divisors:
     # a 4-bit (ue4m3) times a 24-bit (f32) significand, 3 x 24 bits, any up to 28 bits
@@ -190,7 +190,7 @@ def test_divide_equals_the_long_division(fmt, mode, n):
 
 def _oracle(fmt, xsig, xexp, dsig, dexp, mode, rbits):
     """The rounded quotient as a Fraction (exponent unbounded above) and ``away``."""
-    f = _formats.FORMATS[fmt]
+    f = bits.FORMATS[fmt]
     m = f.mant_bits
     q = (
         Fraction(int(xsig))
@@ -210,8 +210,8 @@ def _oracle(fmt, xsig, xexp, dsig, dexp, mode, rbits):
         up = away = rest != 0
     else:
         top = rest * 2**32
-        bits = int(top) | (1 if top != int(top) else 0)
-        up = away = bits + int(rbits) >= 2**32
+        tail = int(top) | (1 if top != int(top) else 0)
+        up = away = tail + int(rbits) >= 2**32
     return (n + up) * unit, away
 
 
@@ -244,15 +244,15 @@ def test_divide_equals_exact_rationals(fmt, mode):
 def _raw_f32(shape, seed):
     """Random raw float32 bits: all exponents, a share of NaN, Inf, zeros, subnormals."""
     rng = np.random.default_rng(seed)
-    bits = rng.integers(0, 2**32, shape, dtype=np.uint64).astype(np.uint32)
+    raw = rng.integers(0, 2**32, shape, dtype=np.uint64).astype(np.uint32)
     normal = rng.normal(size=shape).astype(np.float32).view(np.uint32)
-    bits = np.where(rng.random(shape) < 0.7, normal, bits)  # blocks of comparable values
+    raw = np.where(rng.random(shape) < 0.7, normal, raw)  # blocks of comparable values
     special = rng.choice(
         np.array([0, 0x80000000, 0x7F800000, 0xFF800000, 0x7FC00001, 1, 0x807FFFFF], np.uint32),
         shape,
     )
-    bits = np.where(rng.random(shape) < 0.02, special, bits)
-    return bits.view(np.float32)
+    raw = np.where(rng.random(shape) < 0.02, special, raw)
+    return raw.view(np.float32)
 
 
 def _quantizers(x, key):

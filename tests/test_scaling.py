@@ -24,7 +24,7 @@ import pytest
 from _suite import params
 
 import jaxmma
-from jaxmma.operands import _scaling, _sparse
+from jaxmma import operands
 
 NAN = "nan"
 FORMS = [i for i in jaxmma.all_instructions("mma") if i.stype]
@@ -310,14 +310,14 @@ def test_register_level_matches_matrix_level(index):
         nib = np.array([0b0100, 0b1000, 0b1001, 0b1100, 0b1101, 0b1110])  # ordered
         for lane in range(32):
             e[lane] = sum(int(rng.choice(nib)) << (4 * j) for j in range(8))
-        idx = _sparse.metadata_indices(ins, jnp.asarray(e), 0)
+        idx = operands.metadata_indices(ins, jnp.asarray(e), 0)
         d = ins(a, b, c, e, selector=0, scale_a=sa, scale_b=sb, **kw)
         D = ins.mma(A, B, C, metadata=idx, scale_a=SA, scale_b=SB)
     else:
         d = ins(a, b, c, scale_a=sa, scale_b=sb, **kw)
         D = ins.mma(A, B, C, scale_a=SA, scale_b=SB)
     np.testing.assert_array_equal(np.asarray(ins.unfragment("d", d)), bits32(D))
-    got_sa, got_sb = _scaling.select_registers(ins, sa, sb, bid_a, tid_a, bid_b, tid_b)
+    got_sa, got_sb = operands.select_registers(ins, sa, sb, bid_a, tid_a, bid_b, tid_b)
     np.testing.assert_array_equal(np.asarray(got_sa), SA)
     np.testing.assert_array_equal(np.asarray(got_sb), SB)
 
@@ -330,7 +330,7 @@ def test_every_table37_selector(scale_vec):
     for bid in TABLE37_BYTE[scale_vec]:
         for tid_a in (0, 1):
             for tid_b in (0, 1, 2, 3):
-                got = _scaling.select_registers(ins, sa, sb, bid, tid_a, bid, tid_b)
+                got = operands.select_registers(ins, sa, sb, bid, tid_a, bid, tid_b)
                 for w in range(2):
                     want = oracle_scales(ins, sa[w], sb[w], bid, tid_a, bid, tid_b)
                     np.testing.assert_array_equal(np.asarray(got[0][w]), want[0])
@@ -362,7 +362,7 @@ def test_invalid_selectors_raise(scale_vec, name, value):
     ids[name] = value
     s = jnp.zeros(32, jnp.uint32)
     with pytest.raises(ValueError, match=rf"{name}={value!r} .*allowed: "):
-        _scaling.select_registers(ins, s, s, *ids.values())
+        operands.select_registers(ins, s, s, *ids.values())
     nr = ins.nregs
     regs = [jnp.zeros((32, nr[op]), jnp.uint32) for op in "abc"]
     with pytest.raises(ValueError, match=name):
@@ -373,47 +373,47 @@ def test_selector_errors_name_the_allowed_values():
     ins = form("mxf4nvf4", scale_vec="2X")
     s = jnp.zeros(32, jnp.uint32)
     with pytest.raises(ValueError, match=r"byte_id_b=1 .*allowed: 0, 2"):
-        _scaling.select_registers(ins, s, s, 0, 0, 1, 0)
+        operands.select_registers(ins, s, s, 0, 0, 1, 0)
     with pytest.raises(TypeError, match="static"):
-        jax.jit(lambda t: _scaling.select_registers(ins, s, s, t, 0, 0, 0))(0)
+        jax.jit(lambda t: operands.select_registers(ins, s, s, t, 0, 0, 0))(0)
     with pytest.raises(ValueError, match="scale_a: required"):
-        _scaling.select_registers(ins, None, s, 0, 0, 0, 0)
+        operands.select_registers(ins, None, s, 0, 0, 0, 0)
     with pytest.raises(ValueError, match=r"scale_b: expected shape \[\.\.\., 32\]"):
-        _scaling.select_registers(ins, s, s[:16], 0, 0, 0, 0)
+        operands.select_registers(ins, s, s[:16], 0, 0, 0, 0)
     with pytest.raises(TypeError, match="scale_a: expected uint32"):
-        _scaling.select_registers(ins, s.astype(jnp.int32), s, 0, 0, 0, 0)
+        operands.select_registers(ins, s.astype(jnp.int32), s, 0, 0, 0, 0)
 
 
 def test_scales_from_matrices_dtypes_and_shapes():
     ins = form("mxf4")  # ue8m0, 2X
     SA = np.arange(32, dtype=np.uint8).reshape(16, 2) + np.uint8(100)
     SB = np.arange(16, dtype=np.uint8).reshape(2, 8) + np.uint8(120)
-    sa, sb = _scaling.scales_from_matrices(ins, SA, SB)
+    sa, sb = operands.scales_from_matrices(ins, SA, SB)
     assert sa.dtype == jnp.uint32 and sb.dtype == jnp.uint32
     np.testing.assert_array_equal(np.asarray(sa), SA)
     e8 = jnp.asarray(SA.view(ml_dtypes.float8_e8m0fnu))
-    np.testing.assert_array_equal(np.asarray(_scaling.scales_from_matrices(ins, e8, SB)[0]), SA)
+    np.testing.assert_array_equal(np.asarray(operands.scales_from_matrices(ins, e8, SB)[0]), SA)
     with pytest.raises(TypeError, match="scale_a: expected uint8 or uint32"):
-        _scaling.scales_from_matrices(ins, SA.astype(np.float32), SB)
+        operands.scales_from_matrices(ins, SA.astype(np.float32), SB)
     with pytest.raises(ValueError, match=r"scale_b: expected trailing shape \[2, 8\]"):
-        _scaling.scales_from_matrices(ins, SA, SB.T)
+        operands.scales_from_matrices(ins, SA, SB.T)
     with pytest.raises(ValueError, match="scale_a: required"):
-        _scaling.scales_from_matrices(ins, None, SB)
+        operands.scales_from_matrices(ins, None, SB)
     nv = form("mxf4nvf4", scale_vec="4X")  # ue4m3, 4X: float8_e4m3fn accepted, sign ignored
     SA4 = np.full((16, 4), 0xB8, np.uint8)
     SB4 = np.full((4, 8), 0x38, np.uint8)
-    got = _scaling.scales_from_matrices(nv, jnp.asarray(SA4.view(jnp.float8_e4m3fn)), SB4)
+    got = operands.scales_from_matrices(nv, jnp.asarray(SA4.view(jnp.float8_e4m3fn)), SB4)
     np.testing.assert_array_equal(np.asarray(got[0]), SA4)
 
 
 def test_scale_shapes():
-    assert _scaling.scale_shapes(DENSE[0]) == ((16, 1), (1, 8))
-    assert _scaling.scale_shapes(form("mxf4")) == ((16, 2), (2, 8))
-    assert _scaling.scale_shapes(form("mxf4nvf4", scale_vec="4X")) == ((16, 4), (4, 8))
-    assert _scaling.block_size(SPARSE[0]) == 64  # one scale for all 64 k
-    assert _scaling.block_size(form("mxf4nvf4", scale_vec="4X", sparse=True)) == 32  # k128 / 4X
+    assert operands.scale_shapes(DENSE[0]) == ((16, 1), (1, 8))
+    assert operands.scale_shapes(form("mxf4")) == ((16, 2), (2, 8))
+    assert operands.scale_shapes(form("mxf4nvf4", scale_vec="4X")) == ((16, 4), (4, 8))
+    assert operands.block_size(SPARSE[0]) == 64  # one scale for all 64 k
+    assert operands.block_size(form("mxf4nvf4", scale_vec="4X", sparse=True)) == 32  # k128 / 4X
     with pytest.raises(ValueError, match="block_scale"):
-        _scaling.num_blocks(jaxmma.instruction("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32"))
+        operands.num_blocks(jaxmma.instruction("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32"))
 
 
 # ---------------------------------------------------------------------------------------
@@ -429,7 +429,7 @@ def f32(x):
 def run(ins, a_row, b_col, c, sa_row, sb_col, *, model=None):
     """D[0, 0] bits with row 0 of A, column 0 of B, and their scales given (rest zero)."""
     K = ins.k // (2 if ins.sparse else 1)
-    nblk = _scaling.num_blocks(ins)
+    nblk = operands.num_blocks(ins)
     A = np.zeros((16, K), np.uint32)
     B = np.zeros((ins.k, 8), np.uint32)
     C = np.zeros((16, 8), np.uint32)
@@ -640,7 +640,7 @@ def oracle_d(ins, A, B, C, SA, SB, idx, model):
 def test_models_match_the_fraction_oracle(index, model):
     ins = ORACLE_FORMS[index]
     rng = np.random.default_rng(100 + index)
-    nblk = _scaling.num_blocks(ins)
+    nblk = operands.num_blocks(ins)
     K = ins.k // 2 if ins.sparse else ins.k
     for trial in range(3):
         A = random_elements(rng, ins, (16, K))
@@ -710,7 +710,7 @@ def test_agrees_with_the_mmasim_package():
         return t.view(tdtype[fmt]) if fmt in tdtype else t
 
     for ins in DENSE:
-        nblk = _scaling.num_blocks(ins)
+        nblk = operands.num_blocks(ins)
         block = ins.k // nblk
         op = sim.MMABlockScale(
             "RTX Blackwell",

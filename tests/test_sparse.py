@@ -20,8 +20,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import jaxmma
+from jaxmma import spec
 from jaxmma.operands import _sparse as S
-from jaxmma.spec import _spec
 
 # ---------------------------------------------------------------------------------------
 # The oracle: docs/layouts.md, "Sparse mma.sp metadata register e", transcribed.
@@ -111,7 +111,7 @@ def oracle_indices(shape, atype, k, e, sel):
 
 # ---------------------------------------------------------------------------------------
 # Every sparse form of the spec table, one instruction each
-SPARSE_KEYS = sorted({(f.shape, f.atype, f.kind, f.sparse) for f in _spec.FORMS
+SPARSE_KEYS = sorted({(f.shape, f.atype, f.kind, f.sparse) for f in spec.FORMS
                       if f.opcode == "mma" and f.sparse}, key=str)  # fmt: skip
 _INS = {}
 for _i in jaxmma.all_instructions("mma"):

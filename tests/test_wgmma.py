@@ -23,8 +23,8 @@ import pytest
 from _suite import params
 
 import jaxmma
-from jaxmma.models import _models
-from jaxmma.spec import _ptx, _spec
+from jaxmma import models, spec
+from jaxmma.spec import _spec
 
 OP = "wgmma.mma_async"
 HEAD = "wgmma.mma_async.sync.aligned"
@@ -47,7 +47,7 @@ def test_form_count_is_the_spec_count():
     """
     assert len(WGMMA) == 530
     assert len({i.text for i in WGMMA}) == 530
-    assert len(_spec.forms(OP)) == 466
+    assert len(spec.forms(OP)) == 466
     assert _spec.count_variants(OP) == 530
 
     def ns(atype, k):
@@ -354,7 +354,7 @@ def test_float_forms_match_the_oracle(text):
     F, e_zero, man = hopper(ins)
     for seed in range(2):
         A, B, C = _operands(ins, np.random.default_rng(seed))
-        got = np.asarray(_models.mma_bits(ins, jnp.asarray(A), jnp.asarray(B), jnp.asarray(C)))
+        got = np.asarray(models.mma_bits(ins, jnp.asarray(A), jnp.asarray(B), jnp.asarray(C)))
         want = oracle(ins, A, B, C, F, e_zero, man)
         bad = np.argwhere(got != want)
         assert bad.size == 0, [(tuple(i), hex(got[tuple(i)]), hex(want[tuple(i)])) for i in bad[:5]]
@@ -540,7 +540,7 @@ def test_mma_bits_works_for_any_m_and_n():
     rng = np.random.default_rng(5)
     A, B, C = (jnp.asarray(x) for x in (random_bits("e4m3", (64, 32), rng),
                random_bits("e5m2", (32, 24), rng), random_bits("f32", (64, 24), rng)))  # fmt: skip
-    bits = jax.jit(functools.partial(_models.mma_bits, ins))  # one program per shape
+    bits = jax.jit(functools.partial(models.mma_bits, ins))  # one program per shape
     full = np.asarray(bits(A, B, C))
     part = np.asarray(bits(A[5:8], B[:, 3:20], C[5:8, 3:20]))
     np.testing.assert_array_equal(part, full[5:8, 3:20])
@@ -577,7 +577,7 @@ def test_exact_model_is_available():
 
 
 def test_arch_parser_knows_sm_90a():
-    assert _ptx.parse_arch("sm_90a").name == "sm_90a"
+    assert spec.parse_arch("sm_90a").name == "sm_90a"
 
 
 # ---- against an H100 ---------------------------------------------------------------------------

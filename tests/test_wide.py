@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from _suite import params
 
-from jaxmma.bits import _wide
+from jaxmma import bits
 
 FORMATS = {"f32": (23, 8, 127), "f16": (10, 5, 15), "bf16": (7, 8, 127)}
 
@@ -72,8 +72,8 @@ def test_round_to_float_matches_exact_oracle(fmt, mode):
     nl = 4
     mags, units, negs, want = [], [], [], []
     for _ in range(400):
-        bits = rng.choice([1, 5, man, man + 1, man + 2, man + 3, 40, 63])
-        m = rng.getrandbits(bits)
+        nbits = rng.choice([1, 5, man, man + 1, man + 2, man + 3, 40, 63])
+        m = rng.getrandbits(nbits)
         if rng.random() < 0.3:  # exact ties and near-ties
             m = (rng.getrandbits(man + 1) << 3) | rng.choice([0b100, 0b011, 0b101])
         unit = rng.randint(-bias - man - 45, 2**ebits - bias - 30)
@@ -86,11 +86,11 @@ def test_round_to_float_matches_exact_oracle(fmt, mode):
                 (-1 if neg else 1) * Fraction(m) * Fraction(2) ** unit, man, ebits, bias, mode
             )
         )
-    got = _wide.round_to_float(
+    got = bits.round_to_float(
         jnp.array(negs),
         jnp.array(mags, jnp.uint32),
         jnp.array(units, jnp.int32),
-        _wide.FloatFormat(man, ebits, bias),
+        bits.FloatFormat(man, ebits, bias),
         mode,
     )
     np.testing.assert_array_equal(np.asarray(got), np.array(want, np.uint32))
@@ -102,8 +102,8 @@ def test_signed_sum_and_align_exact():
     sig = [[rng.getrandbits(24) for _ in range(T)] for _ in range(200)]
     shift = [[rng.randint(-30, 40) for _ in range(T)] for _ in range(200)]
     sign = [[rng.random() < 0.5 for _ in range(T)] for _ in range(200)]
-    limbs, lost = _wide.align(jnp.array(sig, jnp.uint32), jnp.array(shift, jnp.int32), nl)
-    neg, mag = _wide.signed_sum(jnp.array(sign), limbs)
+    limbs, lost = bits.align(jnp.array(sig, jnp.uint32), jnp.array(shift, jnp.int32), nl)
+    neg, mag = bits.signed_sum(jnp.array(sign), limbs)
     neg, mag, lost = np.asarray(neg), np.asarray(mag).astype(object), np.asarray(lost)
     for r in range(200):
         total = 0

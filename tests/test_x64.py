@@ -81,9 +81,9 @@ def sections() -> set:
 
 
 def _golden_record(group, text):
-    from jaxmma.conformance import _golden
+    from jaxmma import conformance
 
-    for rec in _golden.load_golden(os.path.join(GOLDEN, f"{group}.npz")):
+    for rec in conformance.load_golden(os.path.join(GOLDEN, f"{group}.npz")):
         if rec.text == text:
             return rec
     raise LookupError(f"{text!r} is not in {group}.npz")
@@ -123,10 +123,11 @@ def _wgmma(text, imm, arrays):
 
 
 def _gemm_record():
-    from jaxmma.conformance import _gemm, _golden
+    from jaxmma import conformance
+    from jaxmma.conformance import _gemm
 
     for path in _gemm.golden_files(GOLDEN):
-        for rec in _golden.load_golden(path):
+        for rec in conformance.load_golden(path):
             if GEMM_KEY_PART in rec.meta["key"]:
                 return rec
     raise LookupError(GEMM_KEY_PART)
@@ -143,11 +144,12 @@ def golden_sweep() -> dict:
     import jax
 
     import jaxmma
-    from jaxmma.conformance import _compare, _gemm, _golden
+    from jaxmma import conformance
+    from jaxmma.conformance import _compare, _gemm
 
     out = {"wgmma": _wgmma(*_wgmma_record())}
     for rec in (_golden_record(g, t) for g, t in golden_forms()):
-        vec = _golden.regenerate_inputs(rec)
+        vec = conformance.regenerate_inputs(rec)
         with jax.enable_x64(_compare._needs_x64(vec, rec.outputs) or jax.config.jax_enable_x64):
             emu = _compare.emulate(rec.instruction(), vec)
         for name, v in emu.items():
@@ -170,14 +172,14 @@ def sweep() -> dict:
     import jax.numpy as jnp
 
     import jaxmma
-    from jaxmma import formats, quant
-    from jaxmma.conformance import _compare, _vectors
+    from jaxmma import conformance, formats, quant
+    from jaxmma.conformance import _compare
 
     out = {}
     take = sections()
     for text, arch in forms() if "forms" in take else ():
         ins = jaxmma.instruction(text, arch=arch)
-        for name, v in _compare.emulate(ins, _vectors.inputs(ins, 1, WARPS)).items():
+        for name, v in _compare.emulate(ins, conformance.inputs(ins, 1, WARPS)).items():
             out[f"form|{text}|{arch}|{name}"] = _bits(v)
     rng = np.random.default_rng(20)
     x = jnp.asarray(rng.standard_normal((2, 24, 96), np.float32))

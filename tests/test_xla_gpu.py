@@ -25,7 +25,7 @@ import pytest
 
 import jaxmma
 from jaxmma.conformance import _xla_capture as X
-from jaxmma.gemm import _hlo, _xla_reduce
+from jaxmma.gemm import _xla_reduce, xla_gpu_dots
 
 GOLDEN = os.path.join(os.path.dirname(__file__), "golden", "xla")
 RUNS = ("pinned", "auto1", "auto2", "auto3")
@@ -58,7 +58,7 @@ def _ids(r):
 
 
 def _triton_configs(recs):
-    return {p.emitter for r in recs for p in _hlo.dots(r[1]["hlo"]) if "Triton" in p.emitter}
+    return {p.emitter for r in recs for p in xla_gpu_dots(r[1]["hlo"]) if "Triton" in p.emitter}
 
 
 # ----------------------------------------------------------------------------- references
@@ -225,14 +225,14 @@ def _probed():
 
 def test_probes_cover_every_emitter():
     recs = [r for r in _probed() if _covered(r)]
-    emitters = {_hlo.dots(m["hlo"])[0].emitter.split(" (")[0] for _, m, _ in recs}
+    emitters = {xla_gpu_dots(m["hlo"])[0].emitter.split(" (")[0] for _, m, _ in recs}
     assert emitters == {"loop fusion", "native reduction", "Triton reduce"}
     assert len(_triton_configs(recs)) == 8  # tiles, warps and TMA seen on the H100
 
 
 def _covered(rec):
     try:
-        _hlo.dots(rec[1]["hlo"])
+        xla_gpu_dots(rec[1]["hlo"])
     except ValueError:
         return False
     return True
@@ -243,7 +243,7 @@ def test_probes_of_an_uncovered_triton_block_are_refused():
     bad = [r for r in _probed() if not _covered(r)]
     assert len(bad) == 1
     with pytest.raises(ValueError, match=r"tile \[1, 80\].*powers of two only"):
-        _hlo.dots(bad[0][1]["hlo"])
+        xla_gpu_dots(bad[0][1]["hlo"])
 
 
 @pytest.mark.parametrize("rec", [r for r in _probed() if _covered(r)], ids=_ids)
@@ -252,7 +252,7 @@ def test_reduce_order_is_the_hardware_tree(rec):
     run, meta, arrays = rec
     S = meta["probe_split"]
     hw = _lca_tree((S - arrays["probe"]).astype(int), S)
-    (plan,) = _hlo.dots(meta["hlo"])
+    (plan,) = xla_gpu_dots(meta["hlo"])
     assert plan.split == S
     assert _canon_order(plan.reduce, S) == _canon(hw), plan.emitter
 
@@ -266,7 +266,7 @@ def test_butterfly():
 @pytest.mark.parametrize("rec", records(), ids=_ids)
 def test_reader_maps_every_capture(rec):
     run, meta, _ = rec
-    plans = _hlo.dots(meta["hlo"])
+    plans = xla_gpu_dots(meta["hlo"])
     case = CASES[meta["name"]]
     assert len(plans) == (1 if case.kind == "dot" else 5)
     for p in plans:
@@ -294,7 +294,7 @@ def check_corner(run, name, n=CORNER):
     case = CASES[name]
     bits = X.inputs(case)
     assert X.inputs_crc32(bits) == meta["inputs_crc32"]
-    (plan,) = _hlo.dots(meta["hlo"])
+    (plan,) = xla_gpu_dots(meta["hlo"])
     A, B = _operands(case)
     D = jaxmma.matmul(jnp.asarray(A[:n]), jnp.asarray(B[:, :n]), **plan.options)
     want = arrays["out0"]
@@ -316,7 +316,7 @@ def _plan_key(meta):
     return tuple(
         (p.split, _canon_order(p.reduce, p.split) if p.split > 1 else None,
          p.options["instruction"], p.out)
-        for p in _hlo.dots(meta["hlo"])
+        for p in xla_gpu_dots(meta["hlo"])
     )  # fmt: skip
 
 

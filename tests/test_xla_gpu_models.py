@@ -16,7 +16,7 @@ import pytest
 import jaxmma
 from jaxmma.conformance import _xla_capture as X
 from jaxmma.conformance import _xla_models as XM
-from jaxmma.gemm import _hlo, _replay_ops, _xla_reduce
+from jaxmma.gemm import _hlo, _hlo_flow, _hlo_reduce, _hlo_text, _replay_ops, _xla_reduce
 from jaxmma.gemm import _replay as R
 
 GOLDEN = os.path.join(os.path.dirname(__file__), "golden", "xla")
@@ -475,11 +475,11 @@ def test_split_dimension_is_mapped_through_the_root():
     meta, text = _text("model-mlp-fp8")
     first = _hlo.read(text)[0]
     assert isinstance(first, _hlo.DotPlan) and first.split == 4
-    comps, _ = _hlo.parse(text)
+    comps, _ = _hlo_text.parse(text)
     fusion = next(i for c in comps.values() for i in c.order if i.name == "gemm_fusion_dot.1")
     comp = comps[fusion.attr("calls").lstrip("%")]
     dot = next(i for i in comp.order if i.opcode == "dot")
-    assert _hlo._root_dims(comp, dot) == [0, 2, 1]
+    assert _hlo_reduce._root_dims(comp, dot) == [0, 2, 1]
 
 
 # Merged dots (docs/xla_gpu.md, "Merged dots"): XLA:GPU computes several dots of the
@@ -533,7 +533,7 @@ def test_merged_dots_reproduce_the_gpu():
     dot) is the GEMM as one dot, also the GPU's bits."""
     meta, text, _ = _merged_mlp()
     x, w1, w2 = _args(CASES[meta["name"]])
-    (m,) = _hlo.merges(text).values()
+    (m,) = _hlo_flow.merges(text).values()
     assert (m.side, m.sizes, m.total, m.sources) == (1, (72, 72), 144, ({1}, {2}))
     plan = _hlo.read(text)[0]
     parts = plan.pieces()
@@ -588,7 +588,7 @@ def test_a_concatenate_along_k_is_not_merged_dots():
         "%wa.1 = f32[36,144]{1,0} parameter(1)\n  %wb.1 = f32[36,144]{1,0} parameter(2)\n"
         "  %w1.1 = f32[72,144]{1,0} concatenate(%wa.1, %wb.1), dimensions={0}",
     )
-    (why,) = _hlo.merges(text).values()
+    (why,) = _hlo_flow.merges(text).values()
     assert isinstance(why, str) and "along dimension [0]" in why, why
     x, w1, w2 = _args(CASES[meta["name"]])
 
@@ -612,7 +612,7 @@ def test_merged_weight_gradients_are_paired(run, fmt):
     and shift in its prologue), so they are refused with that reason."""
     meta, text = _text(f"model-block-step-{fmt}", run)
     case = CASES[meta["name"]]
-    merged = {k: m for k, m in _hlo.merges(text).items() if isinstance(m, _hlo.Merge)}
+    merged = {k: m for k, m in _hlo_flow.merges(text).items() if isinstance(m, _hlo_flow.Merge)}
     assert sorted((m.sizes, m.total, m.other) for m in merged.values()) == [
         ((72, 72, 72), 216, 72), ((72, 72, 72), 216, 200)]  # fmt: skip
     fwd = next(m for m in merged.values() if m.other == 200)

@@ -28,7 +28,7 @@ import jax.numpy as jnp
 from jax.extend import core as jcore
 
 from .. import util
-from . import _gemm, _hlo, _replay_ops
+from . import _gemm, _hlo, _hlo_flow, _hlo_text, _replay_ops
 
 #: numpy dtype names -> jaxmma format names
 FORMATS = {"bfloat16": "bf16", "float16": "f16", "float32": "f32",
@@ -106,10 +106,10 @@ def module_mismatch(closed, text: str) -> str | None:
     """Why the module ``text`` is not ``fn``'s compiled at these arguments: its entry
     parameters and results (element types, shapes) against the jaxpr's flattened inputs
     and outputs; None where they agree."""
-    params, results = _hlo.entry_types(text)
+    params, results = _hlo_text.entry_types(text)
 
     def types(vs):
-        return [(_hlo.HLO_TYPES.get(v.aval.dtype.name, v.aval.dtype.name), tuple(v.aval.shape))
+        return [(_hlo_text.HLO_TYPES.get(v.aval.dtype.name, v.aval.dtype.name), tuple(v.aval.shape))
                 for v in vs]  # fmt: skip
 
     args, outs = types(closed.jaxpr.invars), types(closed.jaxpr.outvars)
@@ -170,7 +170,7 @@ def pair(eqns: list, entries: list, deps: dict | None = None) -> list:
     where the dots and the fusions show the same multiset of operand dependencies and
     every fusion that shows a dot's own has one plan; otherwise that dot is refused.
 
-    A merged GEMM (:class:`._hlo.Merge`) counts as one fusion per dot it computes
+    A merged GEMM (:class:`._hlo_flow.Merge`) counts as one fusion per dot it computes
     (:func:`_split_merged`), each part with its piece's data flow; a signature with
     such a part is always paired by data flow, never by count alone."""
     sigs = [signature(e) for e in eqns]
@@ -217,11 +217,13 @@ def pair(eqns: list, entries: list, deps: dict | None = None) -> list:
 
 
 def _refused_label(r) -> str:
-    return f"{r.fusion} (part of a merged GEMM)" if isinstance(r.merge, _hlo.Merge) else r.fusion
+    return (
+        f"{r.fusion} (part of a merged GEMM)" if isinstance(r.merge, _hlo_flow.Merge) else r.fusion
+    )
 
 
 def _split_merged(entries: list, sigs: set) -> list:
-    """``entries`` with each merged GEMM (:class:`._hlo.Merge`) in its parts, one per
+    """``entries`` with each merged GEMM (:class:`._hlo_flow.Merge`) in its parts, one per
     dot it computes (:meth:`._hlo.DotPlan.pieces`), where every part's signature is one
     of ``fn``'s dots' (``sigs``); else the GEMM as one dot (``fn`` may have written the
     concatenation itself)."""
