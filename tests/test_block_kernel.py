@@ -10,7 +10,8 @@ import pytest
 from _block_inputs import raw_c
 
 import jaxmma
-from jaxmma.gemm import _block_kernel, _block_scaled, _gemm
+from jaxmma import gemm
+from jaxmma.gemm import _block_kernel, _block_scaled
 from jaxmma.models import _group_gemm
 
 NVFP4 = (
@@ -181,7 +182,7 @@ def test_ragged_k_and_batch_through_the_executor(K):
     A, B, C, SA, SB = _operands(NVFP4, rng, (2,), 17, 9, Kp)
     nblk = -(-K // 16)
     A, B, SA, SB = A[..., :K], B[..., :K, :], SA[..., :nblk], SB[..., :nblk, :]
-    cfg = _gemm.config(_ins(NVFP4))
+    cfg = gemm.config(_ins(NVFP4))
     run = jax.jit(lambda *x: _block_scaled.gemm_bits(cfg, x[0], x[1], x[2], x[3:]))
     args = (A[:1], B, C, SA[:1], SB)  # A and its scales broadcast over B's batch
     with _block_kernel.path("interpret"):
@@ -195,7 +196,7 @@ def test_ragged_k_and_batch_through_the_executor(K):
 def test_vmap_of_the_kernel():
     """jax.vmap over the executor (a batched pallas_call) gives the XLA bits."""
     A, B, C, SA, SB = _operands(MXFP4, np.random.default_rng(8), (2,), 16, 16, 128)
-    cfg = _gemm.config(_ins(MXFP4))
+    cfg = gemm.config(_ins(MXFP4))
     one = lambda *x: _block_scaled.gemm_bits(cfg, x[0], x[1], x[2], x[3:])  # noqa: E731
     with _block_kernel.path("interpret"):
         got = np.asarray(jax.jit(jax.vmap(one))(A, B, C, SA, SB))

@@ -12,7 +12,8 @@ from _block_inputs import mx_operands as _mx_operands
 from _block_inputs import raw_c
 
 import jaxmma
-from jaxmma.gemm import _block_scaled, _chain, _executors, _gemm
+from jaxmma import gemm
+from jaxmma.gemm import _block_scaled, _chain, _executors
 
 NVFP4 = (
     "mma.sync.aligned.m16n8k64.row.col.kind::mxf4nvf4.block_scale.scale_vec::4X"
@@ -31,7 +32,7 @@ SPECIAL_SCALES = np.array([0x00, 0x01, 0x38, 0x7F, 0x80, 0xB8, 0xFE, 0xFF], np.u
 
 
 def _cfg(text):
-    return _gemm.config(jaxmma.instruction(text, arch="sm_120a"))
+    return gemm.config(jaxmma.instruction(text, arch="sm_120a"))
 
 
 @functools.cache

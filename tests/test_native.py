@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 
 import jaxmma
-from jaxmma.gemm import _executors, _gemm, _kernel, _native, _options
+from jaxmma import gemm
+from jaxmma.gemm import _executors, _kernel, _native, _options
 
 WGMMA_BF16 = "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16"
 WGMMA_F16 = "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16"
@@ -149,7 +150,7 @@ def test_kernel_interpreted_matches_the_emulation_on_exact_sums(text, arch, P, s
     lead = np.broadcast_shapes(sa[:-2], sb[:-2])
     C = jnp.asarray(rng.integers(-9, 10, lead + (sa[-2], sb[-1])), jnp.float32)
     C = C.at[..., 0, 0].set(-0.0)
-    cfg = _gemm.config(text, arch, P)
+    cfg = gemm.config(text, arch, P)
     got = _native.gemm_bits(
         cfg, _bits(A), _bits(B), jax.lax.bitcast_convert_type(C, jnp.uint32), interpret=True
     )
@@ -230,7 +231,7 @@ def test_kernel_options_chain_through_the_native_kernel(P, options, monkeypatch)
         sa = sb = None
     ins = jaxmma.instruction(MMA_BF16, arch="sm_90")
     opts = _options.kernel_options(ins, **kw)
-    cfg = dataclasses.replace(_gemm.config(MMA_BF16, "sm_90", P), native=True)
+    cfg = dataclasses.replace(gemm.config(MMA_BF16, "sm_90", P), native=True)
     calls = []
 
     def counted(ex):
@@ -265,7 +266,7 @@ def test_block_recipe_in_one_kernel_matches_the_emulation(text, arch):
     B = jnp.asarray(rng.integers(-4, 5, (300, 136)), jnp.float8_e4m3fn)
     sa = jnp.asarray(np.exp2(rng.integers(-9, 9, (2, 40, 3))) * 1.25, jnp.float32)
     sb = jnp.asarray(np.exp2(rng.integers(-9, 9, (3, 2))) * 0.75, jnp.float32)
-    got = _native.block_bits(_gemm.config(text, arch), _bits(A), _bits(B), sa, sb, interpret=True)
+    got = _native.block_bits(gemm.config(text, arch), _bits(A), _bits(B), sa, sb, interpret=True)
     want = jaxmma.matmul(
         A, B, instruction=text, arch=arch, scale_a=sa, scale_b=sb, executor="emulate"
     )
@@ -304,7 +305,7 @@ def test_scale_recipes_multiply_in_the_kernel_as_the_emulation_after_it(
     kw = dict(epilogue="f32", beta=0.5, out_dtype=jnp.bfloat16) if with_c else {}
     ins = jaxmma.instruction(text, arch=arch)
     opts = _options.kernel_options(ins, **kw)
-    cfg = dataclasses.replace(_gemm.config(text, arch, P), native=True)
+    cfg = dataclasses.replace(gemm.config(text, arch, P), native=True)
     got = _kernel.matmul(cfg, opts, A, B, C, sa, sb)
     want = jaxmma.matmul(
         A, B, C, instruction=text, arch=arch, promote_every=P, executor="emulate",

@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 
 import jaxmma
-from jaxmma.gemm import _chain, _gemm, _pallas
+from jaxmma import gemm
+from jaxmma.gemm import _chain, _pallas
 
 DTYPES = {
     "bf16": ml_dtypes.bfloat16,
@@ -47,7 +48,7 @@ CASES = [
 
 @pytest.mark.parametrize("text, promote_every, size", CASES, ids=lambda x: str(x)[:40])
 def test_kernel_bits_match_xla(text, promote_every, size):
-    cfg = _gemm.config(text, "sm_90a" if text.startswith("wgmma") else "sm_90", promote_every)
+    cfg = gemm.config(text, "sm_90a" if text.startswith("wgmma") else "sm_90", promote_every)
     assert _pallas.plan(cfg) is not None
     ins = cfg.ins
     M, N, K = size
@@ -74,20 +75,20 @@ def test_matmul_takes_the_forced_path():
     out = {}
     for mode in ("pallas", "xla"):
         with _pallas.path(mode):
-            cfg = _gemm.config(text, "sm_90")
+            cfg = gemm.config(text, "sm_90")
             assert _pallas.use_kernel(cfg) == (mode == "pallas")
             out[mode] = jaxmma.matmul(A, B, C, instruction=text, arch="sm_90")
     assert (out["pallas"].view(jnp.uint32) == out["xla"].view(jnp.uint32)).all()
 
 
 def test_auto_runs_the_kernel_on_gpu_only():
-    cfg = _gemm.config("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32", "sm_90")
+    cfg = gemm.config("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32", "sm_90")
     assert cfg.path == "auto"
     assert _pallas.use_kernel(cfg) == (jax.default_backend() == "gpu")
 
 
 def test_mixed_c_and_d_types_are_not_covered():
-    cfg = _gemm.config("mma.sync.aligned.m8n8k4.row.col.f32.f16.f16.f16", "sm_80")
+    cfg = gemm.config("mma.sync.aligned.m8n8k4.row.col.f32.f16.f16.f16", "sm_80")
     assert _pallas.plan(cfg) is None
 
 
@@ -102,7 +103,7 @@ def test_mixed_c_and_d_types_are_not_covered():
 )
 def test_uncovered_forms_stay_on_xla(text):
     with _pallas.path("pallas"):
-        cfg = _gemm.config(text, "sm_90" if "block_scale" not in text else None)
+        cfg = gemm.config(text, "sm_90" if "block_scale" not in text else None)
     assert _pallas.plan(cfg) is None
     assert not _pallas.use_kernel(cfg)
     with pytest.raises(ValueError, match="does not cover"):

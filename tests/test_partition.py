@@ -16,7 +16,8 @@ SCRIPT = textwrap.dedent(
     """
     import jax, jax.numpy as jnp, numpy as np, jaxmma
     from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
-    from jaxmma.gemm import _chain, _gemm, _native, _pallas
+    from jaxmma import gemm
+    from jaxmma.gemm import _chain, _native, _pallas
     assert len(jax.devices()) == 4
     rng = np.random.default_rng(0)
     line = Mesh(np.array(jax.devices()[:2]), ("x",))
@@ -49,7 +50,7 @@ SCRIPT = textwrap.dedent(
         print("ok", name, d.sharding.spec, flush=True)
 
     # the native executor, interpreted (wgmma bf16; the K-major fp8 route; promotion)
-    bf = _gemm.config("wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16", arch="sm_90a")
+    bf = gemm.config("wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16", arch="sm_90a")
     native = jax.jit(lambda a, b, c: _native.gemm_bits(bf, a, b, c, interpret=True))
     A, B, C = bf16((64, 80)), bf16((80, 64)), f32((64, 64))
     check("native M", native, (A, B, C), line, (P("x"), None, None), P("x"), no_gather=True)
@@ -58,7 +59,7 @@ SCRIPT = textwrap.dedent(
     check("native K", native, (A, B, C), line, (P(None, "x"), P("x"), None), P())
     Ab, Cb = bf16((4, 32, 80)), f32((4, 32, 64))
     check("native batch", native, (Ab, B, Cb), line, (P("x"), None, None), P("x"))
-    fp8 = _gemm.config(
+    fp8 = gemm.config(
         "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3", arch="sm_90a", promote_every=2
     )
     no_c = jax.jit(lambda a, b: _native.gemm_bits(fp8, a, b, None, interpret=True))
@@ -71,7 +72,7 @@ SCRIPT = textwrap.dedent(
     B8 = np.asarray(jnp.asarray(rng.integers(-4, 5, (256, 256)), e8).view(jnp.uint8), np.uint32)
     SA = np.exp2(rng.integers(-3, 4, (64, 2))).astype(np.float32)
     SB = np.exp2(rng.integers(-3, 4, (2, 2))).astype(np.float32)
-    e4 = _gemm.config("wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3", arch="sm_90a")
+    e4 = gemm.config("wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3", arch="sm_90a")
     blk = jax.jit(lambda a, b, sa, sb: _native.block_bits(e4, a, b, sa, sb, interpret=True))
     check("native block scales M", blk, (A8, B8, SA, SB), line, (P("x"), None, P("x"), None),
           P("x"), no_gather=True)
@@ -83,7 +84,7 @@ SCRIPT = textwrap.dedent(
     nv = jaxmma.instruction(
         "mma.sync.aligned.m16n8k64.row.col.kind::mxf4nvf4.block_scale.scale_vec::4X"
         ".f32.e2m1.e2m1.f32.ue4m3", arch="sm_120a")
-    cfg4 = _gemm.config(nv.text, "sm_120a")
+    cfg4 = gemm.config(nv.text, "sm_120a")
     A4 = rng.integers(0, 16, (64, 128)).astype(np.uint32)
     B4 = rng.integers(0, 16, (128, 32)).astype(np.uint32)
     SA4 = rng.integers(0x30, 0x40, (64, 8)).astype(np.uint32)
@@ -99,7 +100,7 @@ SCRIPT = textwrap.dedent(
     check("native vmap", vm, (Ab, Cb), line, (P("x"), None), P("x"))
 
     # the emulating kernel, interpreted
-    cfg = _gemm.config("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32", arch="sm_90")
+    cfg = gemm.config("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32", arch="sm_90")
     kernel = jax.jit(lambda a, b, c: _pallas.gemm_bits(cfg, a, b, c, interpret=True))
     A, B, C = bf16((2, 32, 40)), bf16((40, 32)), f32((2, 32, 32))
     xla = np.asarray(_chain.xla_gemm_bits(cfg, A, B, C))

@@ -16,7 +16,8 @@ import pytest
 from _block_inputs import mx_operands
 
 import jaxmma
-from jaxmma.gemm import _block_scaled, _chain, _executors, _gemm, _product_kernel
+from jaxmma import gemm
+from jaxmma.gemm import _block_scaled, _chain, _executors, _product_kernel
 
 MXF8 = (
     "mma.sync.aligned.m16n8k32.row.col.kind::mxf8f6f4.block_scale.scale_vec::1X"
@@ -38,7 +39,7 @@ def _text(pair):
 
 @functools.cache
 def _chain_program(text):
-    cfg = _gemm.config(jaxmma.instruction(text, arch="sm_120a"))
+    cfg = gemm.config(jaxmma.instruction(text, arch="sm_120a"))
     return jax.jit(lambda A, B, C, SA, SB: _chain.xla_gemm_bits(cfg, A, B, C, scales=(SA, SB)))
 
 
@@ -116,7 +117,7 @@ def test_a_truncated_product_takes_the_per_product_branch():
 @pytest.mark.full  # the quick run keeps make test within 5 minutes; CI runs it
 def test_the_executor_takes_the_kernel_with_broadcast_and_ragged_shapes():
     text = _text(PAIRS[0])
-    cfg = _gemm.config(jaxmma.instruction(text, arch="sm_120a"))
+    cfg = gemm.config(jaxmma.instruction(text, arch="sm_120a"))
     A, B, C, SA, SB = mx_operands(text, np.random.default_rng(2), (3,), 17, 9, 96)
     run = jax.jit(
         lambda *x: _executors.gemm_bits(cfg, x[0][:1], x[1], x[2], scales=(x[3][:1], x[4]))

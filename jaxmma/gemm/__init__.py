@@ -38,6 +38,7 @@ never from the modules (``tests/test_layers.py`` checks it).
 """
 
 from ._config import GemmOptions as GemmOptions
+from ._config import config as config
 from ._config import resolve as resolve
 from ._gemm import DefaultArchWarning as DefaultArchWarning
 from ._gemm import dot_general as dot_general
@@ -54,6 +55,7 @@ __all__ = [
     "Unverified",
     "DefaultArchWarning",
     "GemmOptions",
+    "config",
     "dot_general",
     "gpu_replay",
     "matmul",
