@@ -32,8 +32,8 @@ import ml_dtypes
 import numpy as np
 
 import jaxmma
-from jaxmma import models
-from jaxmma.gemm import _block_scaled, _product_kernel
+from jaxmma import gemm, models
+from jaxmma.gemm import _block_scaled, _chain, _product_kernel
 
 MXF8 = (
     "mma.sync.aligned.m16n8k32.row.col.kind::mxf8f6f4.block_scale.scale_vec::1X"
@@ -159,6 +159,25 @@ def _bf16_dot(x, w):
     return jnp.dot(x.astype(bf16), w.astype(bf16), preferred_element_type=jnp.float32)
 
 
+def raw_bits_timing(n=1024):
+    """Kernel and per-step chain on raw-bit operands (NaN / Inf elements, extreme scales:
+    the per-product branch nearly everywhere), bits in and out."""
+    text = MXF8.format(a="e4m3", b="e4m3")
+    ins = jaxmma.instruction(text, arch=ARCH)
+    cfg = gemm.config(ins)
+    ops = tuple(jnp.asarray(o) for o in _raw(np.random.default_rng(3), PAIRS[0], (), n, n, n))
+    fns = {
+        "kernel": jax.jit(lambda *x: _product_kernel.gemm_bits(ins, *x)),
+        "chain": jax.jit(
+            lambda A, B, C, SA, SB: _chain.xla_gemm_bits(cfg, A, B, C, scales=(SA, SB))
+        ),
+    }
+    ms = _rounds(fns, ops, rounds=3, inner=2)
+    same = int((np.asarray(fns["kernel"](*ops)) != np.asarray(fns["chain"](*ops))).sum())
+    say(f"raw bits {n}^3: {ms}, {same} differ")
+    return {k: round(v, 2) for k, v in ms.items()} | {"differing": same}
+
+
 def timings(sizes=(1024, 4096), chain_up_to=4096):
     say("== timings: jaxmma.matmul(f32 x, f32 w), MXFP8 e4m3, under jit, medians ==")
     text = MXF8.format(a="e4m3", b="e4m3")
@@ -186,8 +205,11 @@ def timings(sizes=(1024, 4096), chain_up_to=4096):
             same = int((k != np.asarray(fns["chain"](x, w)).view(np.uint32)).sum())
         rows.append((n, ms, same))
         say(f"{n}^3: {ms}, kernel vs chain: {same} differ")
+    raw = raw_bits_timing(sizes[0]) if not _late("raw-bit timing") else None
     dev = jax.devices()[0].device_kind
     print(f"\n{dev}, jax {jax.__version__}, tiling {_product_kernel.TILES}", flush=True)
+    if raw:
+        print(f"raw-bit operands, {sizes[0]}^3, bits in and out: {raw}")
     print("| n^3 | kernel ms | per-step chain ms | bf16 jnp.dot ms | kernel / dot | differing |")
     print("| --- | ---: | ---: | ---: | ---: | ---: |")
     for n, ms, same in rows:
@@ -200,14 +222,11 @@ def timings(sizes=(1024, 4096), chain_up_to=4096):
 
 
 TUNE = [
+    (16, 128, 4, 2),
     (32, 64, 4, 2),
-    (32, 64, 4, 3),
-    (64, 64, 4, 2),
-    (64, 32, 4, 2),
-    (16, 64, 4, 2),
-    (64, 128, 8, 2),
-    (128, 64, 8, 2),
-    (32, 32, 2, 2),
+    (16, 64, 2, 2),
+    (32, 128, 4, 2),
+    (16, 256, 8, 2),
 ]
 
 

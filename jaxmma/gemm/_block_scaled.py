@@ -38,8 +38,8 @@ def covers(cfg, scales) -> bool:
     """Whether :func:`gemm_bits` computes this GEMM (a dense ``kind::mxf4*`` form, or a
     ``kind::mxf8f6f4`` (ue8m0) one, without promotion, while :data:`MODE` allows it). On
     a GPU the XLA formulation of ``kind::mxf8f6f4`` is slower than the per-step chain
-    (the measurement is in benchmarks/RESULTS.md), so there it takes the kernel or the
-    chain."""
+    (the measurement is in benchmarks/RESULTS.md): there it runs on the kernel, or with
+    the kernel's ``MODE`` off, on the chain."""
     if MODE != "auto" or scales is None or cfg.promote_every is not None:
         return False
     if models.group_gemm_supports(cfg.ins):

@@ -33,15 +33,14 @@ k-steps of 32, and per step:
   (:func:`_per_product`: :func:`jaxmma.models._product_gemm._step`'s arithmetic), as a
   branch taken only then.
 
-**Why it is not the default.** The window sums are exact and cheap, but the branch is
-taken far more often than hoped: on MX-quantized normal data (e4m3, 4096^3) 1.2 % of
-the element-steps truncate a product (an element below about ``2**-6`` of its block's
-largest times another small one, or a C that has grown above the step's products), and
-a ``32 x 64`` tile holds one of them in 99 % of its steps
-(``benchmarks/product_truncation.py``). The kernel then runs the products one at a
-time for nearly every tile and is slower than the per-step chain (benchmarks/RESULTS.md,
-"the window kernel"); it stays as an exact instrument (:data:`MODE`), not a path the
-library chooses.
+**How fast, and why not faster.** The window sums are exact and cheap, but the branch
+is taken often: on MX-quantized normal data (e4m3, K = 4096) 1.2 % of the
+element-steps truncate a product (the accumulator has grown above the step's largest
+product in 91 % of the steps, and the grid follows it), and a ``16 x 128`` tile meets
+one in nearly every step late in K (``benchmarks/product_truncation.py``). The branch
+reads ``e_max`` off the dots where they decide it, so per product it costs two loads,
+two multiplies, a conversion and an add. On an H200 the kernel is 1.4-1.5x faster than
+the per-step chain at 1024^3 and 4096^3 and as fast on raw bits (benchmarks/RESULTS.md).
 
 NaN scales and NaN C are applied as the model applies them (:func:`gemm_bits`).
 ``benchmarks/block_scaled_gpu.py --bits`` compares the compiled kernel with the XLA
@@ -78,12 +77,12 @@ _SPECIAL = -(1 << 24)
 #: a normal float32 number
 _REL = 10
 
-#: ``"off"`` (the default): never the kernel; ``"kernel"``: the kernel (compiled on a GPU,
-#: interpreted elsewhere); ``"interpret"``: the kernel in Pallas interpret mode. It is
-#: not chosen on its own: on MX-quantized data nearly every tile takes the per-product
-#: branch, and the per-step chain is faster (see the module's text)
-MODE = "off"
-MODES = ("off", "kernel", "interpret")
+#: ``"auto"``: the kernel where the default backend is a GPU, the XLA formulation
+#: (:mod:`jaxmma.models._product_gemm`) elsewhere; ``"off"``: never the kernel (on a GPU
+#: the per-step chain); ``"kernel"``: the kernel everywhere (interpreted off a GPU);
+#: ``"interpret"``: the kernel in Pallas interpret mode
+MODE = "auto"
+MODES = ("auto", "off", "kernel", "interpret")
 
 
 def path(mode: str):
@@ -94,16 +93,17 @@ def path(mode: str):
 
 def chosen() -> str | None:
     """How :data:`MODE` runs a covered GEMM now: ``"compiled"``, ``"interpret"`` or None."""
-    if MODE == "off":
+    on_gpu = jax.default_backend() == "gpu"
+    if MODE == "off" or (MODE == "auto" and not on_gpu):
         return None
-    if MODE == "interpret" or jax.default_backend() != "gpu":
+    if MODE == "interpret" or not on_gpu:
         return "interpret"
     return "compiled"
 
 
 Tiles = _block_kernel.Tiles
 #: tiling on the GPU (benchmarks/block_scaled_gpu.py --tune)
-TILES = Tiles(bm=32, bn=64, num_warps=4, num_stages=2)
+TILES = Tiles(bm=16, bn=128, num_warps=4, num_stages=2)
 INTERPRET_TILES = Tiles(bm=16, bn=16, group_m=0)
 
 
@@ -266,63 +266,82 @@ def _e_max(c, found, prod):
     return jnp.where(found, jnp.maximum(e, prod), e)
 
 
-def _fuse(c, sums, vmax, vmin, P, Q, R, win: Windows):
-    """The step on the tile from the window sums (``{offset: float32 plane}``) and the
-    weight dots; ``P, Q, R`` the words of the row plus those of the column. Returns the
-    D bits and where the tile needs the per-product branch (int32 1)."""
+def _grid(c, vmax, vmin, P, Q):
+    """The step's grid from the weight dots; ``P, Q`` the words of the row plus those of
+    the column. Returns per element ``unit`` (exact where ``e_max`` is decided), where
+    it is not (some product, none of them within ``2**-60`` of the row's and column's
+    largest), where the row or column holds a NaN or Inf, and where the window sums
+    alone are not the step (any of these, or a product the grid truncates)."""
     anyp = vmin > 0
     m = _floor6(_exponent(vmax))
     decided = (vmax > 0) & (m >= -_REL)
-    e_max = _e_max(c, anyp & decided, P + m)
-    unit = e_max - MODEL.F
+    unit = _e_max(c, anyp & decided, P + m) - MODEL.F
     least = Q - _floor6(_exponent(vmin))  # a lower bound of the smallest lsb + es
-    fail = (Q < _SPECIAL // 2) | (anyp & (~decided | (least < unit)))
-    terms = [(sums[o].astype(I32), R + o - unit) for o in sorted(sums)]
-    return _round(c, unit, terms), fail.astype(I32)
+    special = Q < _SPECIAL // 2
+    undecided = anyp & ~decided
+    return unit, undecided, special, special | undecided | (anyp & (least < unit))
 
 
-def _per_product(c, cols_a, cols_b, es):
+def _fuse(c, sums, unit, R):
+    """The step from the window sums (``{offset: float32 plane}``) where no product is
+    truncated: ``RZ_f32(trunc(C) + sum)``."""
+    return _round(c, unit, [(sums[o].astype(I32), R + o - unit) for o in sorted(sums)])
+
+
+def _per_product(c, cols_a, cols_b, es, unit, undecided, special):
     """:func:`jaxmma.models._product_gemm._step` on the tile, one product at a time:
     ``cols_a(i)`` / ``cols_b(i)`` give product i's (value, 2**order, code) as ``[bm, 1]``
-    / ``[1, bn]``; ``es`` the scale exponents' sums."""
+    / ``[1, bn]``; ``es`` the scale exponents' sums; ``unit``, ``undecided``,
+    ``special`` from :func:`_grid`. The largest order is read off the products, and
+    their codes summed, only where some element of the tile needs it."""
 
-    def top(i, pm):
-        (_, pa, _), (_, pb, _) = cols_a(i), cols_b(i)
-        return jnp.maximum(pm, pa * pb)
+    def exact_unit():
+        def top(i, pm):
+            (_, pa, _), (_, pb, _) = cols_a(i), cols_b(i)
+            return jnp.maximum(pm, pa * pb)
 
-    pm = lax.fori_loop(0, L, top, jnp.zeros(c.shape, F32))
-    e_max = _e_max(c, pm > 0, _exponent(pm) + es)
-    unit = e_max - MODEL.F
+        pm = lax.fori_loop(0, L, top, jnp.zeros(c.shape, F32))
+        return jnp.where(undecided, _e_max(c, pm > 0, _exponent(pm) + es) - MODEL.F, unit)
+
+    unit = lax.cond(jnp.max(undecided.astype(I32)) > 0, exact_unit, lambda: unit)
     x = es - unit
     s = jnp.where(x < -100, F32(0), _pow2(jnp.clip(x, -126, 127)))
 
-    def body(i, carry):
-        t, code = carry
-        (va, _, ca), (vb, _, cb) = cols_a(i), cols_b(i)
-        return t + (va * vb * s).astype(I32), code + ca * cb
+    def body(i, t):
+        (va, _, _), (vb, _, _) = cols_a(i), cols_b(i)
+        return t + (va * vb * s).astype(I32)
 
     zero = jnp.zeros(c.shape, I32)
-    t0, code = lax.fori_loop(0, L // 2, body, (zero, jnp.zeros(c.shape, F32)))
-    t1, code = lax.fori_loop(L // 2, L, body, (zero, code))
+    t0 = lax.fori_loop(0, L // 2, body, zero)
+    t1 = lax.fori_loop(L // 2, L, body, zero)
     # each half below 2**31 (16 terms below 2**27): as 2**8 times its top 23 bits and
     # its low 8
     eight = jnp.full(c.shape, 8, I32)
     terms = [(t0 >> 8, eight), (t0 & 0xFF, zero), (t1 >> 8, eight), (t1 & 0xFF, zero)]
     bits = _round(c, unit, terms)
-    field, _, _ = _c_fields(c)
-    c_nan = (field == 0xFF) & ((c & 0x7FFFFF) != 0)
-    c_inf = (field == 0xFF) & ((c & 0x7FFFFF) == 0)
-    c_special = jnp.where(c_inf, jnp.where(c < 0, -jnp.inf, jnp.inf), 0.0).astype(F32)
-    special = jnp.where(c_nan, F32(jnp.nan), c_special) + code
-    out = jnp.where(special == jnp.inf, I32(0x7F800000), bits)
-    out = jnp.where(special == -jnp.inf, I32(-0x800000), out)
-    return jnp.where(special != special, I32(CANONICAL_NAN["f32"]), out)
+
+    def with_specials():
+        def codes(i, code):
+            (_, _, ca), (_, _, cb) = cols_a(i), cols_b(i)
+            return code + ca * cb
+
+        code = lax.fori_loop(0, L, codes, jnp.zeros(c.shape, F32))
+        field, _, _ = _c_fields(c)
+        c_nan = (field == 0xFF) & ((c & 0x7FFFFF) != 0)
+        c_inf = (field == 0xFF) & ((c & 0x7FFFFF) == 0)
+        c_special = jnp.where(c_inf, jnp.where(c < 0, -jnp.inf, jnp.inf), 0.0).astype(F32)
+        sp = jnp.where(c_nan, F32(jnp.nan), c_special) + code
+        out = jnp.where(sp == jnp.inf, I32(0x7F800000), bits)
+        out = jnp.where(sp == -jnp.inf, I32(-0x800000), out)
+        return jnp.where(sp != sp, I32(CANONICAL_NAN["f32"]), out)
+
+    return lax.cond(jnp.max(special.astype(I32)) > 0, with_specials, lambda: bits)
 
 
 # ---- the kernel ---------------------------------------------------------------------------
 def _kernel(a_ref, b_ref, *refs, steps: int, win: Windows, low: int, branch: bool):
-    """Per k-step: the window and weight dots, :func:`_fuse`, and where it asks,
-    :func:`_per_product` in its place."""
+    """Per k-step: the weight dots and :func:`_grid`; then the window dots and
+    :func:`_fuse`, or where the tile needs it, :func:`_per_product`."""
     pa, qa, ra, pb, qb, rb, fa_v, fa_p, fa_c, fb_v, fb_p, fb_c, c_ref, d_ref = refs
     na, nb = win.na + 2, win.nb + 2
 
@@ -333,21 +352,25 @@ def _kernel(a_ref, b_ref, *refs, steps: int, win: Windows, low: int, branch: boo
         def b_block(j):
             return b_ref[pl.ds(pl.multiple_of((s * nb + j) * L, L), L), :]
 
-        A = [a_block(j) for j in range(na)]
-        B = [b_block(j) for j in range(nb)]
-        sums: dict = {}
-        for i, j in win.pairs:
-            o = win.width * (i + j)
-            dot = jnp.dot(A[i], B[j], preferred_element_type=F32)
-            sums[o] = dot if o not in sums else sums[o] + dot
-        vmax = jnp.dot(A[-2], B[-2], preferred_element_type=F32)
-        vmin = jnp.dot(A[-1], B[-1], preferred_element_type=F32)
-
         def word(x, y):
             return x[:, pl.ds(s, 1)] + y[pl.ds(s, 1), :]
 
+        def dot(x, y):
+            return jnp.dot(x, y, preferred_element_type=F32)
+
+        vmax = dot(a_block(na - 2), b_block(nb - 2))
+        vmin = dot(a_block(na - 1), b_block(nb - 1))
+        unit, undecided, special, fail = _grid(c, vmax, vmin, word(pa, pb), word(qa, qb))
         R = word(ra, rb)
-        d, fail = _fuse(c, sums, vmax, vmin, word(pa, pb), word(qa, qb), R, win)
+
+        def windows():
+            A = [a_block(j) for j in range(win.na)]
+            B = [b_block(j) for j in range(win.nb)]
+            sums: dict = {}
+            for i, j in win.pairs:
+                o = win.width * (i + j)
+                sums[o] = dot(A[i], B[j]) if o not in sums else sums[o] + dot(A[i], B[j])
+            return _fuse(c, sums, unit, R)
 
         def per_product():
             k0 = s * L
@@ -358,11 +381,11 @@ def _kernel(a_ref, b_ref, *refs, steps: int, win: Windows, low: int, branch: boo
             def cols_b(i):
                 return tuple(r[pl.ds(k0 + i, 1), :] for r in (fb_v, fb_p, fb_c))
 
-            return _per_product(c, cols_a, cols_b, R - low)
+            return _per_product(c, cols_a, cols_b, R - low, unit, undecided, special)
 
         if not branch:
-            return d
-        return lax.cond(jnp.max(fail) > 0, per_product, lambda: d)
+            return windows()
+        return lax.cond(jnp.max(fail.astype(I32)) > 0, per_product, windows)
 
     d_ref[...] = lax.fori_loop(0, steps, body, c_ref[...])
 
