@@ -74,6 +74,28 @@ def test_raw_bits_give_the_chains_bits(pair):
     assert np.isnan(f).any() and np.isinf(f).any()  # the hard cases were reached
 
 
+TCGEN05 = (
+    "tcgen05.mma.cta_group::1.kind::mxf8f6f4.block_scale.block32.m128n256k32.f32.{a}.{b}.ue8m0"
+)
+
+
+@pytest.mark.parametrize("pair", [PAIRS[0], ("e5m2", "e2m1")], ids=["e4m3-e4m3", "e5m2-e2m1"])
+def test_tcgen05_forms_take_the_kernel_and_the_product_executor(pair):
+    """``tcgen05.mma`` ``kind::mxf8f6f4`` (block32) has the ``mma`` forms' model: the
+    kernel and the XLA product executor give its own per-step chain's bits."""
+    ins = jaxmma.instruction(TCGEN05.format(a=pair[0], b=pair[1]), arch="sm_100a")
+    cfg = gemm.config(ins)
+    ops = mx_operands(_text(pair), np.random.default_rng(4), (2,), 24, 40, 96)
+    want = np.asarray(
+        jax.jit(lambda A, B, C, SA, SB: _chain.xla_gemm_bits(cfg, A, B, C, scales=(SA, SB)))(*ops)
+    )
+    kernel = jax.jit(lambda *x: _product_kernel.gemm_bits(ins, *x, interpret=True))
+    np.testing.assert_array_equal(np.asarray(kernel(*ops)), want)
+    assert _block_scaled.covers(cfg, ((), ()))  # off a GPU: the XLA product executor
+    run = jax.jit(lambda A, B, C, SA, SB: _executors.gemm_bits(cfg, A, B, C, scales=(SA, SB)))
+    np.testing.assert_array_equal(np.asarray(run(*ops)), want)
+
+
 @pytest.mark.parametrize("pair", PAIRS, ids=["-".join(p) for p in PAIRS])
 def test_window_sums_alone_give_the_bits_on_quantized_data(pair):
     """Without the per-product branch: every step of these tiles is computed from the

@@ -51,10 +51,10 @@ TILE_N = (64, 256)
 
 
 def supports(ins) -> bool:
-    """Whether :func:`gemm_bits` computes ``ins`` (dense ``mma`` ``kind::mxf8f6f4``, ue8m0,
-    f32)."""
+    """Whether :func:`gemm_bits` computes ``ins`` (dense ``mma`` or ``tcgen05.mma``
+    ``kind::mxf8f6f4``, ue8m0, f32: the same model, :mod:`jaxmma.models._scaled`)."""
     return (
-        getattr(ins, "opcode", None) == "mma"
+        getattr(ins, "opcode", None) in ("mma", "tcgen05.mma")
         and ins.kind == "mxf8f6f4"
         and not ins.sparse
         and ins.k == PRODUCT_MODEL.L
