@@ -8,7 +8,8 @@ each order below was read off an H100 by FPRev probes, arXiv:2411.00442):
 * XLA's native reduction emitter (``kind=kInput``): ``p_i + p_(i + S/2)`` halving until
   one is left, ``"halving"`` (measured for S = 32 and 64 only);
 * a Triton fusion (``"__triton"``): a butterfly tree that follows Triton's blocked layout
-  of the ``[S] + tile`` block (:func:`triton_tree`).
+  of the ``[S] + tile`` block (:func:`triton_tree`), each tile size rounded up to a
+  power of two as Triton's blocks are (read off an H100 for a tile of 80 at S = 16).
 
 Triton's layout rules (public Triton source, ``BlockedEncodingAttr`` construction, the
 coalescing pass and the reduce lowering), as they apply to a reduce over dimension 0 of
@@ -70,11 +71,14 @@ def triton_tree(S: int, tile: list, num_warps: int, tma: bool, where: str = "red
 
     ``tile``: the fusion's output tile (``output_tiles`` of its config); ``tma``: its
     ``is_tma_allowed``. Raises ValueError for a block this rule does not cover."""
-    if not (_pow2(S) and S >= 2 and all(_pow2(t) for t in tile) and _pow2(num_warps)):
+    if not (_pow2(S) and S >= 2 and _pow2(num_warps) and all(t >= 1 for t in tile)):
         raise ValueError(
             f"{where}: a Triton reduce of S = {S} partials with tile {list(tile)} and "
-            f"{num_warps} warps is not covered (powers of two only)"
+            f"{num_warps} warps is not covered (S and the warps powers of two only)"
         )
+    # a tile size that is not a power of two is padded to the next one (Triton's blocks
+    # are powers of two; the padded elements are masked and never meet a real one)
+    tile = [1 << (t - 1).bit_length() for t in tile]
     shape = [S] + list(tile)
     numel = S
     for t in tile:
