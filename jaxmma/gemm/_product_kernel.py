@@ -1,4 +1,5 @@
-"""The product model of ``kind::mxf8f6f4`` (ue8m0) as one Pallas (Triton) kernel.
+"""The product model of ``kind::mxf8f6f4`` (ue8m0; ``mma`` and ``tcgen05.mma``) as one
+Pallas (Triton) kernel.
 
 :func:`jaxmma.models._product_gemm.gemm_bits` truncates each of a k-step's 32 products
 to the step's grid ``2**unit`` (``unit = e_max - 25``) before summing them; done one
@@ -44,8 +45,9 @@ an H200 the kernel is 1.8-2.1x faster than the per-step chain at 1024^3 and 4096
 and 1.3x on raw bits (benchmarks/RESULTS.md).
 
 NaN scales and NaN C are applied as the model applies them (:func:`gemm_bits`).
-``benchmarks/block_scaled_gpu.py --bits`` compares the compiled kernel with the XLA
-formulation on raw bits, and the tests run the kernel interpreted against the model.
+``benchmarks/product_gpu.py --bits`` compares the compiled kernel with the XLA
+formulation on raw bits and on MX-quantized data, and the tests run the kernel
+interpreted against the per-step chain.
 """
 
 from __future__ import annotations
