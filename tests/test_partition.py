@@ -95,6 +95,23 @@ SCRIPT = textwrap.dedent(
         check("block kernel M", nvk, (A4, B4, C4, SA4, SB4), line,
               (P("x"), None, None, P("x"), None), P("x"), no_gather=True)
 
+    # the kind::mxf8f6f4 window kernel, interpreted: its scales follow A's rows, B's columns
+    from jaxmma.gemm import _product_kernel
+    mx = "mma.sync.aligned.m16n8k32.row.col.kind::mxf8f6f4.block_scale.scale_vec::1X" \
+         ".f32.e4m3.e4m3.f32.ue8m0"
+    cfg8 = gemm.config(mx, "sm_120a")
+    A8m = rng.integers(0, 0x7F, (32, 64)).astype(np.uint32)
+    B8m = rng.integers(0, 0x7F, (64, 32)).astype(np.uint32)
+    SA8 = rng.integers(120, 134, (32, 2)).astype(np.uint32)
+    SB8 = rng.integers(120, 134, (2, 32)).astype(np.uint32)
+    C8 = f32((32, 32))
+    with _product_kernel.path("interpret"):
+        pk = jax.jit(lambda a, b, c, sa, sb: _block_scaled.gemm_bits(cfg8, a, b, c, (sa, sb)))
+        check("product kernel M", pk, (A8m, B8m, C8, SA8, SB8), line,
+              (P("x"), None, None, P("x"), None), P("x"), no_gather=True)
+        check("product kernel N", pk, (A8m, B8m, C8, SA8, SB8), line,
+              (None, P(None, "x"), P(None, "x"), None, P(None, "x")), P(None, "x"))
+
     # vmap: the mapped axis is one more batch dimension
     vm = jax.jit(jax.vmap(lambda a, c: _native.gemm_bits(bf, a, B, c, interpret=True)))
     check("native vmap", vm, (Ab, Cb), line, (P("x"), None), P("x"))
