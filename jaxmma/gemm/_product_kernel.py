@@ -63,7 +63,7 @@ from jax import lax
 from jax.experimental import pallas as pl
 from jax.experimental.pallas import triton as plgpu
 
-from .. import models
+from .. import models, util
 from ..bits import CANONICAL_NAN, FORMATS, fields, from_container
 from . import _block_kernel, _modes
 
@@ -242,14 +242,10 @@ def _round(c, unit, terms):
     neg = hi < 0
     mh = jnp.where(neg, jnp.where(lo != 0, -hi - 1, -hi), hi)
     ml = jnp.where(neg & (lo != 0), 0x10000 - lo, lo)
-    drop = jnp.maximum(16 - _clz(mh), 0)  # mh's bits beyond 16
+    drop = jnp.maximum(16 - util.clz(mh), 0)  # mh's bits beyond 16
     mag = (mh << (16 - drop)) | (ml >> drop)  # truncated: the result keeps bits above
     bits = _block_kernel._round_rz(neg, mag, unit + drop)
     return jnp.where(field == 0xFF, c, bits)
-
-
-def _clz(x):
-    return _block_kernel.util.clz(x)
 
 
 def _exponent(v):
