@@ -51,7 +51,7 @@ from jax.experimental.pallas import triton as plgpu
 from .. import models, util
 from ..bits import CANONICAL_NAN, FORMATS
 from ..models import GROUP, GROUP_E_ZERO, GROUP_F
-from . import _modes
+from . import _modes, _tiling
 
 F32 = jnp.float32
 F16 = jnp.float16
@@ -86,14 +86,7 @@ def path(mode: str):
 def chosen() -> str | None:
     """How :data:`MODE` runs a covered GEMM now: ``"compiled"``, ``"interpret"`` or None
     (the XLA formulation)."""
-    if MODE == "xla":
-        return None
-    on_gpu = jax.default_backend() == "gpu"
-    if MODE == "auto":
-        return "compiled" if on_gpu else None
-    if MODE == "interpret" or not on_gpu:
-        return "interpret"
-    return "compiled"
+    return _modes.kernel_run(MODE, never="xla")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -428,35 +421,6 @@ def _operands(ins, A, B, C, SA, SB):
     return a, b, word(ea, sa, 2 * _LO), word(eb, sb, 0), ci
 
 
-def grid_specs(nb: int, gi: int, gj: int, t: Tiles):
-    """The grid of a kernel over ``nb`` batch elements of ``gi x gj`` tiles of D, and
-    ``at(kind)``: the index map of an A-like (``"a"``: the tile's rows, all of K),
-    B-like (``"b"``: all of K, the tile's columns) or D-like (``"d"``) block. Programs
-    run in groups of ``t.group_m`` tile rows; the tiles sit on the grid's first axis
-    (CUDA's x, up to 2**31 - 1 programs; y and z take at most 65,535), the batch on the
-    second, unless the batch is the larger."""
-
-    def tile(p):  # program p of a batch element -> (row, column) of its tile of D
-        if not t.group_m or gi <= t.group_m:
-            return p // gj, p % gj
-        width = t.group_m * gj
-        first = (p // width) * t.group_m
-        rows = jnp.minimum(gi - first, t.group_m)
-        return first + (p % width) % rows, (p % width) // rows
-
-    batch_first = nb > gi * gj
-
-    def at(kind):
-        def index(*ids):
-            z, p = ids if batch_first else ids[::-1]
-            i, j = tile(p)
-            return {"a": (z, i, 0), "b": (z, 0, j), "d": (z, i, j)}[kind]
-
-        return index
-
-    return ((nb, gi * gj) if batch_first else (gi * gj, nb)), at
-
-
 def gemm_bits(ins, A, B, C, SA, SB, *, interpret=None, tiles: Tiles | None = None, fuse=None):
     """:func:`jaxmma.models._group_gemm.gemm_bits` (same arguments: K a multiple of
     ``ins.k``, all operands with the same leading dimensions) through the kernel, the
@@ -483,7 +447,7 @@ def gemm_bits(ins, A, B, C, SA, SB, *, interpret=None, tiles: Tiles | None = Non
     wa, wb, c = prep(wa, Mp, G), prep(wb, G, Np), prep(c, Mp, Np)
     gi, gj = Mp // t.bm, Np // t.bn
 
-    grid, at = grid_specs(nb, gi, gj, t)
+    grid, at = _tiling.grid_specs(nb, gi, gj, t)
     a_spec = pl.BlockSpec((None, t.bm, 2 * K), at("a"))
     b_spec = pl.BlockSpec((None, 2 * K, t.bn), at("b"))
     d_spec = pl.BlockSpec((None, t.bm, t.bn), at("d"))

@@ -21,3 +21,16 @@ def switched(module, mode: str):
     finally:
         module.MODE = old
         jax.clear_caches()
+
+
+def kernel_run(mode: str, never: str) -> str | None:
+    """How a Pallas kernel whose ``MODE`` is ``mode`` runs a covered GEMM now: None where
+    ``mode`` is ``never`` (the module's name for "not the kernel"), or ``"auto"`` off a
+    GPU; ``"interpret"`` where asked, or where the kernel is forced off a GPU;
+    ``"compiled"`` otherwise."""
+    on_gpu = jax.default_backend() == "gpu"
+    if mode == never or (mode == "auto" and not on_gpu):
+        return None
+    if mode == "interpret" or not on_gpu:
+        return "interpret"
+    return "compiled"

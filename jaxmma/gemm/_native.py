@@ -46,7 +46,7 @@ from jax.experimental import pallas as pl
 from jax.experimental.pallas import triton as plgpu
 
 from ..bits import CANONICAL_NAN, ELEMENT_DTYPES, FP8
-from . import _partition, _recipes, _triton_ops
+from . import _partition, _recipes, _tiling, _triton_ops
 
 F32 = jnp.float32
 EXECUTORS = ("auto", "native", "emulate")
@@ -368,17 +368,9 @@ def _gemm_bits(
 
     gi, gj = Mp // t.bm, Np // t.bn
 
-    def tile(z, p):  # program p of a batch element -> (row, column) of its tile of D
-        if not t.group_m or gi <= t.group_m:
-            return p // gj, p % gj
-        width = t.group_m * gj
-        first = (p // width) * t.group_m
-        rows = jnp.minimum(gi - first, t.group_m)
-        return first + (p % width) % rows, (p % width) // rows
-
     def at(kind):
         def index(z, p):
-            i, j = tile(z, p)
+            i, j = _tiling.grouped(p, gi, gj, t.group_m)
             return {"a": (z, i, 0), "b": (z, 0, j), "bt": (z, j, 0), "d": (z, i, j)}[kind]
 
         return index

@@ -65,7 +65,7 @@ from jax.experimental.pallas import triton as plgpu
 
 from .. import models, util
 from ..bits import CANONICAL_NAN, FORMATS, fields, from_container
-from . import _block_kernel, _modes
+from . import _block_kernel, _modes, _tiling
 
 F32 = jnp.float32
 BF16 = jnp.bfloat16
@@ -96,16 +96,11 @@ def path(mode: str):
 
 def chosen() -> str | None:
     """How :data:`MODE` runs a covered GEMM now: ``"compiled"``, ``"interpret"`` or None."""
-    on_gpu = jax.default_backend() == "gpu"
-    if MODE == "off" or (MODE == "auto" and not on_gpu):
-        return None
-    if MODE == "interpret" or not on_gpu:
-        return "interpret"
-    return "compiled"
+    return _modes.kernel_run(MODE, never="off")
 
 
 Tiles = _block_kernel.Tiles
-#: tiling on the GPU (benchmarks/block_scaled_gpu.py --tune)
+#: tiling on the GPU: the fastest of ``benchmarks/product_gpu.py --tune`` (benchmarks/RESULTS.md)
 TILES = Tiles(bm=16, bn=128, num_warps=4, num_stages=2)
 INTERPRET_TILES = Tiles(bm=16, bn=16, group_m=0)
 
@@ -433,7 +428,7 @@ def gemm_bits(
     a_side = [prep(a, Mp, a.shape[-1])] + [prep(x, Mp, x.shape[-1]) for x in wa + fa]
     b_side = [prep(b, b.shape[-2], Np)] + [prep(x, x.shape[-2], Np) for x in wb + fb]
     gi, gj = Mp // t.bm, Np // t.bn
-    grid, at = _block_kernel.grid_specs(nbatch, gi, gj, t)
+    grid, at = _tiling.grid_specs(nbatch, gi, gj, t)
 
     def spec(x, kind):
         shape = (t.bm, x.shape[-1]) if kind == "a" else (x.shape[-2], t.bn)
