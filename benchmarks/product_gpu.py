@@ -28,25 +28,15 @@ import traceback
 
 import jax
 import jax.numpy as jnp
-import ml_dtypes
 import numpy as np
+from block_scaled_gpu import _rounds  # the same timing loop
+from product_truncation import MXF8, quantized
 
 import jaxmma
 from jaxmma import gemm, models
 from jaxmma.gemm import _block_scaled, _chain, _product_kernel
 
-MXF8 = (
-    "mma.sync.aligned.m16n8k32.row.col.kind::mxf8f6f4.block_scale.scale_vec::1X"
-    ".f32.{a}.{b}.f32.ue8m0"
-)
 PAIRS = (("e4m3", "e4m3"), ("e5m2", "e5m2"), ("e3m2", "e2m3"), ("e2m1", "e4m3"))
-DTYPES = {
-    "e4m3": ml_dtypes.float8_e4m3fn,
-    "e5m2": ml_dtypes.float8_e5m2,
-    "e3m2": ml_dtypes.float6_e3m2fn,
-    "e2m3": ml_dtypes.float6_e2m3fn,
-    "e2m1": ml_dtypes.float4_e2m1fn,
-}
 BITS = {"e4m3": 8, "e5m2": 8, "e3m2": 6, "e2m3": 6, "e2m1": 4}
 ARCH = "sm_120a"
 T0 = time.perf_counter()
@@ -84,11 +74,7 @@ def _raw(rng, pair, lead, M, N, K):
 
 
 def _quantized(rng, rows, K, fmt, lead=()):
-    x = rng.standard_normal(lead + (rows, K // 32, 32))
-    top = float(ml_dtypes.finfo(DTYPES[fmt]).max)
-    e = np.floor(np.log2(np.abs(x).max(-1))) - int(np.floor(np.log2(top)))
-    v = np.clip(x / 2.0 ** e[..., None], -top, top).astype(DTYPES[fmt])
-    bits = v.view(np.uint8).astype(np.uint32).reshape(lead + (rows, K))
+    _, bits, e = quantized(rng, rows, K, fmt, lead)
     return bits, (e + 127).astype(np.uint32)
 
 
@@ -140,20 +126,6 @@ def check_bits(sizes) -> int:
     return bad
 
 
-def _rounds(fns, args, rounds=5, inner=4):
-    for f in fns.values():
-        jax.block_until_ready(f(*args))
-    times = {k: [] for k in fns}
-    for _ in range(rounds):
-        for k, f in fns.items():
-            t0 = time.perf_counter()
-            for _ in range(inner):
-                out = f(*args)
-            jax.block_until_ready(out)
-            times[k].append((time.perf_counter() - t0) / inner)
-    return {k: 1e3 * float(np.median(v)) for k, v in times.items()}
-
-
 def _bf16_dot(x, w):
     bf16 = jnp.bfloat16
     return jnp.dot(x.astype(bf16), w.astype(bf16), preferred_element_type=jnp.float32)
@@ -198,7 +170,7 @@ def timings(sizes=(1024, 4096), chain_up_to=4096):
         if n <= chain_up_to:
             with _block_scaled.path("emulate"):
                 fns["chain"] = jax.jit(f).lower(x, w).compile()
-        ms = _rounds(fns, (x, w))
+        ms = _rounds(fns, (x, w), rounds=5, inner=4)
         same = "-"
         if "chain" in fns:
             k = np.asarray(fns["kernel"](x, w)).view(np.uint32)

@@ -37,12 +37,15 @@ DTYPES = {
 }
 
 
-def quantized(rng, rows, K, fmt):
-    x = rng.standard_normal((rows, K // 32, 32))
+def quantized(rng, rows, K, fmt, lead=()):
+    """x ~ N(0, 1) ``lead + [rows, K]`` in MX blocks of 32 along K: the element values
+    ``[..., rows, K / 32, 32]`` (ml_dtypes), their bits ``[..., rows, K]`` (uint32) and
+    the scale exponents ``[..., rows, K / 32]``."""
+    x = rng.standard_normal(lead + (rows, K // 32, 32))
     top = float(ml_dtypes.finfo(DTYPES[fmt]).max)
     e = np.floor(np.log2(np.abs(x).max(-1))) - int(np.floor(np.log2(top)))
     v = np.clip(x / 2.0 ** e[..., None], -top, top).astype(DTYPES[fmt])
-    return v, v.view(np.uint8).astype(np.uint32).reshape(rows, K), e.astype(np.int64)
+    return v, v.view(np.uint8).astype(np.uint32).reshape(lead + (rows, K)), e.astype(np.int64)
 
 
 def lsb_and_order(v, fmt):
