@@ -1,6 +1,7 @@
 """Compile time of the block-scaled executors beside the bf16 GEMM and beside the per-step
-chain they replace, one process (CPU, XLA default flags): median of 3 ``jax.jit(f).lower(
-x, w).compile()`` of ``jaxmma.matmul`` on f32 inputs 256 x 512 x 256, caches cleared.
+chain they replace, one process (XLA default flags; on a GPU the kernels): median of 3
+``jax.jit(f).lower(x, w).compile()`` of ``jaxmma.matmul`` on f32 inputs 256 x 512 x 256,
+caches cleared.
 
     python benchmarks/bench_compile_block_scaled.py
 """
@@ -24,6 +25,10 @@ F = {
         "mma.sync.aligned.m16n8k32.row.col.kind::mxf8f6f4.block_scale.scale_vec::1X.f32.e4m3.e4m3.f32.ue8m0",
         "sm_120a",
     ),
+    "MXFP8 tcgen05": (
+        "tcgen05.mma.cta_group::1.kind::mxf8f6f4.block_scale.block32.m128n256k32.f32.e4m3.e4m3.ue8m0",
+        "sm_100a",
+    ),
 }
 x = jnp.ones((256, 512))
 w = jnp.ones((512, 256))
@@ -42,7 +47,8 @@ def ct(text, arch):
 
 base = ct(*F["bf16"])
 print(f"bf16 {base:.2f} s")
-for n in ("NVFP4", "MXFP8"):
+print(f"{jax.devices()[0].device_kind}, jax {jax.__version__}")
+for n in ("NVFP4", "MXFP8", "MXFP8 tcgen05"):
     new = ct(*F[n])
     with _block_scaled.path("emulate"):
         old = ct(*F[n])
