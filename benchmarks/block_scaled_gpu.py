@@ -251,7 +251,8 @@ def timings(sizes=(1024, 4096)):
                 say(f"{name} {n}^3: FAILED")
                 traceback.print_exc()
     dev = jax.devices()[0].device_kind
-    print(f"\n{dev}, jax {jax.__version__}, tiling {_block_kernel.TILES}", flush=True)
+    t2 = _block_kernel.PAIR_TILES
+    print(f"\n{dev}, jax {jax.__version__}, tiling {_block_kernel.TILES}, 2X {t2}", flush=True)
     print(
         "| form | n^3 | kernel ms | XLA path ms | bf16 jnp.dot ms | kernel / dot | "
         "XLA / kernel | differing |",
@@ -381,7 +382,8 @@ def main():
         dump = tempfile.mkdtemp(prefix="block_kernel_dump_")
         os.environ["XLA_FLAGS"] = os.environ.get("XLA_FLAGS", "") + f" --xla_dump_to={dump}"
     say(f"jax {jax.__version__}, backend {jax.default_backend()}, {jax.devices()}")
-    say(f"kernel chosen automatically: {_block_kernel.chosen()}; tiling {_block_kernel.TILES}")
+    t1, t2 = _block_kernel.TILES, _block_kernel.PAIR_TILES
+    say(f"kernel chosen automatically: {_block_kernel.chosen()}; tiling {t1}, 2X {t2}")
     if args.ptx:
         ptx_report(dump, 128 if args.small else 1024)
         return

@@ -23,25 +23,47 @@ def _signed(x, bits):
     return x - (1 << bits) if x >> (bits - 1) else x
 
 
+#: (significand bits, lowest normal exponent, exponent bias) of the two float widths
+_WIDTHS = {32: (23, -126, 127), 64: (52, -1022, 1023)}
+
+
+def _float_value(bits, width=32):
+    man, emin, bias = _WIDTHS[width]
+    e, f = (bits >> man) & ((1 << (width - 1 - man)) - 1), bits & ((1 << man) - 1)
+    if e == (1 << (width - 1 - man)) - 1:  # Inf or NaN: a Python float
+        v = float("nan") if f else float("inf")
+        return -v if bits >> (width - 1) else v
+    if e == 0:
+        v = Fraction(f) * Fraction(2) ** (emin - man)
+    else:
+        v = Fraction((1 << man) | f) * Fraction(2) ** (e - bias - man)
+    return -v if bits >> (width - 1) else v
+
+
 def _f32_value(bits):
-    e, f = (bits >> 23) & 0xFF, bits & 0x7FFFFF
-    assert e != 0xFF
-    v = Fraction(f, 1 << 149) if e == 0 else Fraction((1 << 23) | f) * Fraction(2) ** (e - 150)
-    return -v if bits >> 31 else v
+    return _float_value(bits, 32)
 
 
-def _round_f32(v: Fraction, mode: str) -> int:
-    """float32 bits of ``v`` rounded toward zero (``"rz"``), toward minus infinity
-    (``"rm"``) or to nearest even (``"rn"``); beyond the largest finite value as IEEE 754
-    has it for each direction."""
+def _round_float(v: Fraction, mode: str, width=32) -> int:
+    """Bits of ``v`` rounded to the float format of ``width`` toward zero (``"rz"``),
+    toward minus infinity (``"rm"``) or to nearest even (``"rn"``); beyond the largest
+    finite value as IEEE 754 has it for each direction."""
+    man, emin, bias = _WIDTHS[width]
+    sign_bit = 1 << (width - 1)
+    emax = bias
+    inf = ((1 << (width - 1 - man)) - 1) << man
+    if isinstance(v, float):  # Inf or NaN in, Inf or the default NaN out
+        if v != v:
+            return inf | (1 << (man - 1))
+        return inf | (sign_bit if v < 0 else 0)
     if v == 0:
         return 0
-    sign = (1 << 31) if v < 0 else 0
+    sign = sign_bit if v < 0 else 0
     a = abs(v)
     e = a.numerator.bit_length() - a.denominator.bit_length()
     if Fraction(2) ** e > a:
         e -= 1
-    quantum = Fraction(2) ** (max(e, -126) - 23)  # subnormals: the grid of 2**-149
+    quantum = Fraction(2) ** (max(e, emin) - man)  # subnormals: the grid of 2**(emin - man)
     q, rest = divmod(a, quantum)
     up = {"rz": False, "rm": bool(sign) and rest > 0}.get(mode)
     if mode == "rn":
@@ -49,14 +71,18 @@ def _round_f32(v: Fraction, mode: str) -> int:
     mag = (q + up) * quantum
     if mag == 0:
         return sign  # a signed zero
-    if mag >= Fraction(2) ** 128:
-        return sign | (0x7F7FFFFF if mode == "rz" or (mode == "rm" and not sign) else 0x7F800000)
+    if mag >= Fraction(2) ** (emax + 1):
+        return sign | (inf - 1 if mode == "rz" or (mode == "rm" and not sign) else inf)
     e = mag.numerator.bit_length() - mag.denominator.bit_length()
     if Fraction(2) ** e > mag:
         e -= 1
-    if e < -126:
-        return sign | int(mag * (1 << 149))
-    return sign | ((e + 127) << 23) | (int(mag / Fraction(2) ** (e - 23)) - (1 << 23))
+    if e < emin:
+        return sign | int(mag / Fraction(2) ** (emin - man))
+    return sign | ((e + bias) << man) | (int(mag / Fraction(2) ** (e - man)) - (1 << man))
+
+
+def _round_f32(v: Fraction, mode: str) -> int:
+    return _round_float(v, mode, 32)
 
 
 def _parse(asm):
@@ -88,7 +114,7 @@ def _run(prog, inputs):
             return val(a[0]) | (val(a[1]) << 32)
         if a in reg:
             return reg[a]
-        if a.startswith("0f"):  # a float32 immediate, as its bits
+        if a.startswith(("0f", "0d")):  # a float32 or float64 immediate, as its bits
             return int(a[2:], 16)
         return int(a) & M32  # an immediate
 
@@ -106,8 +132,9 @@ def _run(prog, inputs):
             out = src[0] or src[1]
         elif base in ("and", "or"):
             out = (src[0] & src[1]) if base == "and" else (src[0] | src[1])
-        elif op == "setp.ne.f32":
-            out = _f32_value(src[0]) != _f32_value(src[1])
+        elif op.startswith("setp.") and kind in ("f32", "f64"):
+            x, y = [_float_value(v, int(kind[1:])) for v in src]
+            out = {"ne": x != y, "eq": x == y, "ge": x >= y}[op.split(".")[1]]
         elif base == "setp":
             cmp, t = op.split(".")[1:]
             x, y = src if t == "u32" else [_signed(s, 32) for s in src]
@@ -138,6 +165,24 @@ def _run(prog, inputs):
         elif op in ("add.rm.f32", "sub.f32"):
             x, y = _f32_value(src[0]), _f32_value(src[1])
             out = _round_f32(x + y if base == "add" else x - y, "rm" if base == "add" else "rn")
+        elif base in ("add", "sub", "mul", "fma") and kind in ("f32", "f64"):
+            width = int(kind[1:])
+            x = [_float_value(v, width) for v in src]
+            if not all(isinstance(v, Fraction) for v in x):  # IEEE 754 on Inf and NaN
+                x = [float(v) for v in x]
+            if base == "fma":
+                exact = x[0] * x[1] + x[2]
+            elif base == "mul":
+                exact = x[0] * x[1]
+            else:
+                exact = x[0] + x[1] if base == "add" else x[0] - x[1]
+            out = _round_float(exact, op.split(".")[1], width)
+        elif op == "abs.f64":
+            out = src[0] & (M64 >> 1)
+        elif op == "cvt.f64.f32":
+            out = _round_float(_f32_value(src[0]), "rn", 64)
+        elif op == "cvt.rz.f32.f64":
+            out = _round_f32(_float_value(src[0], 64), "rz")
         else:
             raise AssertionError(f"an instruction the interpreter does not know: {op}")
         reg[d] = out
@@ -164,7 +209,8 @@ def _inputs(rng, n, man, rep):
         values.append((m + count / 32).astype(np.float32))
     for _ in range(4 // rep):
         e = rng.integers(lo, hi + 1, (2, n)).sum(0) - 2
-        exps.append(np.where(rng.random(n) < 0.05, 2 * _block_kernel._ABSENT, e).astype(np.int32))
+        absent = 2 * _block_kernel._ABSENT - 2  # both scales of significand 0
+        exps.append(np.where(rng.random(n) < 0.05, absent, e).astype(np.int32))
     return c.view(np.int32), values, exps
 
 

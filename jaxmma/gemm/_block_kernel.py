@@ -15,13 +15,14 @@ K, in a ``fori_loop`` over the k-steps of 64, and per step
   count decides whether the group counts for ``e_max`` (a group whose products cancel
   to 0 still does, one whose products are all zero does not);
 * runs the fusion of :func:`jaxmma.models._group_gemm._step` on the tile: compiled, as
-  one PTX routine per element (:func:`_ptx_fuse`: the exact sum in a 64-bit integer,
-  its truncation to float32 by the device's round-toward-zero conversion and
-  multiplies); interpreted, in int32 operations the Triton lowering has (shifts clamped
-  to [0, 31]; each group term split into two 24-bit limbs by two shifts of
-  ``|T ss| * 2**9``, :func:`_fuse`). The two compute the same bits by construction
-  (their docstrings give the argument); ``benchmarks/block_scaled_gpu.py`` compares the
-  compiled kernel with the XLA formulation on raw bits.
+  one PTX routine per element (:func:`_ptx_fuse`: each term truncated by one
+  round-toward-zero float64 FMA, the exact sum in float64, its truncation to float32 by
+  the device's round-toward-zero conversion); interpreted, in int32 operations the
+  Triton lowering has (shifts clamped to [0, 31]; each group term split into two
+  24-bit limbs by two shifts of ``|T ss| * 2**9``, :func:`_fuse`). The two compute the
+  same bits by construction (their docstrings give the argument);
+  ``benchmarks/block_scaled_gpu.py`` compares the compiled kernel with the XLA
+  formulation on raw bits.
 
 Prepared outside the kernel (elementwise, ``O(MK + KN)``): A and B as above with their
 indicators, and per row of A (column of B) and scale block the scale's exponent (a
@@ -59,8 +60,12 @@ I32 = jnp.int32
 U32 = jnp.uint32
 STEP_GROUPS = models.STEP_GROUPS
 _LO = FORMATS["e2m1"].min_exp  # a half unit is 2**_LO
-#: the exponent of a scale whose significand is 0: its groups never reach e_max
-_ABSENT = -(1 << 20)
+#: the exponent of a scale whose significand is 0: its groups never reach e_max (with
+#: the other operand's largest scale exponent, 127, their order stays below the lowest
+#: ``e_max``), and ``2**(E - unit)`` of two of them is still a normal float64 (:func:`_ptx_fuse`)
+_ABSENT = -300
+assert _ABSENT + 127 < GROUP_E_ZERO - (2 * 3 - 2 * _LO)  # below e_max - off (ue4m3's off)
+assert 2 * _ABSENT + 2 * _LO - 221 > -1022
 #: the exponent word of a group whose products are all zero: below every order, and its
 #: (zero) term shifted out entirely
 _NONE = -(1 << 22)
@@ -106,6 +111,9 @@ class Tiles:
 #: (NVFP4 4096^3; the timings of each tiling are in benchmarks/RESULTS.md). Static counts
 #: for sm_90a in benchmarks/PALLAS_NOTES.md
 TILES = Tiles(bm=32, bn=64, num_stages=3)
+#: tiling on the GPU where a scale covers two groups of 16 (``scale_vec::2X``: MXFP4), the
+#: faster of the two there (benchmarks/RESULTS.md, the float64 fusion)
+PAIR_TILES = Tiles(bm=64, bn=32, num_stages=3)
 #: tiling of interpreted runs (small: a CPU runs every program of the grid in turn)
 INTERPRET_TILES = Tiles(bm=16, bn=16, group_m=0)
 
@@ -216,54 +224,56 @@ def _ptx_fuse(terms: int, rep: int, man: int) -> str:
     group of 16 ``i`` its dot ``v = T ss + count / 32`` (float32 bits, ``$(2 + i)``) and
     per scale group ``j`` (``rep`` groups of 16 each) the exponent word ``E`` of its
     groups' unit (``$(2 + terms + j)``). The same arithmetic as :func:`_fuse_planes`,
-    with the exact sum in one 64-bit integer:
+    with the exact sum in float64 (the double-precision units, beside the integer ones):
 
-    * ``m = T ss = floor(v)`` from ``v + 1.5 * 2**23`` rounded toward minus infinity
+    * ``m = T ss = floor(v)`` from ``w = v + 1.5 * 2**23`` rounded toward minus infinity
       (``|v| < 2**22``: the sum's unit is 1), and the group counts for ``e_max`` where
-      ``v`` differs from it; ``e_max`` and ``unit`` as in :func:`_fuse`;
-    * C's term ``trunc(c_sig * 2**k)`` (``k = c_exp - unit <= 12``) is ``c_sig * 2**39``
-      (a 64-bit word with ``c_sig << 7`` as its high half) shifted right by ``39 - k >=
-      27``; a group term ``trunc(|m| * 2**k)`` (``k = E - unit <= 33 - 2 man``) is
-      ``|m| * 2**40`` shifted right by ``40 - k >= 7`` (PTX clamps a shift beyond 64
-      bits to 64: the term of a group far below ``e_max`` is 0, as the model truncates
-      it); each added or subtracted by its sign. Every term is below ``2**46`` and C's
-      below ``2**36``: the sum is exact;
-    * ``cvt.rz.f32.s64`` truncates the sum to 24 bits (exactly, the integer is below
-      ``2**49``); two ``mul.rz`` by ``2**(unit // 2)`` and ``2**(unit - unit // 2)`` (both
-      normal, ``-174 <= unit <= 221``) scale it, truncating again only into the subnormal
-      range, which composes with the first truncation; an exponent of at least 128 is
-      Inf (``mul.rz`` would stop at the largest finite value), a zero is +0, and an
-      Inf or NaN C passes through.
+      ``v != 0`` (``count > 0``: ``m != 0`` only where ``count > 0``, and then ``|v| >=
+      1/2``); ``e_max`` and ``unit`` as in :func:`_fuse`. ``m`` becomes float64 exactly
+      through the word ``{bits(w), 2**52's high word}`` (the value ``2**52 + bits(w)``,
+      less a constant), C by ``cvt.f64.f32``;
+    * a term ``trunc(m * 2**k)`` (``|m| < 2**19``, ``k = E - unit <= 33 - 2 man``; C's
+      ``trunc(c_sig * 2**k)`` with ``k = c_exp - unit <= 12``) is one
+      ``fma.rz(m, 2**k, s)`` with ``s = 2**52`` of ``m``'s sign (``v``'s; C's for C, whose
+      term is ``trunc(C * 2**-unit)``), less ``s``: the exact
+      ``|m| 2**k + 2**52`` lies in ``[2**52, 2**53)``, where the float64 grid is the
+      integers, so rounding toward zero keeps ``2**52 + floor(|m| 2**k)``. ``2**k`` is a
+      normal float64 for every ``k`` that occurs (``E >= 2 * _ABSENT + 2 * _LO``, ``unit <=
+      221``). Every term is an integer below ``2**46`` in magnitude, C's below ``2**36``:
+      the float64 sum of the five is exact;
+    * ``sum * 2**unit`` is exact in float64 (``-174 <= unit <= 221``) and
+      ``cvt.rz.f32.f64`` truncates it to float32 (to 24 bits, or to the subnormal grid:
+      one truncation where the model composes two on nested grids); ``|x| >= 2**128`` is
+      Inf (the conversion would stop at the largest finite value), ``+ 0.0`` turns a -0
+      into +0 as the model's zero, and an Inf or NaN C passes through.
     """
     off = 2 * man - 2 * _LO
     magic = "0f4B400000"  # 1.5 * 2**23
+    high = 0x43300000  # the high word of 2**52
     lines = [
         "{",
         ".reg .pred %p<4>;",
         f".reg .pred %q<{terms + 1}>;",
         ".reg .b32 %r<16>;",
-        f".reg .b32 %m<{terms + 1}>;",
-        ".reg .b64 %rd<3>;",
-        ".reg .f32 %f<6>;",
+        f".reg .b32 %w<{terms + 1}>;",
+        ".reg .b64 %rd<4>;",
+        ".reg .f64 %fd<6>;",
+        ".reg .f32 %f<4>;",
         "mov.b32 %r0, 0;",
-        "bfe.u32 %r1, $1, 23, 8;",
-        "and.b32 %r2, $1, 8388607;",
-        "setp.ne.u32 %p1, %r1, 0;",
-        "@%p1 or.b32 %r2, %r2, 8388608;",
-        "max.u32 %r3, %r1, 1;",
-        "sub.s32 %r3, %r3, 150;",
-        f"add.s32 %r4, %r3, {23 - off};",
-        "setp.eq.u32 %p2, %r2, 0;",
+        "bfe.u32 %r1, $1, 23, 8;",  # C's exponent field
+        "max.u32 %r3, %r1, 1;",  # c_exp + 150
+        f"add.s32 %r4, %r3, {23 - off - 150};",
+        "mov.b32 %f1, $1;",
+        "setp.eq.f32 %p2, %f1, 0f00000000;",  # +-0 (a subnormal is not 0)
         f"selp.b32 %r4, {GROUP_E_ZERO - off}, %r4, %p2;",
+        "cvt.f64.f32 %fd1, %f1;",  # C, exactly
     ]
     for i in range(terms):
         lines += [
-            f"mov.b32 %f4, ${2 + i};",
-            f"add.rm.f32 %f5, %f4, {magic};",
-            f"mov.b32 %m{i}, %f5;",
-            f"sub.s32 %m{i}, %m{i}, {_MAGIC_BITS};",
-            f"sub.f32 %f5, %f5, {magic};",
-            f"setp.ne.f32 %q{i}, %f4, %f5;",
+            f"mov.b32 %f1, ${2 + i};",
+            f"add.rm.f32 %f2, %f1, {magic};",
+            f"mov.b32 %w{i}, %f2;",
+            f"setp.ne.f32 %q{i}, %f1, 0f00000000;",
         ]
     for j in range(terms // rep):
         for i in range(j * rep + 1, (j + 1) * rep):
@@ -274,52 +284,56 @@ def _ptx_fuse(terms: int, rep: int, man: int) -> str:
         ]
     lines += [
         f"add.s32 %r5, %r4, {off - GROUP_F};",  # unit
-        "sub.s32 %r6, %r5, %r3;",
-        "add.s32 %r6, %r6, 39;",
-        "shl.b32 %r7, %r2, 7;",
-        "mov.b64 %rd1, {%r0, %r7};",
-        "shr.b64 %rd1, %rd1, %r6;",
-        "setp.lt.s32 %p3, $1, 0;",
-        "@%p3 neg.s64 %rd1, %rd1;",
-        "add.s32 %r8, %r5, 40;",
+        # C's term trunc(C * 2**-unit): fma.rz(C, 2**-unit, s) - s, s = 2**52 of C's sign
+        "and.b32 %r6, $1, -2147483648;",
+        f"or.b32 %r6, %r6, {high};",
+        "mov.b64 %rd2, {%r0, %r6};",
+        "mov.b64 %fd2, %rd2;",
+        "sub.s32 %r7, 1023, %r5;",
+        "shl.b32 %r7, %r7, 20;",
+        "mov.b64 %rd3, {%r0, %r7};",
+        "mov.b64 %fd3, %rd3;",
+        "fma.rz.f64 %fd1, %fd1, %fd3, %fd2;",
+        "sub.rn.f64 %fd4, %fd1, %fd2;",
+        f"mov.b32 %r9, {high};",
+        "sub.s32 %r8, %r5, 1023;",  # 2**k's high word: (E - (unit - 1023)) << 20
     ]
-    for i in range(terms):
-        m, e = f"%m{i}", f"${2 + terms + i // rep}"
+    for j in range(terms // rep):
         lines += [
-            f"abs.s32 %r9, {m};",
-            "shl.b32 %r9, %r9, 8;",
-            "mov.b64 %rd2, {%r0, %r9};",
-            f"sub.s32 %r10, %r8, {e};",
-            "shr.b64 %rd2, %rd2, %r10;",
-            f"setp.lt.s32 %p3, {m}, 0;",
-            "@%p3 sub.s64 %rd1, %rd1, %rd2;",
-            "@!%p3 add.s64 %rd1, %rd1, %rd2;",
+            f"sub.s32 %r10, ${2 + terms + j}, %r8;",
+            "shl.b32 %r10, %r10, 20;",
+            "mov.b64 %rd3, {%r0, %r10};",
+            "mov.b64 %fd3, %rd3;",
         ]
+        for i in range(j * rep, (j + 1) * rep):
+            lines += [
+                f"mov.b64 %rd1, {{%w{i}, %r9}};",  # 2**52 + bits(w) = 2**52 + 0x4B400000 + m
+                "mov.b64 %fd1, %rd1;",
+                f"sub.rn.f64 %fd1, %fd1, 0d43300000{_MAGIC_BITS:08X};",
+                f"and.b32 %r11, ${2 + i}, -2147483648;",  # v's sign is m's where m != 0
+                f"or.b32 %r11, %r11, {high};",
+                "mov.b64 %rd2, {%r0, %r11};",
+                "mov.b64 %fd2, %rd2;",
+                "fma.rz.f64 %fd1, %fd1, %fd3, %fd2;",
+                "sub.rn.f64 %fd1, %fd1, %fd2;",
+                "add.rn.f64 %fd4, %fd4, %fd1;",
+            ]
     lines += [
-        "cvt.rz.f32.s64 %f1, %rd1;",
-        "mov.b32 %r11, %f1;",
-        "bfe.u32 %r12, %r11, 23, 8;",
-        "add.s32 %r12, %r12, %r5;",
-        "setp.ge.s32 %p1, %r12, 255;",  # 2**128 or more: Inf
-        "shr.s32 %r13, %r5, 1;",
-        "sub.s32 %r14, %r5, %r13;",
-        "add.s32 %r13, %r13, 127;",
-        "shl.b32 %r13, %r13, 23;",
-        "mov.b32 %f2, %r13;",
-        "add.s32 %r14, %r14, 127;",
-        "shl.b32 %r14, %r14, 23;",
-        "mov.b32 %f3, %r14;",
-        "mul.rz.f32 %f1, %f1, %f2;",
-        "mul.rz.f32 %f1, %f1, %f3;",
-        "mov.b32 %r11, %f1;",
-        "and.b32 %r15, %r11, 2147483647;",
-        "setp.eq.u32 %p2, %r15, 0;",
-        "selp.b32 %r11, 0, %r11, %p2;",
-        "and.b32 %r15, %r11, -2147483648;",
-        "or.b32 %r15, %r15, 2139095040;",
-        "selp.b32 %r11, %r15, %r11, %p1;",
+        "add.s32 %r12, %r5, 1023;",
+        "shl.b32 %r12, %r12, 20;",
+        "mov.b64 %rd3, {%r0, %r12};",
+        "mov.b64 %fd3, %rd3;",
+        "mul.rn.f64 %fd4, %fd4, %fd3;",
+        "cvt.rz.f32.f64 %f1, %fd4;",
+        "add.rn.f32 %f1, %f1, 0f00000000;",  # -0 -> +0
+        "abs.f64 %fd5, %fd4;",
+        "setp.ge.f64 %p1, %fd5, 0d47F0000000000000;",  # 2**128 or more: Inf
+        "mov.b32 %r13, %f1;",
+        "and.b32 %r14, %r13, -2147483648;",
+        "or.b32 %r14, %r14, 2139095040;",
+        "selp.b32 %r13, %r14, %r13, %p1;",
         "setp.eq.u32 %p2, %r1, 255;",
-        "selp.b32 $0, $1, %r11, %p2;",
+        "selp.b32 $0, $1, %r13, %p2;",
         "}",
     ]
     return "\n".join(lines)
@@ -356,7 +370,8 @@ def _fuse_planes(c, values, exps, man: int, rep: int):
     for j, e in enumerate(exps):
         vs = values[j * rep : (j + 1) * rep]
         ts = [jnp.floor(v) for v in vs]
-        nz = functools.reduce(jnp.logical_or, [v != t for v, t in zip(vs, ts, strict=True)])
+        # count > 0: v != 0 (m != 0 only where count > 0, and then |v| >= 1/2)
+        nz = functools.reduce(jnp.logical_or, [v != 0 for v in vs])
         # the integer t (|t| < 2**19) in the low bits of t + 1.5 * 2**23, exactly
         ms = [lax.bitcast_convert_type(t + F32(_MAGIC), I32) - I32(_MAGIC_BITS) for t in ts]
         order = jnp.where(nz, e, I32(_NONE))
@@ -425,17 +440,19 @@ def gemm_bits(ins, A, B, C, SA, SB, *, interpret=None, tiles: Tiles | None = Non
     """:func:`jaxmma.models._group_gemm.gemm_bits` (same arguments: K a multiple of
     ``ins.k``, all operands with the same leading dimensions) through the kernel, the
     same bits. ``interpret``: Pallas interpret mode (default: off a GPU). ``tiles``: the
-    tiling (default :data:`TILES`, :data:`INTERPRET_TILES` interpreted). ``fuse``: the
+    tiling (default :data:`TILES`, :data:`PAIR_TILES` for ``scale_vec::2X``,
+    :data:`INTERPRET_TILES` interpreted). ``fuse``: the
     step's fusion in place of :func:`_fuse_ptx` / :func:`_fuse_planes` (benchmarks time
     the kernel without it)."""
     if interpret is None:
         interpret = jax.default_backend() != "gpu"
-    t = tiles or (INTERPRET_TILES if interpret else TILES)
     lead = A.shape[:-2]
     M, K = A.shape[-2:]
     N = B.shape[-1]
     nb = int(np.prod(lead, dtype=np.int64))
     G = SA.shape[-1]  # scale blocks along K
+    rep = K // GROUP // G  # groups of 16 per scale: 1 (4X) or 2 (2X)
+    t = tiles or (INTERPRET_TILES if interpret else TILES if rep == 1 else PAIR_TILES)
     Mp, Np = -(-M // t.bm) * t.bm, -(-N // t.bn) * t.bn
     a, b, wa, wb, c = _operands(ins, A, B, C, SA, SB)
 
@@ -462,7 +479,6 @@ def gemm_bits(ins, A, B, C, SA, SB, *, interpret=None, tiles: Tiles | None = Non
             num_warps=t.num_warps, num_stages=t.num_stages
         )
     man = FORMATS[ins.stype].mant_bits
-    rep = K // GROUP // G  # groups of 16 per scale: 1 (4X) or 2 (2X)
     fuse = fuse or (_fuse_planes if interpret else _fuse_ptx)
     kernel = functools.partial(_kernel, steps=K // ins.k, man=man, rep=rep, fuse=fuse)
     d = pl.pallas_call(
