@@ -24,6 +24,7 @@ from ..operands import (
     computed_once,
     dequantize,
     element_dtype,
+    float64_operand,
     quantize_mx,
     quantize_nvfp4,
     validate_sparse,
@@ -34,6 +35,57 @@ from ._config import Config
 
 F32 = jnp.float32
 _pad_axis = util.pad_axis
+
+
+def inputs(ins, opts, A, B, C, *, convert_inputs=None):
+    """matmul's A, B and C as every path of the pipeline takes them: doubles rounded once
+    to the element types (in ``input_rounding``'s mode; C only where it starts the chain,
+    an epilogue rounds its own), C broadcast to ``[M, N]`` (:func:`broadcast_c`), K padded
+    to ``pad_k``. Block-scaled forms and ``convert_inputs`` keep their doubles here: the
+    quantizers and the conversion read them later."""
+    if not ins.stype and convert_inputs is None:
+        mode = None if opts is None else opts.input_rounding
+        A = float64_operand(ins, ins.atype, A, "A", mode)
+        B = float64_operand(ins, ins.btype, B, "B", mode)
+        if C is not None and (opts is None or opts.epilogue is None):
+            C = float64_operand(ins, ins.ctype, C, "C")
+    C = broadcast_c(C, A, B)
+    if opts is not None and opts.pad_k is not None:
+        A, B = pad_k(A, B, opts.pad_k)
+    return A, B, C
+
+
+def pad_k(A, B, pad_k: int):
+    """A ``[..., M, K]`` and B ``[..., K, N]`` with +0 elements appended to K up to
+    ``pad_k`` (the ``pad_k`` option); a ValueError naming it where K is longer."""
+    A, B = jnp.asarray(A), jnp.asarray(B)
+    K = A.shape[-1] if A.ndim else 0
+    if A.ndim < 2 or B.ndim < 2 or B.shape[-2] != K:
+        return A, B  # the shape check that follows names the mismatch
+    if pad_k < K:
+        raise ValueError(f"pad_k: K = {K} is longer than pad_k = {pad_k}")
+    if pad_k == K:
+        return A, B
+    A = jnp.pad(A, [(0, 0)] * (A.ndim - 1) + [(0, pad_k - K)])
+    B = jnp.pad(B, [(0, 0)] * (B.ndim - 2) + [(0, pad_k - K), (0, 0)])
+    return A, B
+
+
+def checked_operands(ins, A, B, C, *, quantize=None, check=None):
+    """The plain path's operands, checked: ``(A, B, q)``. Block-scaled forms quantize
+    float A and B along K (:func:`quantize_operands`; ``q`` the quantized pair); other
+    forms take A and B as jax arrays (``q`` None), and a sparse A is checked for its
+    structure when concrete, or when traced with ``check`` (:func:`check_structure`)."""
+    c = None if C is None else jnp.asarray(C)
+    if ins.stype:
+        A, B, q = quantize_operands(ins, A, B, quantize)
+        check_shapes(ins, q[0].elements, q[1].elements, c)
+        return A, B, q
+    A, B = jnp.asarray(A), jnp.asarray(B)
+    check_shapes(ins, A, B, c)
+    if ins.sparse and (check or not util.is_traced(A)):
+        check_structure(ins, A)
+    return A, B, None
 
 
 def check_shapes(ins, A, B, C):
