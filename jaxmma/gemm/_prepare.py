@@ -273,6 +273,16 @@ def operand_bits(ins, fmt: str, x, name: str, rounding, rbits=None):
     return to_container(bits, fmt) if ins.kind == "f8f6f4" else bits
 
 
+def rounded_bits(ins, opts, A, B, key):
+    """The bits of A and B that the instruction reads, float inputs rounded to their
+    element types as ``opts.input_rounding`` says (``"stochastic"``: with ``key``'s random
+    bits, :func:`random_pair`); the one conversion of the kernel-options path."""
+    ra, rb = random_pair(opts, key, A, B)
+    Ab = operand_bits(ins, ins.atype, A, "A", opts.input_rounding, ra)
+    Bb = operand_bits(ins, ins.btype, B, "B", opts.input_rounding, rb)
+    return Ab, Bb
+
+
 def random_pair(opts, key, A, B):
     if opts.input_rounding != "stochastic":
         return None, None
