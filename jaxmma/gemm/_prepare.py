@@ -1,10 +1,12 @@
 """Operand preparation, the GEMM pipeline's stage before the executor.
 
-Shapes checked (with the argument named), C broadcast as ``jnp`` broadcasts a bias,
-float inputs converted to the element type once (rounded as ``input_rounding`` says,
-with the random bits of stochastic rounding), block-scaled operands quantized along K,
-sparse A checked for its structure, and the float32 values the instruction multiplies
-(for the straight-through tangent). Nothing here chooses an executor or computes a sum.
+Doubles rounded once to the element types, C broadcast as ``jnp`` broadcasts a bias, K
+padded to ``pad_k`` (:func:`inputs`, before the paths part); shapes checked (with the
+argument named), float inputs converted to the element type once (rounded as
+``input_rounding`` says, with the random bits of stochastic rounding), block-scaled
+operands quantized along K, sparse A checked for its structure, and the float32 values
+the instruction multiplies (for the straight-through tangent). Nothing here chooses an
+executor or computes a sum.
 """
 
 from __future__ import annotations
