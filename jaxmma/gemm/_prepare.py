@@ -257,8 +257,8 @@ def random_bits(key, which: int, shape):
     return jax.random.bits(jax.random.split(key)[which], shape, jnp.uint32)
 
 
-def operand_bits(ins, fmt: str, x, name: str, rounding, rbits=None):
-    """:func:`jaxmma.operands._operands.to_bits`, with float inputs rounded to ``fmt`` by
+def rounded_operand_bits(ins, fmt: str, x, name: str, rounding, rbits=None):
+    """:func:`jaxmma.operands.operand_bits`, with float inputs rounded to ``fmt`` by
     ``rounding`` (``.tf32`` from float32 included; inputs already in an element dtype
     other than float32 are taken as they are)."""
     x = jnp.asarray(x)
@@ -280,8 +280,8 @@ def rounded_bits(ins, opts, A, B, key):
     element types as ``opts.input_rounding`` says (``"stochastic"``: with ``key``'s random
     bits, :func:`random_pair`); the one conversion of the kernel-options path."""
     ra, rb = random_pair(opts, key, A, B)
-    Ab = operand_bits(ins, ins.atype, A, "A", opts.input_rounding, ra)
-    Bb = operand_bits(ins, ins.btype, B, "B", opts.input_rounding, rb)
+    Ab = rounded_operand_bits(ins, ins.atype, A, "A", opts.input_rounding, ra)
+    Bb = rounded_operand_bits(ins, ins.btype, B, "B", opts.input_rounding, rb)
     return Ab, Bb
 
 
