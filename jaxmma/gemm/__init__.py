@@ -7,9 +7,10 @@ A call runs these stages in order, each in one module (docs/gemm.md, "The pipeli
    executor asked for) and ``KernelOptions`` (``_options``: split-K, input rounding,
    epilogue, output type); every refusal of a combination is made here or, for a
    combination that depends on the arrays (scales, C), in ``_kernel.matmul``;
-2. prepare the operands (``_prepare``): shapes checked, C broadcast, float inputs
-   converted to the element bits once (rounded as asked), block-scaled operands
-   quantized, a sparse A checked; the values the instruction reads, for the derivative;
+2. prepare the operands (``_prepare``): doubles rounded once, C broadcast, K padded to
+   ``pad_k``, shapes checked, float inputs converted to the element bits once (rounded as
+   asked), block-scaled operands quantized, a sparse A checked; the values the
+   instruction reads, for the derivative;
 3. plan: split-K slices (``_split``), the scale recipe (``_recipes``), and the executor
    (``_executors.choose``, the one place that chooses);
 4. execute the chain on the executor (``_executors``: native tensor cores ``_native``,

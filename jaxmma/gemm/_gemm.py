@@ -25,7 +25,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.typing import ArrayLike, DTypeLike
 
-from .. import bits, operands, util
+from .. import bits, util
 from ..instructions import Instruction
 from ..operands import Quantized
 from ..spec import shown as _shown
@@ -264,46 +264,11 @@ def matmul(
     for name, v in (("C", C), ("scale_a", scale_a), ("scale_b", scale_b)):
         bits.check_array_like(v, name)
     _prepare.check_key(opts, key)
-    if not ins.stype and convert_inputs is None:  # doubles: rounded once, in the GEMM's mode
-        mode = None if opts is None else opts.input_rounding
-        atype, btype, ctype = cast(tuple[str, str, str], (ins.atype, ins.btype, ins.ctype))
-        A = operands.float64_operand(ins, atype, A, "A", mode)
-        B = operands.float64_operand(ins, btype, B, "B", mode)
-        if C is not None and (opts is None or opts.epilogue is None):  # else: the epilogue's
-            C = operands.float64_operand(ins, ctype, C, "C")
-    C = _prepare.broadcast_c(C, A, B)
-    if opts is not None and opts.pad_k is not None:
-        A, B = pad_k_operands(A, B, opts.pad_k)
+    A, B, C = _prepare.inputs(ins, opts, A, B, C, convert_inputs=convert_inputs)
     if opts is not None or scale_a is not None or scale_b is not None:
         return _kernel.matmul(cfg, opts, A, B, C, scale_a, scale_b, key=key)
-    q = None
-    if ins.stype:
-        A, B, q = _prepare.quantize_operands(ins, A, B, quantize)
-        _prepare.check_shapes(
-            ins, q[0].elements, q[1].elements, None if C is None else jnp.asarray(C)
-        )
-    else:
-        A, B = jnp.asarray(A), jnp.asarray(B)
-        _prepare.check_shapes(ins, A, B, None if C is None else jnp.asarray(C))
-        if ins.sparse and (check or not util.is_traced(A)):
-            _prepare.check_structure(ins, A)
+    A, B, q = _prepare.checked_operands(ins, A, B, C, quantize=quantize, check=check)
     return _gemm_values(cfg, A, B, C, q)
-
-
-def pad_k_operands(A, B, pad_k: int):
-    """A ``[..., M, K]`` and B ``[..., K, N]`` with +0 elements appended to K up to
-    ``pad_k`` (the ``pad_k`` option); a ValueError naming it where K is longer."""
-    A, B = jnp.asarray(A), jnp.asarray(B)
-    K = A.shape[-1] if A.ndim else 0
-    if A.ndim < 2 or B.ndim < 2 or B.shape[-2] != K:
-        return A, B  # the shape check that follows names the mismatch
-    if pad_k < K:
-        raise ValueError(f"pad_k: K = {K} is longer than pad_k = {pad_k}")
-    if pad_k == K:
-        return A, B
-    A = jnp.pad(A, [(0, 0)] * (A.ndim - 1) + [(0, pad_k - K)])
-    B = jnp.pad(B, [(0, 0)] * (B.ndim - 2) + [(0, pad_k - K), (0, 0)])
-    return A, B
 
 
 def dot_general(

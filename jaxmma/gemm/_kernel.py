@@ -31,9 +31,7 @@ def _bits_forward(cfg, opts, kind, A, B, C, SA, SB, key):
     """The stages on raw bits: operands, the chain on the chosen executor (per split-K
     slice, or per 128-wide group of the block recipe), the reduction, the epilogue."""
     ins = cfg.ins
-    ra, rb = _prepare.random_pair(opts, key, A, B)
-    Ab = _prepare.operand_bits(ins, ins.atype, A, "A", opts.input_rounding, ra)
-    Bb = _prepare.operand_bits(ins, ins.btype, B, "B", opts.input_rounding, rb)
+    Ab, Bb = _prepare.rounded_bits(ins, opts, A, B, key)
     lead = jnp.broadcast_shapes(Ab.shape[:-2], Bb.shape[:-2])
     shape = lead + (Ab.shape[-2], Bb.shape[-1])
     Ab = jnp.broadcast_to(Ab, lead + Ab.shape[-2:])
@@ -88,10 +86,7 @@ def _gemm(cfg, opts, kind, A, B, C, SA, SB, key):
         return _forward_jit(cfg, opts, kind, A, B, C, SA, SB, key)
 
     def values(A, B, SA, SB, key):
-        rnd = opts.input_rounding
-        ra, rb = _prepare.random_pair(opts, key, A, B)
-        Ab = _prepare.operand_bits(ins, ins.atype, A, "A", rnd, ra)
-        Bb = _prepare.operand_bits(ins, ins.btype, B, "B", rnd, rb)
+        Ab, Bb = _prepare.rounded_bits(ins, opts, A, B, key)
         va, vb = operand_values(ins, ins.atype, Ab), operand_values(ins, ins.btype, Bb)
         return va, vb, *(None if s is None else jnp.asarray(s, F32) for s in (SA, SB))
 

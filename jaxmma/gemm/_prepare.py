@@ -1,10 +1,12 @@
 """Operand preparation, the GEMM pipeline's stage before the executor.
 
-Shapes checked (with the argument named), C broadcast as ``jnp`` broadcasts a bias,
-float inputs converted to the element type once (rounded as ``input_rounding`` says,
-with the random bits of stochastic rounding), block-scaled operands quantized along K,
-sparse A checked for its structure, and the float32 values the instruction multiplies
-(for the straight-through tangent). Nothing here chooses an executor or computes a sum.
+Doubles rounded once to the element types, C broadcast as ``jnp`` broadcasts a bias, K
+padded to ``pad_k`` (:func:`inputs`, before the paths part); shapes checked (with the
+argument named), float inputs converted to the element type once (rounded as
+``input_rounding`` says, with the random bits of stochastic rounding), block-scaled
+operands quantized along K, sparse A checked for its structure, and the float32 values
+the instruction multiplies (for the straight-through tangent). Nothing here chooses an
+executor or computes a sum.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from ..operands import (
     computed_once,
     dequantize,
     element_dtype,
+    float64_operand,
     quantize_mx,
     quantize_nvfp4,
     validate_sparse,
@@ -34,6 +37,57 @@ from ._config import Config
 
 F32 = jnp.float32
 _pad_axis = util.pad_axis
+
+
+def inputs(ins, opts, A, B, C, *, convert_inputs=None):
+    """matmul's A, B and C as every path of the pipeline takes them: doubles rounded once
+    to the element types (in ``input_rounding``'s mode; C only where it starts the chain,
+    an epilogue rounds its own), C broadcast to ``[M, N]`` (:func:`broadcast_c`), K padded
+    to ``pad_k``. Block-scaled forms and ``convert_inputs`` keep their doubles here: the
+    quantizers and the conversion read them later."""
+    if not ins.stype and convert_inputs is None:
+        mode = None if opts is None else opts.input_rounding
+        A = float64_operand(ins, ins.atype, A, "A", mode)
+        B = float64_operand(ins, ins.btype, B, "B", mode)
+        if C is not None and (opts is None or opts.epilogue is None):
+            C = float64_operand(ins, ins.ctype, C, "C")
+    C = broadcast_c(C, A, B)
+    if opts is not None and opts.pad_k is not None:
+        A, B = pad_k(A, B, opts.pad_k)
+    return A, B, C
+
+
+def pad_k(A, B, pad_k: int):
+    """A ``[..., M, K]`` and B ``[..., K, N]`` with +0 elements appended to K up to
+    ``pad_k`` (the ``pad_k`` option); a ValueError naming it where K is longer."""
+    A, B = jnp.asarray(A), jnp.asarray(B)
+    K = A.shape[-1] if A.ndim else 0
+    if A.ndim < 2 or B.ndim < 2 or B.shape[-2] != K:
+        return A, B  # the shape check that follows names the mismatch
+    if pad_k < K:
+        raise ValueError(f"pad_k: K = {K} is longer than pad_k = {pad_k}")
+    if pad_k == K:
+        return A, B
+    A = jnp.pad(A, [(0, 0)] * (A.ndim - 1) + [(0, pad_k - K)])
+    B = jnp.pad(B, [(0, 0)] * (B.ndim - 2) + [(0, pad_k - K), (0, 0)])
+    return A, B
+
+
+def checked_operands(ins, A, B, C, *, quantize=None, check=None):
+    """The plain path's operands, checked: ``(A, B, q)``. Block-scaled forms quantize
+    float A and B along K (:func:`quantize_operands`; ``q`` the quantized pair); other
+    forms take A and B as jax arrays (``q`` None), and a sparse A is checked for its
+    structure when concrete, or when traced with ``check`` (:func:`check_structure`)."""
+    c = None if C is None else jnp.asarray(C)
+    if ins.stype:
+        A, B, q = quantize_operands(ins, A, B, quantize)
+        check_shapes(ins, q[0].elements, q[1].elements, c)
+        return A, B, q
+    A, B = jnp.asarray(A), jnp.asarray(B)
+    check_shapes(ins, A, B, c)
+    if ins.sparse and (check or not util.is_traced(A)):
+        check_structure(ins, A)
+    return A, B, None
 
 
 def check_shapes(ins, A, B, C):
@@ -203,8 +257,8 @@ def random_bits(key, which: int, shape):
     return jax.random.bits(jax.random.split(key)[which], shape, jnp.uint32)
 
 
-def operand_bits(ins, fmt: str, x, name: str, rounding, rbits=None):
-    """:func:`jaxmma.operands._operands.to_bits`, with float inputs rounded to ``fmt`` by
+def rounded_operand_bits(ins, fmt: str, x, name: str, rounding, rbits=None):
+    """:func:`jaxmma.operands.operand_bits`, with float inputs rounded to ``fmt`` by
     ``rounding`` (``.tf32`` from float32 included; inputs already in an element dtype
     other than float32 are taken as they are)."""
     x = jnp.asarray(x)
@@ -219,6 +273,16 @@ def operand_bits(ins, fmt: str, x, name: str, rounding, rbits=None):
     sat = fmt in SATURATE
     bits = encode(fmt, x, rounding=rounding, saturate=sat, random_bits=rb)
     return to_container(bits, fmt) if ins.kind == "f8f6f4" else bits
+
+
+def rounded_bits(ins, opts, A, B, key):
+    """The bits of A and B that the instruction reads, float inputs rounded to their
+    element types as ``opts.input_rounding`` says (``"stochastic"``: with ``key``'s random
+    bits, :func:`random_pair`); the one conversion of the kernel-options path."""
+    ra, rb = random_pair(opts, key, A, B)
+    Ab = rounded_operand_bits(ins, ins.atype, A, "A", opts.input_rounding, ra)
+    Bb = rounded_operand_bits(ins, ins.btype, B, "B", opts.input_rounding, rb)
+    return Ab, Bb
 
 
 def random_pair(opts, key, A, B):
