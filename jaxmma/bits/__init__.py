@@ -30,6 +30,7 @@ from ._formats import fields as fields
 from ._formats import get_format as get_format
 from ._formats import round_float as round_float
 from ._formats import round_to_format as round_to_format
+from ._formats import special_bits as special_bits
 from ._packing import bits_from_container as bits_from_container
 from ._packing import container_from_bits as container_from_bits
 from ._packing import from_container as from_container
@@ -76,6 +77,7 @@ __all__ = [
     "container_from_bits",
     "decode",
     "encode",
+    "special_bits",
     "exact_float32",
     "fields",
     "from_bits",

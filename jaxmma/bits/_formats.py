@@ -268,7 +268,7 @@ def _low_mask(n, like):
 
 def _split(f: Format, x):
     """Raw fields of the encoding held in ``x``: (sign, biased exponent, mantissa, v)."""
-    v = _shr(x, jnp.int32(f.shift)) & _c(2**f.bits - 1, x)
+    v = (lax.shift_right_logical(x, _c(f.shift, x)) if f.shift else x) & _c(2**f.bits - 1, x)
     sign = (v >> (f.bits - 1)) & 1 if f.signed else jnp.zeros_like(v)
     e_field = (v >> f.mant_bits) & _c(2**f.exp_bits - 1, x)
     mant = v & _c(2**f.mant_bits - 1, x)
@@ -378,6 +378,50 @@ def _nan_bits(f: Format, sign, payload, payload_bits: int, like):
             p = p | _c(1 << (m - 1), like)
         bits = expones | p
     return bits | (sign.astype(like.dtype) << (f.bits - 1)) if f.signed else bits
+
+
+def special_bits(fmt: str, value: float, *, saturate: bool = False) -> int:
+    """The bits :func:`encode` gives a float32 zero, infinity or NaN (``np.nan``: the
+    quiet NaN ``0x7FC00000`` and its sign) in the float format ``fmt``, in any rounding
+    mode, as a Python int: :func:`round_float`'s rules for these inputs, from the format's
+    table alone, so that a traced caller needs no computation for them
+    (``tests/test_formats_special.py`` compares it with :func:`encode`)."""
+    f = get_format(fmt)
+    if f.kind != "float" or f.bits == 64:
+        raise ValueError(f"fmt: expected a float format narrower than f64, got {fmt!r}")
+    neg = math.copysign(1.0, value) < 0
+    sign = (1 << (f.bits - 1)) if f.signed and neg else 0
+    if value == 0:
+        out = sign
+    elif math.isinf(value):
+        if saturate or (not f.has_inf and f.nan == "none"):
+            out = f.max_bits | sign
+        elif f.has_inf:
+            out = ((2**f.exp_bits - 1) << f.mant_bits) | sign
+        else:
+            out = _nan_word(f, neg, 0)
+    elif math.isnan(value):
+        out = _nan_word(f, neg, 1 << (f.mant_bits - 1) if f.mant_bits else 0)
+    else:
+        raise ValueError(f"value: expected a zero, an infinity or a NaN, got {value!r}")
+    return out << f.shift
+
+
+def _nan_word(f: Format, neg: bool, payload: int) -> int:
+    """:func:`_nan_bits` for one element: ``payload`` the NaN's mantissa in ``f``'s
+    width (a float32 quiet NaN's quiet bit lands on ``f``'s top mantissa bit)."""
+    m = f.mant_bits
+    if f.nan_encode == "none":
+        return f.max_bits
+    if f.nan_encode == "all_ones":
+        bits = 2 ** (f.bits - 1 if f.signed else f.bits) - 1
+    elif f.nan_encode == "quiet":
+        bits = ((2**f.exp_bits - 1) << m) | (1 << (m - 1))
+    elif f.nan_encode == "payload":
+        bits = ((2**f.exp_bits - 1) << m) | (payload or 1)
+    else:
+        bits = ((2**f.exp_bits - 1) << m) | payload | (1 << (m - 1))
+    return bits | ((1 << (f.bits - 1)) if f.signed and neg else 0)
 
 
 def round_float(f, fl: Fields, payload, payload_bits, rounding, saturate, rbits, ftz):

@@ -51,6 +51,7 @@ from ..bits import (
     exact_float32,
     fields,
     round_float,
+    special_bits,
 )
 
 U32 = jnp.uint32
@@ -426,10 +427,7 @@ def _quotient_bits(fmt: str, x, dsig, dexp, mode: str, rbits, saturate: bool):
     # largest value does the direction matter: away from zero, every such v (and Inf)
     # encodes as the format's overflow result of its sign (Inf, NaN or max)
     down = encode(fmt, signed, rounding="rz", saturate=saturate)
-    with jax.ensure_compile_time_eval():
-        over = encode(
-            fmt, jnp.array([np.inf, -np.inf], jnp.float32), rounding="rna", saturate=saturate
-        )
+    over = [U32(special_bits(fmt, inf, saturate=saturate)) for inf in (np.inf, -np.inf)]
     up = jnp.where(v > FORMATS[fmt].max, jnp.where(fl.sign != 0, over[1], over[0]), down)
     plain = encode(fmt, x, rounding="rn", saturate=saturate)
     return jnp.where(nz, jnp.where(away, up, down), plain)
@@ -774,10 +772,7 @@ def _e2m1_nearest_bits(x, dsig, dexp, saturate: bool):
     _, f, sticky = _long_quotient(xa, da, t.clip(0, 6), 1)
     f = jnp.where(t > 6, U32(63), f)
     code = jnp.asarray(_E2M1_NEAREST)[(f << U32(1)) | sticky.astype(U32)]
-    with jax.ensure_compile_time_eval():
-        special = encode(
-            "e2m1", jnp.array([0.0, np.inf, np.nan], jnp.float32), rounding="rn", saturate=saturate
-        )
+    special = [U32(special_bits("e2m1", v, saturate=saturate)) for v in (0.0, np.inf, np.nan)]
     sign = fl.sign << U32(3)
     other = jnp.where(fl.nan, special[2], sign | jnp.where(fl.inf, special[1], special[0]))
     return jnp.where(nz & ~fl.nan & ~fl.inf, sign | code, other)
