@@ -144,6 +144,8 @@ def _run(prog, inputs):
         elif op in ("max.u32", "max.s32"):
             x, y = src if kind == "u32" else [_signed(s, 32) for s in src]
             out = max(x, y) & M32
+        elif op == "mad.lo.s32":  # the low 32 bits of a * b + c
+            out = (src[0] * src[1] + src[2]) & M32
         elif op in ("add.s32", "sub.s32"):
             out = (src[0] + (src[1] if base == "add" else -src[1])) & M32
         elif op in ("add.s64", "sub.s64"):

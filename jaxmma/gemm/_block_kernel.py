@@ -296,12 +296,10 @@ def _ptx_fuse(terms: int, rep: int, man: int) -> str:
         "fma.rz.f64 %fd1, %fd1, %fd3, %fd2;",
         "sub.rn.f64 %fd4, %fd1, %fd2;",
         f"mov.b32 %r9, {high};",
-        "sub.s32 %r8, %r5, 1023;",  # 2**k's high word: (E - (unit - 1023)) << 20
     ]
     for j in range(terms // rep):
-        lines += [
-            f"sub.s32 %r10, ${2 + terms + j}, %r8;",
-            "shl.b32 %r10, %r10, 20;",
+        lines += [  # 2**k's high word: (E + 1023 - unit) << 20 = E * 2**20 + 2**-unit's
+            f"mad.lo.s32 %r10, ${2 + terms + j}, 1048576, %r7;",
             "mov.b64 %rd3, {%r0, %r10};",
             "mov.b64 %fd3, %rd3;",
         ]
@@ -319,8 +317,7 @@ def _ptx_fuse(terms: int, rep: int, man: int) -> str:
                 "add.rn.f64 %fd4, %fd4, %fd1;",
             ]
     lines += [
-        "add.s32 %r12, %r5, 1023;",
-        "shl.b32 %r12, %r12, 20;",
+        "mad.lo.s32 %r12, %r5, 1048576, 1072693248;",  # 2**unit's high word
         "mov.b64 %rd3, {%r0, %r12};",
         "mov.b64 %fd3, %rd3;",
         "mul.rn.f64 %fd4, %fd4, %fd3;",
