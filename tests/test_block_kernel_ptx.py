@@ -144,6 +144,12 @@ def _run(prog, inputs):
         elif op in ("max.u32", "max.s32"):
             x, y = src if kind == "u32" else [_signed(s, 32) for s in src]
             out = max(x, y) & M32
+        elif op == "lop3.b32":  # bit i of the result: bit (a_i b_i c_i) of the table
+            table = src[3]
+            out = 0
+            for i in range(32):
+                idx = ((src[0] >> i) & 1) << 2 | ((src[1] >> i) & 1) << 1 | ((src[2] >> i) & 1)
+                out |= ((table >> idx) & 1) << i
         elif op == "mad.lo.s32":  # the low 32 bits of a * b + c
             out = (src[0] * src[1] + src[2]) & M32
         elif op in ("add.s32", "sub.s32"):

@@ -74,6 +74,8 @@ _MASK = 0xFFFFFF
 #: float32 ``|t| < 2**22``
 _MAGIC = 1.5 * 2**23
 _MAGIC_BITS = 0x4B400000
+#: ``lop3``'s table of ``(a & b) | c`` (``a``, ``b``, ``c`` read as 0xF0, 0xCC, 0xAA)
+_SIGN_OR = (0xF0 & 0xCC) | 0xAA
 
 #: ``"auto"``: the kernel where the default backend is a GPU, the XLA formulation
 #: elsewhere; ``"kernel"``: the kernel everywhere (interpreted off a GPU);
@@ -285,8 +287,8 @@ def _ptx_fuse(terms: int, rep: int, man: int) -> str:
     lines += [
         f"add.s32 %r5, %r4, {off - GROUP_F};",  # unit
         # C's term trunc(C * 2**-unit): fma.rz(C, 2**-unit, s) - s, s = 2**52 of C's sign
-        "and.b32 %r6, $1, -2147483648;",
-        f"or.b32 %r6, %r6, {high};",
+        f"mov.b32 %r9, {high};",
+        f"lop3.b32 %r6, $1, -2147483648, %r9, {_SIGN_OR};",  # (C & sign) | high
         "mov.b64 %rd2, {%r0, %r6};",
         "mov.b64 %fd2, %rd2;",
         "sub.s32 %r7, 1023, %r5;",
@@ -295,7 +297,6 @@ def _ptx_fuse(terms: int, rep: int, man: int) -> str:
         "mov.b64 %fd3, %rd3;",
         "fma.rz.f64 %fd1, %fd1, %fd3, %fd2;",
         "sub.rn.f64 %fd4, %fd1, %fd2;",
-        f"mov.b32 %r9, {high};",
     ]
     for j in range(terms // rep):
         lines += [  # 2**k's high word: (E + 1023 - unit) << 20 = E * 2**20 + 2**-unit's
@@ -308,8 +309,8 @@ def _ptx_fuse(terms: int, rep: int, man: int) -> str:
                 f"mov.b64 %rd1, {{%w{i}, %r9}};",  # 2**52 + bits(w) = 2**52 + 0x4B400000 + m
                 "mov.b64 %fd1, %rd1;",
                 f"sub.rn.f64 %fd1, %fd1, 0d43300000{_MAGIC_BITS:08X};",
-                f"and.b32 %r11, ${2 + i}, -2147483648;",  # v's sign is m's where m != 0
-                f"or.b32 %r11, %r11, {high};",
+                # (v & sign) | high: v's sign is m's where m != 0
+                f"lop3.b32 %r11, ${2 + i}, -2147483648, %r9, {_SIGN_OR};",
                 "mov.b64 %rd2, {%r0, %r11};",
                 "mov.b64 %fd2, %rd2;",
                 "fma.rz.f64 %fd1, %fd1, %fd3, %fd2;",
@@ -326,8 +327,8 @@ def _ptx_fuse(terms: int, rep: int, man: int) -> str:
         "abs.f64 %fd5, %fd4;",
         "setp.ge.f64 %p1, %fd5, 0d47F0000000000000;",  # 2**128 or more: Inf
         "mov.b32 %r13, %f1;",
-        "and.b32 %r14, %r13, -2147483648;",
-        "or.b32 %r14, %r14, 2139095040;",
+        "mov.b32 %r15, 2139095040;",
+        f"lop3.b32 %r14, %r13, -2147483648, %r15, {_SIGN_OR};",  # Inf of the sign
         "selp.b32 %r13, %r14, %r13, %p1;",
         "setp.eq.u32 %p2, %r1, 255;",
         "selp.b32 $0, $1, %r13, %p2;",
