@@ -13,7 +13,6 @@ from __future__ import annotations
 import functools
 
 import jax.numpy as jnp
-import numpy as np
 
 from .. import util
 from ..bits import from_bits, nearest_float32
@@ -24,7 +23,6 @@ from ._options import KernelOptions
 
 F32 = jnp.float32
 DEFAULT = KernelOptions()
-FP8 = (jnp.dtype(jnp.float8_e4m3fn), jnp.dtype(jnp.float8_e5m2))
 
 
 def _bits_forward(cfg, opts, kind, A, B, C, SA, SB, key):
@@ -98,14 +96,7 @@ def matmul(cfg, opts, A, B, C, scale_a, scale_b, *, key=None):
     ins = cfg.ins
     _config.refuse_combinations(cfg, opts, scaled=scale_a is not None or scale_b is not None)
     opts = DEFAULT if opts is None else opts
-    if opts.convert_inputs is not None:  # the dtypes given, before JAX converts doubles
-        for name, x in (("A", A), ("B", B)):
-            dtype = x.dtype if hasattr(x, "dtype") else np.asarray(x).dtype
-            if dtype not in FP8:
-                raise TypeError(
-                    f"{name}: convert_inputs='f16' takes float8_e4m3fn or float8_e5m2 "
-                    f"arrays, got {dtype}"
-                )
+    _prepare.check_convert_inputs(opts, A, B)
     # fp8 scales are float32 factors: doubles rounded to nearest once, x64 on or off
     scale_a, scale_b = nearest_float32(scale_a), nearest_float32(scale_b)
     A, B = jnp.asarray(A), jnp.asarray(B)
@@ -113,30 +104,6 @@ def matmul(cfg, opts, A, B, C, scale_a, scale_b, *, key=None):
     M, K, N = A.shape[-2], A.shape[-1], B.shape[-1]
     lead = tuple(jnp.broadcast_shapes(A.shape[:-2], B.shape[:-2]))
     kind = _recipes.recipe(scale_a, scale_b, M, K, N, lead)
-    if kind is not None:
-        if ins.dtype != "f32":
-            raise ValueError(
-                f"scale_a: the scaling recipes scale an f32 accumulator; {ins.text} has "
-                f".{ins.dtype}"
-            )
-        if C is not None and opts.epilogue is None:
-            raise ValueError(
-                "C: with scales, C enters the epilogue: give epilogue='f32' or 'rounded'"
-            )
-    if kind == "block":
-        if cfg.promote_every is not None:
-            raise ValueError(
-                "promote_every: the block recipe promotes each 128-wide K group itself"
-            )
-        if opts.splits or opts.lead_first:
-            raise ValueError("split_k: not modelled together with block scales")
-        if _recipes.GROUP % ins.k:
-            raise ValueError(
-                f"scale_a: block scales need an instruction k dividing 128, got {ins.text}"
-            )
-    if opts.splits:
-        _split.slices(opts.split_rule, K, opts.split_k, opts.k_tile or ins.k)  # errors now
-    if C is not None and opts.epilogue is not None:
-        acc = "f32" if kind == "block" or opts.splits else ins.dtype
-        C = _epilogue.host_c(C, opts.out_dtype or acc)
+    _config.refuse_for_arrays(cfg, opts, kind, C, K)
+    C = _prepare.epilogue_c(ins, opts, kind, C)
     return _gemm(cfg, opts, kind, A, B, C, scale_a, scale_b, _prepare.check_key(opts, key))

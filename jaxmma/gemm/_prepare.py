@@ -33,9 +33,11 @@ from ..operands import (
 )
 from ..operands import operand_bits as _operand_bits
 from ..operands import operand_values as _operand_values
+from . import _epilogue
 from ._config import Config
 
 F32 = jnp.float32
+FP8 = (jnp.dtype(jnp.float8_e4m3fn), jnp.dtype(jnp.float8_e5m2))  # convert_inputs' dtypes
 _pad_axis = util.pad_axis
 
 
@@ -55,6 +57,30 @@ def inputs(ins, opts, A, B, C, *, convert_inputs=None):
     if opts is not None and opts.pad_k is not None:
         A, B = pad_k(A, B, opts.pad_k)
     return A, B, C
+
+
+def check_convert_inputs(opts, A, B) -> None:
+    """``convert_inputs='f16'`` takes fp8 arrays: a TypeError naming the operand
+    otherwise (the dtypes given, before JAX converts doubles)."""
+    if opts is None or opts.convert_inputs is None:
+        return
+    for name, x in (("A", A), ("B", B)):
+        dtype = x.dtype if hasattr(x, "dtype") else np.asarray(x).dtype
+        if dtype not in FP8:
+            raise TypeError(
+                f"{name}: convert_inputs='f16' takes float8_e4m3fn or float8_e5m2 "
+                f"arrays, got {dtype}"
+            )
+
+
+def epilogue_c(ins, opts, kind, C):
+    """An epilogue's C of host doubles, before the program: rounded once into the output
+    type (:func:`._epilogue.host_c`), the accumulator's where none is asked for (f32
+    after a split or the block recipe). C unchanged without an epilogue."""
+    if C is None or opts is None or opts.epilogue is None:
+        return C
+    acc = "f32" if kind == "block" or opts.splits else ins.dtype
+    return _epilogue.host_c(C, opts.out_dtype or acc)
 
 
 def pad_k(A, B, pad_k: int):
