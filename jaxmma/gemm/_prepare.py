@@ -1,12 +1,14 @@
 """Operand preparation, the GEMM pipeline's stage before the executor.
 
 Doubles rounded once to the element types, C broadcast as ``jnp`` broadcasts a bias, K
-padded to ``pad_k`` (:func:`inputs`, before the paths part); shapes checked (with the
-argument named), float inputs converted to the element type once (rounded as
-``input_rounding`` says, with the random bits of stochastic rounding), block-scaled
-operands quantized along K, sparse A checked for its structure, and the float32 values
-the instruction multiplies (for the straight-through tangent). Nothing here chooses an
-executor or computes a sum.
+padded to ``pad_k`` (:func:`inputs`, in ``matmul``); then, in :mod:`._pipeline`, shapes
+checked (with the argument named: :func:`checked_operands`), block-scaled operands
+quantized along K, sparse A checked for its structure, fp8 inputs of ``convert_inputs``
+and an epilogue's C checked and rounded on the host; in the program, the bits the
+instruction reads (:func:`operands`: float inputs converted to the element type once,
+rounded as ``input_rounding`` says, with the random bits of stochastic rounding, for
+every configuration alike) and the float32 values of the same bits (:func:`operand_values`,
+for the straight-through tangent). Nothing here chooses an executor or computes a sum.
 """
 
 from __future__ import annotations
@@ -180,16 +182,16 @@ def c_bits(ins, C):
     return None if C is None else _operand_bits(ins, ins.ctype, C, "C")
 
 
-def operands(cfg: Config, A, B, q):
+def operands(cfg: Config, opts, A, B, q, key=None):
     """The bits the instruction reads: ``(A bits, B bits, scales)``; for block-scaled
-    forms (``q``: the quantized A and B) the elements' bits and ``(SA, SB)``, else
-    ``scales`` is None."""
+    forms (``q``: the quantized A and B) the elements' bits and ``(SA, SB)``, else float
+    inputs converted once (:func:`rounded_bits`, as ``opts`` says; None: the element
+    dtype's own rule) and ``scales`` None."""
     ins = cfg.ins
     if q is not None:  # block-scaled: the quantized operands carry the bits
         Ab, Bb, SA, SB = as_operands(ins, q[0], q[1])
         return Ab, Bb, (SA, SB)
-    Ab = _operand_bits(ins, ins.atype, A, "A")
-    Bb = _operand_bits(ins, ins.btype, B, "B")
+    Ab, Bb = rounded_bits(ins, opts, A, B, key)
     return Ab, Bb, None
 
 
@@ -206,8 +208,9 @@ def global_scale(q):
     return (ga * gb)[..., None, None] if jnp.ndim(ga * gb) else ga * gb
 
 
-def operand_values(cfg: Config, A, B, q):
-    """The float32 values the instruction multiplies (for the straight-through tangent)."""
+def operand_values(cfg: Config, opts, A, B, q, key=None):
+    """The float32 values the instruction multiplies (for the straight-through tangent):
+    the dequantized ``q``, or the values of :func:`operands`' bits."""
     ins = cfg.ins
     if q is not None:
         va, vb = dequantize(q[0]), dequantize(q[1])
@@ -216,9 +219,8 @@ def operand_values(cfg: Config, A, B, q):
         if B is not None:
             vb = vb[..., : B.shape[-2], :]
         return va, vb
-    va = _operand_values(ins, ins.atype, _operand_bits(ins, ins.atype, A, "A"))
-    vb = _operand_values(ins, ins.btype, _operand_bits(ins, ins.btype, B, "B"))
-    return va, vb
+    Ab, Bb = rounded_bits(ins, opts, A, B, key)
+    return _operand_values(ins, ins.atype, Ab), _operand_values(ins, ins.btype, Bb)
 
 
 def quantize_operands(ins, A, B, quantize):
@@ -303,16 +305,18 @@ def rounded_operand_bits(ins, fmt: str, x, name: str, rounding, rbits=None):
 
 def rounded_bits(ins, opts, A, B, key):
     """The bits of A and B that the instruction reads, float inputs rounded to their
-    element types as ``opts.input_rounding`` says (``"stochastic"``: with ``key``'s random
-    bits, :func:`random_pair`); the one conversion of the kernel-options path."""
-    ra, rb = random_pair(opts, key, A, B)
-    Ab = rounded_operand_bits(ins, ins.atype, A, "A", opts.input_rounding, ra)
-    Bb = rounded_operand_bits(ins, ins.btype, B, "B", opts.input_rounding, rb)
+    element types as ``opts.input_rounding`` says (``opts`` None: as the operands' rule
+    does; ``"stochastic"``: with ``key``'s random bits, :func:`random_pair`); the one
+    conversion of every dense GEMM."""
+    rounding = None if opts is None else opts.input_rounding
+    ra, rb = random_pair(rounding, key, A, B)
+    Ab = rounded_operand_bits(ins, ins.atype, A, "A", rounding, ra)
+    Bb = rounded_operand_bits(ins, ins.btype, B, "B", rounding, rb)
     return Ab, Bb
 
 
-def random_pair(opts, key, A, B):
-    if opts.input_rounding != "stochastic":
+def random_pair(rounding, key, A, B):
+    if rounding != "stochastic":
         return None, None
     return random_bits(key, 0, jnp.shape(A)), random_bits(key, 1, jnp.shape(B))
 
