@@ -19,12 +19,13 @@ that is here, the same for every configuration:
    (:func:`_exact`), or the emulated gradient GEMMs of ``grad_instruction``
    (:func:`jaxmma.util.with_gemm_gradients`).
 
-Kernel options and fp8 scales are optional stages of the one forward: with none (``opts``
-None) the operands' bits go to the executor as they are, C (if any) starts the chain, and
-the accumulator is the result; with some, the batch is broadcast first (slices and groups
-cut the operands), C enters the chain or the epilogue, and the epilogue's steps run on
-the accumulator's bits. The two exact values differ where their bits always have (the
-sign of a zero tangent, the order of an eager ``jax.jvp``'s sums: :class:`jaxmma.util.GemmExact`).
+Kernel options and fp8 scales are optional stages of the one forward, decided by their
+values alone: every GEMM has its operands' bits broadcast over the batch, C's bits start
+the chain unless an epilogue (or NVFP4's per-tensor scales) takes C after it, and the
+accumulator goes through the epilogue, which is empty for the default options. ``opts``
+None (no option given) and the defaults compute the same forward; they differ only in
+the derivative, whose two exact values keep the bits each has always had (the sign of a
+zero tangent, the order of an eager ``jax.jvp``'s sums: :class:`jaxmma.util.GemmExact`).
 """
 
 from __future__ import annotations
@@ -48,27 +49,25 @@ PLAIN = util.GemmExact(from_zero=True)
 def forward(cfg, opts, kind, A, B, C, SA, SB, key, q):
     """Values in, values out, on raw bits in between: prepare, execute, finish.
 
-    ``opts``: the kernel options (None: no option stages); ``kind``: the fp8 scale
+    ``opts``: the kernel options (None: their defaults); ``kind``: the fp8 scale
     recipe (None: none) of ``SA`` / ``SB``; ``key``: stochastic rounding's key; ``q``:
     the quantized A and B of a block-scaled form (None otherwise)."""
     ins = cfg.ins
-    staged, opts = opts is not None, DEFAULT if opts is None else opts
+    opts = DEFAULT if opts is None else opts
     Ab, Bb, scales = _prepare.operands(cfg, opts, A, B, q, key)
     alpha = _prepare.global_scale(q)  # NVFP4: the per-tensor scales multiply the result
-    zero = shape = None
-    if staged:  # the slices and groups cut the operands: their batch broadcast first
-        lead = jnp.broadcast_shapes(Ab.shape[:-2], Bb.shape[:-2])
-        shape = lead + (Ab.shape[-2], Bb.shape[-1])
-        Ab = jnp.broadcast_to(Ab, lead + Ab.shape[-2:])
-        Bb = jnp.broadcast_to(Bb, lead + Bb.shape[-2:])
-        if opts.lead_first:  # the partial k-tile first, then +0s to a whole tile, the rest
-            Ab, Bb = _split.lead_first(Ab, Bb, opts.k_tile)
-        zero = zero_bits(shape)
+    # the batch broadcast (the slices and groups cut the operands; the executors broadcast
+    # the same way); the partial k-tile first for CUTLASS's one slice, then +0s, the rest
+    lead = jnp.broadcast_shapes(Ab.shape[:-2], Bb.shape[:-2])
+    shape = lead + (Ab.shape[-2], Bb.shape[-1])
+    Ab = jnp.broadcast_to(Ab, lead + Ab.shape[-2:])
+    Bb = jnp.broadcast_to(Bb, lead + Bb.shape[-2:])
+    if opts.lead_first:
+        Ab, Bb = _split.lead_first(Ab, Bb, opts.k_tile)
+    zero = zero_bits(shape)
     # C starts the chain, unless an epilogue or NVFP4's per-tensor scales take it after
     in_chain = C is not None and opts.epilogue is None and alpha is None
-    C0 = _prepare.c_bits(ins, C) if in_chain else None
-    if C0 is not None and staged:
-        C0 = jnp.broadcast_to(C0, shape)
+    C0 = jnp.broadcast_to(_prepare.c_bits(ins, C), shape) if in_chain else None
     acc, acc_type, scale = _execute(cfg, opts, kind, Ab, Bb, C0, SA, SB, scales, zero)
     return _finish(ins, opts, acc, acc_type, C, scale, alpha)
 
