@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 import jaxmma
-from jaxmma.gemm import _gemm
+from jaxmma.gemm import _pipeline
 
 BF16 = "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32"
 INS = jaxmma.instruction(BF16, arch="sm_90")
@@ -119,13 +119,13 @@ def test_vmap_gives_the_batched_bits():
 
 def test_compiles_once_per_shape(monkeypatch):
     traces = []
-    real = _gemm._forward
+    real = _pipeline.forward
 
     def counting(*args):
         traces.append(1)
         return real(*args)
 
-    monkeypatch.setattr(_gemm, "_forward", counting)
+    monkeypatch.setattr(_pipeline, "forward", counting)
     A, B = _f32(17, 29), _f32(29, 11)  # a shape no other test uses
     d1 = jaxmma.matmul(A, B, instruction=BF16, arch="sm_90")
     d2 = jaxmma.matmul(A + 1, B, instruction=INS)  # same configuration, Instruction object

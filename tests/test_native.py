@@ -12,7 +12,7 @@ import pytest
 
 import jaxmma
 from jaxmma import gemm
-from jaxmma.gemm import _executors, _kernel, _native, _options
+from jaxmma.gemm import _executors, _native, _options, _pipeline
 
 WGMMA_BF16 = "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16"
 WGMMA_F16 = "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16"
@@ -242,8 +242,8 @@ def test_kernel_options_chain_through_the_native_kernel(P, options, monkeypatch)
         return dataclasses.replace(ex, chain=chain)
 
     monkeypatch.setattr(_executors, "EXECUTORS", tuple(map(counted, _executors.EXECUTORS)))
-    _kernel._forward_jit.clear_cache()  # traced again, through the counting executors
-    got = _kernel.matmul(cfg, opts, A, B, C, sa, sb)
+    _pipeline._forward_jit.clear_cache()  # traced again, through the counting executors
+    got = _pipeline.matmul(cfg, opts, A, B, C, sa, sb)
     ran = list(calls)
     want = jaxmma.matmul(
         A, B, C, instruction=MMA_BF16, arch="sm_90", promote_every=P, executor="emulate",
@@ -306,7 +306,7 @@ def test_scale_recipes_multiply_in_the_kernel_as_the_emulation_after_it(
     ins = jaxmma.instruction(text, arch=arch)
     opts = _options.kernel_options(ins, **kw)
     cfg = dataclasses.replace(gemm.config(text, arch, P), native=True)
-    got = _kernel.matmul(cfg, opts, A, B, C, sa, sb)
+    got = _pipeline.matmul(cfg, opts, A, B, C, sa, sb)
     want = jaxmma.matmul(
         A, B, C, instruction=text, arch=arch, promote_every=P, executor="emulate",
         scale_a=sa, scale_b=sb, **kw,

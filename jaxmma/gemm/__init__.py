@@ -5,34 +5,37 @@ A call runs these stages in order, each in one module (docs/gemm.md, "The pipeli
 1. validate the options (``_config``): keywords or a :class:`GemmOptions` through one
    validator into a hashable ``Config`` (instruction, promotion, gradient forms, the
    executor asked for) and ``KernelOptions`` (``_options``: split-K, input rounding,
-   epilogue, output type); every refusal of a combination is made here or, for a
-   combination that depends on the arrays (scales, C), in ``_kernel.matmul``;
-2. prepare the operands (``_prepare``): doubles rounded once, C broadcast, K padded to
-   ``pad_k``, shapes checked, float inputs converted to the element bits once (rounded as
-   asked), block-scaled operands quantized, a sparse A checked; the values the
-   instruction reads, for the derivative;
-3. plan: split-K slices (``_split``), the scale recipe (``_recipes``), and the executor
-   (``_executors.choose``, the one place that chooses);
-4. execute the chain on the executor (``_executors``: native tensor cores ``_native``,
-   the emulating Pallas kernel ``_pallas``, whole-GEMM block-scaled sums
-   ``_block_scaled``, the XLA chain ``_chain``), once per split-K slice or block group;
-5. the epilogue on raw bits (``_split.reduce``, ``_epilogue``): partials reduced,
-   scales, alpha / beta, C, the output type;
-6. decode: the output bits as values.
+   epilogue, output type);
+2. take the arrays in (``_prepare.inputs``): doubles rounded once, C broadcast, K padded
+   to ``pad_k``; from here on one pipeline, ``_pipeline.matmul``, for every configuration;
+3. plan on the host: the combinations refused by the one rule (``_config``:
+   ``refuse_combinations``, and ``refuse_for_arrays`` for what depends on the arrays:
+   the scale recipe, C, K), the operands checked and block-scaled ones quantized
+   (``_prepare``), the fp8 scale recipe their shapes name (``_recipes``);
+4. the forward on raw bits (``_pipeline.forward``, one ``jit`` for every configuration):
+   prepare the bits the instruction reads (``_prepare.operands``: input rounding,
+   quantized elements and block scales); execute the chain on the executor
+   ``_executors.choose`` picks (native tensor cores ``_native``, the emulating Pallas
+   kernel ``_pallas``, whole-GEMM block-scaled sums ``_block_scaled``, the XLA chain
+   ``_chain``), once, or per split-K slice (``_split``) or 128-wide block group
+   (``_recipes``); finish on raw bits (``_split.reduce``, ``_epilogue``): partials
+   reduced, scales, alpha / beta, C, NVFP4's per-tensor scales, the output type; decode.
+   Kernel options and scales are optional stages of this one forward;
+5. the derivative around it (``_pipeline._differentiable``), below.
 
-``_gemm`` wires the stages for the public faces; ``_kernel`` runs stages 3-6 for kernel
-options and fp8 scales. ``_scaled_dot`` (``jax.nn``'s block-scaled API), ``_hlo``
-(XLA:GPU's plans) and ``_replay`` build options for ``matmul``.
+``_gemm`` holds the public faces; ``_scaled_dot`` (``jax.nn``'s block-scaled API),
+``_hlo`` (XLA:GPU's plans) and ``_replay`` build options for ``matmul``.
 
 Derivatives: one straight-through module, ``jaxmma.util._ste`` (floor 0, so that
 ``ins.mma`` below shares it), around every entry point: ``util.gemm_straight_through``
 takes the forward on bits, the values the instruction reads and the entry point's exact
-value (``util.GemmExact``: ``alpha * (A * SA) @ (B * SB) + beta * C``); ``_gemm`` (plain
-path, ``util.product_straight_through``), ``_kernel`` (kernel options, fp8 scales) and
-``_scaled_dot.scaled_matmul`` pass theirs, and ``util.with_gemm_gradients`` runs the
-``grad_instruction`` GEMMs. jax.nn's ``grad="configs"`` backward in ``_scaled_dot`` is a
-quantizing recipe, not straight-through, and keeps its own ``custom_vjp`` (docs/gemm.md,
-"Derivatives").
+value (``util.GemmExact``: ``alpha * (A * SA) @ (B * SB) + beta * C``). ``_pipeline``
+passes it one of two exact values (``A @ B + C`` from +0 without kernel options or
+scales; with them the epilogue's alpha and beta and the recipe's scales, by ``jax.jvp``:
+each keeps the bits of its tangents), ``_scaled_dot.scaled_matmul`` its own, and
+``util.with_gemm_gradients`` runs the ``grad_instruction`` GEMMs. jax.nn's
+``grad="configs"`` backward in ``_scaled_dot`` is a quantizing recipe, not
+straight-through, and keeps its own ``custom_vjp`` (docs/gemm.md, "Derivatives").
 
 What other floors may use is re-exported below; they import it from ``jaxmma.gemm``,
 never from the modules (``tests/test_layers.py`` checks it).

@@ -13,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 import jax
 import numpy as np
@@ -22,7 +22,7 @@ from jax.typing import DTypeLike
 from .. import util
 from ..instructions import Instruction
 from ..instructions import instruction as _parse_text
-from . import _native, _options, _pallas
+from . import _native, _options, _pallas, _recipes, _split
 
 #: opcodes whose instruction is a matrix product
 PRODUCTS = ("mma", "wmma.mma", "wgmma.mma_async", "tcgen05.mma")
@@ -170,7 +170,10 @@ def refuse_combinations(cfg: Config, opts, scaled: bool = False) -> None:
     """The one rule on what kernel options (``opts``, None: none) and fp8 scales
     (``scaled``: ``scale_a`` or ``scale_b`` given) combine with: the chain of a dense form
     without emulated gradient GEMMs. A ``ValueError`` naming the options given (the
-    block-scaled and ``.f64`` forms are refused by :func:`._options.kernel_options`)."""
+    block-scaled and ``.f64`` forms are refused by :func:`._options.kernel_options`).
+    What depends on the arrays (the recipe their shapes name, C, K) is the same rule's
+    :func:`refuse_for_arrays`: every combination the pipeline refuses is refused here
+    (``kernel_options`` refuses single option values, and the forms no option applies to)."""
     if opts is None and not scaled:
         return
     ins = cfg.ins
@@ -181,6 +184,38 @@ def refuse_combinations(cfg: Config, opts, scaled: bool = False) -> None:
         raise ValueError(f"{name}: not modelled for {form} forms ({ins.text})")
     if cfg.grad_ins is not None:
         raise ValueError("grad_instruction: not combined with kernel options or fp8 scales")
+
+
+def refuse_for_arrays(cfg: Config, opts, kind: str | None, C, K: int) -> None:
+    """The same rule's part that needs the arrays, checked once their shapes are known:
+    the fp8 scale recipe their shapes name (``kind``, :func:`._recipes.recipe`), whether
+    C is given, and K for the split. A ``ValueError`` naming the option; ``opts`` the
+    kernel options (their defaults where only scales were given)."""
+    ins = cfg.ins
+    k = cast(int, ins.k)  # a form with a matrix product has one
+    if kind is not None:
+        if ins.dtype != "f32":
+            raise ValueError(
+                f"scale_a: the scaling recipes scale an f32 accumulator; {ins.text} has "
+                f".{ins.dtype}"
+            )
+        if C is not None and opts.epilogue is None:
+            raise ValueError(
+                "C: with scales, C enters the epilogue: give epilogue='f32' or 'rounded'"
+            )
+    if kind == "block":
+        if cfg.promote_every is not None:
+            raise ValueError(
+                "promote_every: the block recipe promotes each 128-wide K group itself"
+            )
+        if opts.splits or opts.lead_first:
+            raise ValueError("split_k: not modelled together with block scales")
+        if _recipes.GROUP % k:
+            raise ValueError(
+                f"scale_a: block scales need an instruction k dividing 128, got {ins.text}"
+            )
+    if opts.splits:
+        _split.slices(opts.split_rule, K, opts.split_k, opts.k_tile or k)  # its errors
 
 
 def validate(

@@ -19,7 +19,7 @@ differ in speed and in what they cover, which each declares (:attr:`Executor.cov
   need a tile).
 
 The stages around the chain (split-K slices and their reduction, promotion, scales, the
-epilogue) are shared by every executor (:mod:`._kernel`); an executor that can fuse a
+epilogue) are shared by every executor (:mod:`._pipeline`); an executor that can fuse a
 stage says so (:attr:`Executor.fuses`).
 """
 

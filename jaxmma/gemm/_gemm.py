@@ -1,36 +1,35 @@
 """The GEMM layer's public faces, ``jaxmma.matmul`` and ``jaxmma.dot_general``: the
 stages of the pipeline (``jaxmma/gemm/__init__.py``) wired in order.
 
-``matmul`` validates its options (:mod:`._config`), prepares the operands
-(:mod:`._prepare`) and runs the chain on the executor :func:`._executors.choose` picks
-(:mod:`._chain` is the XLA one, the reference: a ``lax.scan`` of model calls over the
-k-steps), then the epilogue and the decoding of the output bits; with kernel options or
-fp8 scales, :mod:`._kernel` runs those stages. ``dot_general`` reshapes its operands
-into one ``matmul``.
+``matmul`` validates its options (:mod:`._config`), takes its arrays in
+(:func:`._prepare.inputs`: doubles, C broadcast, ``pad_k``) and hands them to the one
+pipeline, :func:`._pipeline.matmul`, whatever the options: the plan, the forward on raw
+bits (prepare, execute on the executor :func:`._executors.choose` picks, finish) and its
+derivative. ``dot_general`` reshapes its operands into one ``matmul``.
 
-Derivatives (:mod:`jaxmma.util._ste`): straight-through, the tangent of the exact
-product of the values the instruction reads.
+Derivatives (:mod:`jaxmma.util._ste`, wired in :mod:`._pipeline`): straight-through, the
+tangent of the exact product of the values the instruction reads; ``matmul`` itself is
+the gradient GEMM of ``grad_instruction``.
 """
 
 from __future__ import annotations
 
-import functools
 import math
 import warnings
 from collections.abc import Callable
-from typing import Any, cast
+from typing import Any
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 from jax.typing import ArrayLike, DTypeLike
 
-from .. import bits, util
+from .. import bits
 from ..instructions import Instruction
 from ..operands import Quantized
 from ..spec import shown as _shown
-from . import _epilogue, _executors, _kernel, _prepare
-from ._config import FIELDS, Config, GemmOptions, merge, resolve, validate
+from . import _pipeline, _prepare
+from ._config import FIELDS, GemmOptions, merge, resolve, validate
 from ._config import config as config  # the tests' and benchmarks' name for it
 
 
@@ -55,50 +54,6 @@ def warn_default_arch(instruction, arch, ins: Instruction) -> None:
         DefaultArchWarning,
         stacklevel=3,
     )
-
-
-def _forward(cfg: Config, A, B, C, q):
-    """Values in, values out (the primal of :func:`matmul`): the operands' bits, the
-    chain on the executor :func:`._executors.choose` picks, the epilogue, the values."""
-    ins = cfg.ins
-    Ab, Bb, scales = _prepare.operands(cfg, A, B, q)
-    alpha = _prepare.global_scale(q)
-    if alpha is not None and C is not None:  # NVFP4: C after the per-tensor scales
-        D = _executors.gemm_bits(cfg, Ab, Bb, None, scales=scales)
-        return _epilogue.global_scaled(D, alpha, _prepare.c_bits(ins, C))
-    D = _executors.gemm_bits(cfg, Ab, Bb, _prepare.c_bits(ins, C), scales=scales)
-    D = bits.from_bits(cast(str, ins.dtype), D)  # a GEMM's mma form has every type
-    return D if alpha is None else D * alpha
-
-
-#: the emulation itself, compiled once per configuration and shapes; called eagerly (and
-#: by the derivative rules under an eager ``jax.grad``) it reuses that compilation
-_forward_jit = util.jit(lambda cfg, *args: _forward(cfg, *args), static_argnums=0)
-
-
-def _grad_gemm(grad_ins: Instruction | None):
-    """The gradient GEMM ``(x, y) -> x @ y`` on ``grad_ins`` (None: the exact product).
-
-    The forward's operands enter as the float32 values of their converted elements: where
-    the gradient form reads the forward's element format on that side (the e4m3 w of an
-    ``.e5m2.e4m3`` dgrad), converting them again is exact, so the forward's bits are
-    what the gradient GEMM multiplies; another format rounds them again."""
-    if grad_ins is None:
-        return None
-    return functools.partial(matmul, instruction=grad_ins)
-
-
-def _gemm_values(cfg: Config, A, B, C, q):
-    """matmul after its arguments were checked."""
-    fwd = functools.partial(_forward_jit, cfg)
-    vals = functools.partial(_prepare.operand_values, cfg)
-    if cfg.grad_ins is not None:
-        dgrad, wgrad = _grad_gemm(cfg.dgrad_ins), _grad_gemm(cfg.wgrad_ins)
-        named = (("dgrad_instruction", cfg.dgrad_ins), ("wgrad_instruction", cfg.wgrad_ins))
-        given = [n for n, i in named if i is not None]
-        option = "/".join(given) + " (or grad_instruction)"
-        return util.with_gemm_gradients(fwd, vals, dgrad, wgrad, A, B, C, q, option=option)
-    return util.product_straight_through(fwd, vals, A, B, C, q)
 
 
 def matmul(
@@ -263,12 +218,12 @@ def matmul(
         bits.check_numeric(x, name)
     for name, v in (("C", C), ("scale_a", scale_a), ("scale_b", scale_b)):
         bits.check_array_like(v, name)
-    _prepare.check_key(opts, key)
+    key = _prepare.check_key(opts, key)
     A, B, C = _prepare.inputs(ins, opts, A, B, C, convert_inputs=convert_inputs)
-    if opts is not None or scale_a is not None or scale_b is not None:
-        return _kernel.matmul(cfg, opts, A, B, C, scale_a, scale_b, key=key)
-    A, B, q = _prepare.checked_operands(ins, A, B, C, quantize=quantize, check=check)
-    return _gemm_values(cfg, A, B, C, q)
+    return _pipeline.matmul(
+        cfg, opts, A, B, C, scale_a, scale_b, key=key, quantize=quantize, check=check,
+        grad_matmul=matmul,
+    )  # fmt: skip
 
 
 def dot_general(

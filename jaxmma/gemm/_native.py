@@ -29,7 +29,7 @@ accumulators, with or without ``promote_every``:
   device's tf32 ``wgmma`` on the registers with their low 13 bits cleared (the model
   ignores them, as the hardware does).
 
-The kernel options of :mod:`._kernel` (split-K, epilogues, scales, input rounding) run
+The kernel options of :mod:`._pipeline` (split-K, epilogues, scales, input rounding) run
 their chains here too. Evidence: docs/gemm.md ("The native executor").
 """
 

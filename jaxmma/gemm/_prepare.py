@@ -1,12 +1,14 @@
 """Operand preparation, the GEMM pipeline's stage before the executor.
 
 Doubles rounded once to the element types, C broadcast as ``jnp`` broadcasts a bias, K
-padded to ``pad_k`` (:func:`inputs`, before the paths part); shapes checked (with the
-argument named), float inputs converted to the element type once (rounded as
-``input_rounding`` says, with the random bits of stochastic rounding), block-scaled
-operands quantized along K, sparse A checked for its structure, and the float32 values
-the instruction multiplies (for the straight-through tangent). Nothing here chooses an
-executor or computes a sum.
+padded to ``pad_k`` (:func:`inputs`, in ``matmul``); then, in :mod:`._pipeline`, shapes
+checked (with the argument named: :func:`checked_operands`), block-scaled operands
+quantized along K, sparse A checked for its structure, fp8 inputs of ``convert_inputs``
+and an epilogue's C checked and rounded on the host; in the program, the bits the
+instruction reads (:func:`operands`: float inputs converted to the element type once,
+rounded as ``input_rounding`` says, with the random bits of stochastic rounding, for
+every configuration alike) and the float32 values of the same bits (:func:`operand_values`,
+for the straight-through tangent). Nothing here chooses an executor or computes a sum.
 """
 
 from __future__ import annotations
@@ -33,9 +35,11 @@ from ..operands import (
 )
 from ..operands import operand_bits as _operand_bits
 from ..operands import operand_values as _operand_values
+from . import _epilogue
 from ._config import Config
 
 F32 = jnp.float32
+FP8 = (jnp.dtype(jnp.float8_e4m3fn), jnp.dtype(jnp.float8_e5m2))  # convert_inputs' dtypes
 _pad_axis = util.pad_axis
 
 
@@ -55,6 +59,30 @@ def inputs(ins, opts, A, B, C, *, convert_inputs=None):
     if opts is not None and opts.pad_k is not None:
         A, B = pad_k(A, B, opts.pad_k)
     return A, B, C
+
+
+def check_convert_inputs(opts, A, B) -> None:
+    """``convert_inputs='f16'`` takes fp8 arrays: a TypeError naming the operand
+    otherwise (the dtypes given, before JAX converts doubles)."""
+    if opts is None or opts.convert_inputs is None:
+        return
+    for name, x in (("A", A), ("B", B)):
+        dtype = x.dtype if hasattr(x, "dtype") else np.asarray(x).dtype
+        if dtype not in FP8:
+            raise TypeError(
+                f"{name}: convert_inputs='f16' takes float8_e4m3fn or float8_e5m2 "
+                f"arrays, got {dtype}"
+            )
+
+
+def epilogue_c(ins, opts, kind, C):
+    """An epilogue's C of host doubles, before the program: rounded once into the output
+    type (:func:`._epilogue.host_c`), the accumulator's where none is asked for (f32
+    after a split or the block recipe). C unchanged without an epilogue."""
+    if C is None or opts is None or opts.epilogue is None:
+        return C
+    acc = "f32" if kind == "block" or opts.splits else ins.dtype
+    return _epilogue.host_c(C, opts.out_dtype or acc)
 
 
 def pad_k(A, B, pad_k: int):
@@ -154,16 +182,16 @@ def c_bits(ins, C):
     return None if C is None else _operand_bits(ins, ins.ctype, C, "C")
 
 
-def operands(cfg: Config, A, B, q):
+def operands(cfg: Config, opts, A, B, q, key=None):
     """The bits the instruction reads: ``(A bits, B bits, scales)``; for block-scaled
-    forms (``q``: the quantized A and B) the elements' bits and ``(SA, SB)``, else
-    ``scales`` is None."""
+    forms (``q``: the quantized A and B) the elements' bits and ``(SA, SB)``, else float
+    inputs converted once (:func:`rounded_bits`, as ``opts`` says; None: the element
+    dtype's own rule) and ``scales`` None."""
     ins = cfg.ins
     if q is not None:  # block-scaled: the quantized operands carry the bits
         Ab, Bb, SA, SB = as_operands(ins, q[0], q[1])
         return Ab, Bb, (SA, SB)
-    Ab = _operand_bits(ins, ins.atype, A, "A")
-    Bb = _operand_bits(ins, ins.btype, B, "B")
+    Ab, Bb = rounded_bits(ins, opts, A, B, key)
     return Ab, Bb, None
 
 
@@ -180,8 +208,9 @@ def global_scale(q):
     return (ga * gb)[..., None, None] if jnp.ndim(ga * gb) else ga * gb
 
 
-def operand_values(cfg: Config, A, B, q):
-    """The float32 values the instruction multiplies (for the straight-through tangent)."""
+def operand_values(cfg: Config, opts, A, B, q, key=None):
+    """The float32 values the instruction multiplies (for the straight-through tangent):
+    the dequantized ``q``, or the values of :func:`operands`' bits."""
     ins = cfg.ins
     if q is not None:
         va, vb = dequantize(q[0]), dequantize(q[1])
@@ -190,9 +219,8 @@ def operand_values(cfg: Config, A, B, q):
         if B is not None:
             vb = vb[..., : B.shape[-2], :]
         return va, vb
-    va = _operand_values(ins, ins.atype, _operand_bits(ins, ins.atype, A, "A"))
-    vb = _operand_values(ins, ins.btype, _operand_bits(ins, ins.btype, B, "B"))
-    return va, vb
+    Ab, Bb = rounded_bits(ins, opts, A, B, key)
+    return _operand_values(ins, ins.atype, Ab), _operand_values(ins, ins.btype, Bb)
 
 
 def quantize_operands(ins, A, B, quantize):
@@ -277,16 +305,18 @@ def rounded_operand_bits(ins, fmt: str, x, name: str, rounding, rbits=None):
 
 def rounded_bits(ins, opts, A, B, key):
     """The bits of A and B that the instruction reads, float inputs rounded to their
-    element types as ``opts.input_rounding`` says (``"stochastic"``: with ``key``'s random
-    bits, :func:`random_pair`); the one conversion of the kernel-options path."""
-    ra, rb = random_pair(opts, key, A, B)
-    Ab = rounded_operand_bits(ins, ins.atype, A, "A", opts.input_rounding, ra)
-    Bb = rounded_operand_bits(ins, ins.btype, B, "B", opts.input_rounding, rb)
+    element types as ``opts.input_rounding`` says (``opts`` None: as the operands' rule
+    does; ``"stochastic"``: with ``key``'s random bits, :func:`random_pair`); the one
+    conversion of every dense GEMM."""
+    rounding = None if opts is None else opts.input_rounding
+    ra, rb = random_pair(rounding, key, A, B)
+    Ab = rounded_operand_bits(ins, ins.atype, A, "A", rounding, ra)
+    Bb = rounded_operand_bits(ins, ins.btype, B, "B", rounding, rb)
     return Ab, Bb
 
 
-def random_pair(opts, key, A, B):
-    if opts.input_rounding != "stochastic":
+def random_pair(rounding, key, A, B):
+    if rounding != "stochastic":
         return None, None
     return random_bits(key, 0, jnp.shape(A)), random_bits(key, 1, jnp.shape(B))
 
