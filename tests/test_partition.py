@@ -85,14 +85,19 @@ SCRIPT = textwrap.dedent(
         "mma.sync.aligned.m16n8k64.row.col.kind::mxf4nvf4.block_scale.scale_vec::4X"
         ".f32.e2m1.e2m1.f32.ue4m3", arch="sm_120a")
     cfg4 = gemm.config(nv.text, "sm_120a")
-    A4 = rng.integers(0, 16, (64, 128)).astype(np.uint32)
-    B4 = rng.integers(0, 16, (128, 32)).astype(np.uint32)
-    SA4 = rng.integers(0x30, 0x40, (64, 8)).astype(np.uint32)
-    SB4 = rng.integers(0x30, 0x40, (8, 32)).astype(np.uint32)
-    C4 = f32((64, 32))
+
+    def scaled_operands(M, K, N, blocks, element, scale):
+        # raw A, B, C, SA, SB of a block-scaled GEMM: codes below element, scales in scale
+        A = rng.integers(0, element, (M, K)).astype(np.uint32)
+        B = rng.integers(0, element, (K, N)).astype(np.uint32)
+        SA = rng.integers(*scale, (M, blocks)).astype(np.uint32)
+        SB = rng.integers(*scale, (blocks, N)).astype(np.uint32)
+        return A, B, f32((M, N)), SA, SB
+
+    ops4 = scaled_operands(64, 128, 32, 8, 16, (0x30, 0x40))
     with _block_kernel.path("interpret"):
         nvk = jax.jit(lambda a, b, c, sa, sb: _block_scaled.gemm_bits(cfg4, a, b, c, (sa, sb)))
-        check("block kernel M", nvk, (A4, B4, C4, SA4, SB4), line,
+        check("block kernel M", nvk, ops4, line,
               (P("x"), None, None, P("x"), None), P("x"), no_gather=True)
 
     # the kind::mxf8f6f4 window kernel, interpreted: its scales follow A's rows, B's columns
@@ -100,16 +105,12 @@ SCRIPT = textwrap.dedent(
     mx = "mma.sync.aligned.m16n8k32.row.col.kind::mxf8f6f4.block_scale.scale_vec::1X" \
          ".f32.e4m3.e4m3.f32.ue8m0"
     cfg8 = gemm.config(mx, "sm_120a")
-    A8m = rng.integers(0, 0x7F, (32, 64)).astype(np.uint32)
-    B8m = rng.integers(0, 0x7F, (64, 32)).astype(np.uint32)
-    SA8 = rng.integers(120, 134, (32, 2)).astype(np.uint32)
-    SB8 = rng.integers(120, 134, (2, 32)).astype(np.uint32)
-    C8 = f32((32, 32))
+    ops8 = scaled_operands(32, 64, 32, 2, 0x7F, (120, 134))
     with _product_kernel.path("interpret"):
         pk = jax.jit(lambda a, b, c, sa, sb: _block_scaled.gemm_bits(cfg8, a, b, c, (sa, sb)))
-        check("product kernel M", pk, (A8m, B8m, C8, SA8, SB8), line,
+        check("product kernel M", pk, ops8, line,
               (P("x"), None, None, P("x"), None), P("x"), no_gather=True)
-        check("product kernel N", pk, (A8m, B8m, C8, SA8, SB8), line,
+        check("product kernel N", pk, ops8, line,
               (None, P(None, "x"), P(None, "x"), None, P(None, "x")), P(None, "x"))
 
     # vmap: the mapped axis is one more batch dimension
