@@ -359,12 +359,10 @@ def _shift_round(sig, r, sign, rounding, rbits):
 
 def _nan_bits(f: Format, sign, payload, payload_bits: int, like):
     m, expones = f.mant_bits, _c((2**f.exp_bits - 1) << f.mant_bits, like)
-    if f.nan_encode == "none":
-        return jnp.full(like.shape, f.max_bits, like.dtype)
-    if f.nan_encode == "all_ones":
-        bits = _c(2 ** (f.bits - 1 if f.signed else f.bits) - 1, like)
-    elif f.nan_encode == "quiet":
-        bits = expones | _c(1 << (m - 1), like)
+    if f.nan_encode == "none":  # the largest finite value, unsigned
+        return jnp.full(like.shape, _nan_word(f, False, 0), like.dtype)
+    if f.nan_encode in ("all_ones", "quiet"):  # one pattern whatever the payload
+        bits = _c(_nan_word(f, False, 0), like)
     else:
         if payload is None:
             p = jnp.zeros_like(like)
