@@ -287,7 +287,7 @@ TUNE = [
 ]
 
 
-def _dots_only(c, values, exps, man, rep):
+def _dots_only(c, values, exps, man, rep, scales=None):
     """The kernel's loads and dots without the fusion (wrong bits): a floor for its time."""
     for i, v in enumerate(values):
         c = (c + exps[i // rep]) ^ jax.lax.bitcast_convert_type(v, jnp.int32)

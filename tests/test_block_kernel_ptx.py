@@ -86,10 +86,15 @@ def _round_f32(v: Fraction, mode: str) -> int:
 
 
 def _parse(asm):
+    """The instructions as ``(predicate, op, args)``; a label as ``(None, "label", [name])``
+    (LLVM's ``${:uid}`` made one number: one routine at a time here)."""
     prog = []
-    for line in asm.splitlines():
+    for line in asm.replace("${:uid}", "0").splitlines():
         line = line.strip().rstrip(";")
         if not line or line in "{}" or line.startswith(".reg"):
+            continue
+        if line.endswith(":"):
+            prog.append((None, "label", [line[:-1]]))
             continue
         pred = None
         if line.startswith("@"):
@@ -105,9 +110,12 @@ def _parse(asm):
     return prog
 
 
-def _run(prog, inputs):
-    """One element: ``inputs`` the values of ``$1 ...`` (uint32); returns ``$0``."""
-    reg = {f"${i + 1}": v for i, v in enumerate(inputs)}
+def _run(prog, inputs, outs=1, trace=None):
+    """``inputs`` the values of ``$outs ...`` (uint32); returns ``$0``, or the list
+    ``$0 ... $(outs - 1)`` where ``outs > 1``. One lane: ``vote.sync.all`` is its own
+    predicate. ``trace``: a list that gets the labels of the branches taken."""
+    reg = {f"${i + outs}": v for i, v in enumerate(inputs)}
+    labels = {args[0]: i for i, (_, op, args) in enumerate(prog) if op == "label"}
 
     def val(a):
         if isinstance(a, tuple):  # {lo, hi}
@@ -118,13 +126,21 @@ def _run(prog, inputs):
             return int(a[2:], 16)
         return int(a) & M32  # an immediate
 
-    for pred, op, args in prog:
-        if pred is not None and reg[pred[0]] == pred[1]:
+    pc = 0
+    while pc < len(prog):
+        pred, op, args = prog[pc]
+        pc += 1
+        if op == "label" or (pred is not None and reg[pred[0]] == pred[1]):
+            continue
+        if op == "bra.uni":
+            pc = labels[args[0]]
+            if trace is not None:
+                trace.append(args[0])
             continue
         d, src = args[0], [val(a) for a in args[1:]]
         base = op.split(".")[0]
         kind = op.split(".")[-1]
-        if op in ("mov.b32", "mov.b64"):
+        if op in ("mov.b32", "mov.b64", "vote.sync.all.pred"):
             out = src[0]
         elif op == "bfe.u32":
             out = (src[0] >> src[1]) & ((1 << src[2]) - 1)
@@ -132,13 +148,16 @@ def _run(prog, inputs):
             out = src[0] or src[1]
         elif base in ("and", "or"):
             out = (src[0] & src[1]) if base == "and" else (src[0] | src[1])
-        elif op.startswith("setp.") and kind in ("f32", "f64"):
-            x, y = [_float_value(v, int(kind[1:])) for v in src]
-            out = {"ne": x != y, "eq": x == y, "ge": x >= y}[op.split(".")[1]]
-        elif base == "setp":
-            cmp, t = op.split(".")[1:]
-            x, y = src if t == "u32" else [_signed(s, 32) for s in src]
-            out = {"ne": x != y, "eq": x == y, "lt": x < y, "ge": x >= y}[cmp]
+        elif base == "setp":  # setp.cmp{.and,.or}.type d, a, b{, c}
+            cmp, t, both = op.split(".")[1], kind, op.split(".")[2:-1]
+            if t in ("f32", "f64"):
+                x, y = [_float_value(v, int(t[1:])) for v in src[:2]]
+            else:
+                x, y = src[:2] if t == "u32" else [_signed(s, 32) for s in src[:2]]
+            cmps = {"ne": x != y, "eq": x == y, "lt": x < y, "le": x <= y, "ge": x >= y}
+            out = cmps[cmp]
+            if both:  # the comparison combined with a predicate
+                out = (out and src[2]) if both[0] == "and" else (out or src[2])
         elif base == "selp":
             out = src[0] if src[2] else src[1]
         elif op in ("max.u32", "max.s32"):
@@ -194,7 +213,7 @@ def _run(prog, inputs):
         else:
             raise AssertionError(f"an instruction the interpreter does not know: {op}")
         reg[d] = out
-    return reg["$0"]
+    return reg["$0"] if outs == 1 else [reg[f"${i}"] for i in range(outs)]
 
 
 def _inputs(rng, n, man, rep):
@@ -246,3 +265,116 @@ def test_ptx_fusion_gives_the_int32_fusion_bits(man, rep):
     kinds = want & 0x7F800000
     assert (kinds == 0).any() and (kinds == 0x7F800000).any() and (want == 0).any()
     np.testing.assert_array_equal(got, want)
+
+
+def _near_inputs(rng, n, man, rep):
+    """Inputs around the fast routine's condition (:func:`_block_kernel._bounds`): each
+    element its own row and column, their scale exponents spread up to one past the
+    limits, and C's exponent field within two of ``lo`` and ``hi`` (or C zero, or any
+    C bits): both routines run, and a bound one off would truncate a term."""
+    off = 2 * man + 2
+    _, values, _ = _inputs(rng, n, man, rep)
+    base_a, base_b = rng.integers(-14, 12, n), rng.integers(-14, 12, n)
+    eas, ebs = [], []
+    for _ in range(4 // rep):
+        eas.append((base_a + rng.integers(0, 15, n)).astype(np.int32))
+        ebs.append((base_b + rng.integers(0, 35 - off - 11, n)).astype(np.int32))
+    # the largest exponents of a row and of a column often in one group: mx reaches its bound
+    same = rng.random(n) < 0.5
+    eas[0] = np.where(same, np.max(eas, 0), eas[0]).astype(np.int32)
+    ebs[0] = np.where(same, np.max(ebs, 0), ebs[0]).astype(np.int32)
+    # groups 0 and 1 cancel in half the elements (same exponent, opposite sums): the
+    # result is then as small as C and the other groups, and a truncated bit shows
+    cancel = rng.random(n) < 0.5
+    if rep == 1:
+        eas[1] = np.where(cancel, eas[0], eas[1]).astype(np.int32)
+        ebs[1] = np.where(cancel, ebs[0], ebs[1]).astype(np.int32)
+    m0 = np.floor(values[0])
+    count = rng.integers(1, 17, n) / 32
+    values[1] = np.where(cancel, -m0 + count, values[1]).astype(np.float32)
+    lo, hi = (
+        np.asarray(x)
+        for x in _block_kernel._bounds(
+            [jnp.asarray(e) for e in eas], [jnp.asarray(e) for e in ebs], man
+        )
+    )
+    field = np.where(rng.random(n) < 0.5, lo, hi) + rng.integers(-2, 3, n)
+    field = np.clip(field, 1, 254).astype(np.uint32)
+    c = (rng.integers(0, 2, n, dtype=np.uint32) << 31) | (field << 23)
+    c |= rng.integers(0, 1 << 23, n, dtype=np.uint32)
+    kind = rng.random(n)
+    c = np.where(kind < 0.05, 0, c)  # C zero: only hi counts
+    c = np.where(kind > 0.95, raw_c(rng, (4, n)).reshape(-1)[:n], c).astype(np.uint32)
+    exps = [a + b for a, b in zip(eas, ebs, strict=True)]
+    return c.view(np.int32), values, exps, (eas, ebs), (lo, hi)
+
+
+@pytest.mark.parametrize("man, rep", [(3, 1), (0, 2)], ids=["nvfp4", "mxfp4"])
+def test_packed_routine_takes_the_fast_path_only_where_it_gives_the_same_bits(man, rep):
+    """The compiled kernel's routine (``_ptx_packed``: a warp vote, then the fast routine
+    or the full one, :data:`PACK` elements a routine) against the int32 fusion, on
+    inputs around the fast routine's condition; both branches must run. C's bound
+    ``lo`` one lower fails here; a looser ``hi`` or spread only truncates bits that the
+    float32 result drops on these inputs, and the test below shows that dropping the
+    condition altogether fails."""
+    rng = np.random.default_rng(23 + man)
+    pack, n = _block_kernel.PACK, 480
+    c, values, exps, _, (lo, hi) = _near_inputs(rng, n, man, rep)
+    want = np.asarray(
+        _block_kernel._fuse_planes(
+            jnp.asarray(c),
+            [jnp.asarray(v) for v in values],
+            [jnp.asarray(e) for e in exps],
+            man,
+            rep,
+        )
+    ).view(np.uint32)
+    prog = _parse(_block_kernel._ptx_packed(4, rep, man, pack))
+    words = [c.view(np.uint32)] + [v.view(np.uint32) for v in values]
+    words += [np.asarray(e).view(np.uint32) for e in exps] + [
+        lo.view(np.uint32),
+        hi.view(np.uint32),
+    ]
+    got, fast = np.zeros(n, np.uint32), 0
+    for i in range(0, n, pack):
+        trace = []
+        inputs = [int(w[i + e]) for w in words for e in range(pack)]
+        got[i : i + pack] = _run(prog, inputs, outs=pack, trace=trace)
+        fast += trace == ["DONE0"]
+    assert 0 < fast < n // pack, fast  # both routines ran
+    np.testing.assert_array_equal(got, want)
+
+
+def test_fast_routine_alone_differs_where_the_condition_refuses():
+    """The condition is needed: the fast routine run on every element (the vote forced
+    true) differs from the int32 fusion on these inputs, so the test above can fail."""
+    man, rep = 3, 1
+    rng = np.random.default_rng(5)
+    pack, n = _block_kernel.PACK, 480
+    c, values, exps, _, (lo, hi) = _near_inputs(rng, n, man, rep)
+    want = np.asarray(
+        _block_kernel._fuse_planes(
+            jnp.asarray(c),
+            [jnp.asarray(v) for v in values],
+            [jnp.asarray(e) for e in exps],
+            man,
+            rep,
+        )
+    ).view(np.uint32)
+    text = _block_kernel._ptx_packed(4, rep, man, pack)
+    prog = _parse(
+        text.replace("@!%all bra.uni", "@%never bra.uni").replace(
+            "vote.sync.all.pred %all, %all, -1", "setp.ne.u32 %never, 0, 0"
+        )
+    )
+    words = [c.view(np.uint32)] + [v.view(np.uint32) for v in values]
+    words += [np.asarray(e).view(np.uint32) for e in exps] + [
+        lo.view(np.uint32),
+        hi.view(np.uint32),
+    ]
+    got = np.zeros(n, np.uint32)
+    for i in range(0, n, pack):
+        got[i : i + pack] = _run(
+            prog, [int(w[i + e]) for w in words for e in range(pack)], outs=pack
+        )
+    assert (got != want).sum() > 0

@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import re
 import sys
 
 import jax
@@ -74,8 +75,17 @@ _MASK = 0xFFFFFF
 #: float32 ``|t| < 2**22``
 _MAGIC = 1.5 * 2**23
 _MAGIC_BITS = 0x4B400000
+_MAGIC_F32 = f"0f{_MAGIC_BITS:08X}"
 #: ``lop3``'s table of ``(a & b) | c`` (``a``, ``b``, ``c`` read as 0xF0, 0xCC, 0xAA)
 _SIGN_OR = (0xF0 & 0xCC) | 0xAA
+#: elements of D per inline-assembly instance of the compiled fusion (:func:`_ptx_packed`):
+#: one warp vote chooses the fast or the full routine for this many elements of each
+#: thread (the fastest of 2, 4 and 8 for NVFP4 on an H100, benchmarks/RESULTS.md); it
+#: divides every tiling's elements per thread
+PACK = 4
+#: a bound that no exponent field reaches: a row or column that fails a condition of
+#: the fast routine gets ``hi`` below every field (:func:`_bounds`)
+_FAIL = 1 << 20
 
 #: ``"auto"``: the kernel where the default backend is a GPU, the XLA formulation
 #: elsewhere; ``"kernel"``: the kernel everywhere (interpreted off a GPU);
@@ -337,33 +347,139 @@ def _ptx_fuse(terms: int, rep: int, man: int) -> str:
     return "\n".join(lines)
 
 
+def _bounds(eas, ebs, man: int):
+    """The planes ``(lo, hi)`` of the fast routine's condition (:func:`_ptx_packed`) from
+    the step's scale exponents: ``eas`` per scale group the ``[bm, 1]`` exponents of A's
+    units (its words ``>> 4``), ``ebs`` the ``[1, bn]`` ones of B, ``E = ea + eb``.
+
+    An element takes the fast routine where C's exponent field ``F`` (at least 1) has
+    ``lo <= F <= hi``, or C is 0 and ``F <= hi``. With ``mx`` / ``mn`` the largest /
+    smallest ``E`` of its groups (every group, counted or not) and ``off = 2 man - 2
+    _LO`` (a group's order is ``E + off``), that holds only where
+
+    * ``mx - mn <= GROUP_F - off``, ``F <= mn + 162`` and (C = 0 or ``F >= mx + off +
+      115``): the model's unit is at most ``U = max(mx + off, F - 127) - GROUP_F``
+      (``F - 127`` is C's order) and every group's unit ``E`` and C's ``F - 150`` are at
+      least ``U``: no term is truncated, and the step is the exact sum truncated once to
+      float32. The terms are multiples of ``2**U`` below ``2**(U + 46)``, so their float64
+      sum in any order is that exact sum;
+    * ``mx <= 105`` and ``F <= 250``: the sum stays below ``2**127`` (no overflow to Inf;
+      an Inf or NaN C, field 255, takes the full routine).
+
+    The bounds come from the rows' and columns' extremes (``mx <= max ea + max eb``,
+    ``mn >= min ea + min eb``), each row's and column's spread held to 13 and ``GROUP_F -
+    off - 13``: three integer operations per element, the rest on the vectors."""
+    off = 2 * man - 2 * _LO
+    amax, amin = functools.reduce(jnp.maximum, eas), functools.reduce(jnp.minimum, eas)
+    bmax, bmin = functools.reduce(jnp.maximum, ebs), functools.reduce(jnp.minimum, ebs)
+    bad_a = (amax > 52) | (amax - amin > 13)
+    bad_b = (bmax > 53) | (bmax - bmin > GROUP_F - off - 13)
+    hi_a = amin + (GROUP_F - 23 + 150) - jnp.where(bad_a, I32(_FAIL), 0)
+    hi_b = bmin - jnp.where(bad_b, I32(_FAIL), 0)
+    lo = (amax + (off + 150 - GROUP_F)) + bmax
+    return lo, jnp.minimum(hi_a + hi_b, 250)
+
+
+def _ptx_fast(terms: int, rep: int) -> list[str]:
+    """PTX lines of the fast routine for one element (operands numbered as
+    :func:`_ptx_fuse`'s): ``C + sum m 2**E`` in float64, exact where :func:`_bounds`
+    admits the element, truncated to float32 by one ``cvt.rz.f32.f64``. ``m`` becomes
+    float64 as in :func:`_ptx_fuse`; ``2**E`` from its high word ``(E + 1023) << 20``;
+    a zero sum is +0 (a sum with an exact zero term rounds to +0), and the sum stays
+    below ``2**127``."""
+    lines = ["mov.b32 %g1, $1;", "cvt.f64.f32 %x1, %g1;", "mov.b32 %y0, 0;"]
+    for j in range(terms // rep):
+        lines += [
+            f"mad.lo.s32 %y2, ${2 + terms + j}, 1048576, 1072693248;",
+            "mov.b64 %yd1, {%y0, %y2};",
+            "mov.b64 %x2, %yd1;",
+        ]
+        for i in range(j * rep, (j + 1) * rep):
+            lines += [
+                f"mov.b32 %g2, ${2 + i};",
+                f"add.rm.f32 %g2, %g2, {_MAGIC_F32};",
+                "mov.b32 %y3, %g2;",
+                "mov.b32 %y4, 1127219200;",  # 2**52's high word
+                "mov.b64 %yd2, {%y3, %y4};",
+                "mov.b64 %x3, %yd2;",
+                f"sub.rn.f64 %x3, %x3, 0d43300000{_MAGIC_BITS:08X};",
+                "fma.rn.f64 %x1, %x3, %x2, %x1;",
+            ]
+    return lines + ["cvt.rz.f32.f64 %g3, %x1;", "mov.b32 $0, %g3;"]
+
+
+def _ptx_packed(terms: int, rep: int, man: int, pack: int) -> str:
+    """PTX for ``pack`` elements (Triton's packing: outputs ``$0 ...``, then each
+    argument's ``pack`` elements in turn; the arguments C, the dots, the exponent words,
+    ``lo`` and ``hi``): where every element of the warp meets :func:`_bounds`' condition
+    (one ``vote.sync.all``, so that the warp takes one branch), the fast routine
+    (:func:`_ptx_fast`) for each, else :func:`_ptx_fuse` for each. Both give the model's
+    bits; the fast one has no term to truncate, so it skips the sign-dependent
+    truncation, the ``e_max`` and the overflow test."""
+    nargs = 1 + terms + terms // rep
+    lo, hi = 1 + nargs, 2 + nargs
+
+    def numbered(text, e):
+        def op(k):
+            return e if k == 0 else pack + (k - 1) * pack + e
+
+        return re.sub(r"\$(\d+)", lambda m: f"${op(int(m.group(1)))}", text)
+
+    decl = [
+        ".reg .pred %c<3>;",
+        ".reg .b32 %y<6>;",
+        ".reg .b64 %yd<3>;",
+        ".reg .f64 %x<4>;",
+        ".reg .f32 %g<4>;",
+    ]
+    test = [
+        "bfe.u32 %y1, $1, 23, 8;",
+        "max.u32 %y1, %y1, 1;",  # F
+        f"setp.ge.s32 %c2, %y1, ${lo};",
+        "mov.b32 %g1, $1;",
+        "setp.eq.or.f32 %c2, %g1, 0f00000000, %c2;",  # C is 0, or F >= lo
+        f"setp.le.and.s32 %c1, %y1, ${hi}, %c2;",
+        "and.pred %all, %all, %c1;",
+    ]
+    lines = ["{", ".reg .pred %all;", "setp.eq.u32 %all, 0, 0;"]
+    for e in range(pack):
+        lines += ["{", *decl, *(numbered(x, e) for x in test), "}"]
+    lines += ["vote.sync.all.pred %all, %all, -1;", "@!%all bra.uni FULL${:uid};"]
+    for e in range(pack):
+        lines += ["{", *decl, *(numbered(x, e) for x in _ptx_fast(terms, rep)), "}"]
+    lines += ["bra.uni DONE${:uid};", "FULL${:uid}:"]
+    lines += [numbered(_ptx_fuse(terms, rep, man), e) for e in range(pack)]
+    return "\n".join(lines + ["DONE${:uid}:", "}"])
+
+
 def _kernel(a_ref, b_ref, wa_ref, wb_ref, c_ref, d_ref, *, steps, man, rep, fuse):
     """Per group of 16, one float16 dot of 32 (:func:`_operands`: its 16 values and its
     16 indicators side by side) gives ``v = T ss + count / 32`` in float32, exactly; per
-    scale group the exponent word ``E`` of its groups' unit; ``fuse`` takes it from
-    there (:func:`_fuse_ptx`, :func:`_fuse_planes`)."""
+    scale group the exponent word ``E`` of its groups' unit, and its row and column parts
+    (for :func:`_bounds`); ``fuse`` takes it from there (:func:`_fuse_ptx`,
+    :func:`_fuse_planes`)."""
     k = GROUP * STEP_GROUPS
     per = STEP_GROUPS // rep  # scale groups per step
 
     def body(s, c):
-        values, exps = [], []
+        values, exps, eas, ebs = [], [], [], []
         for j in range(per):
-            exps.append(
-                (wa_ref[:, pl.ds(s * per + j, 1)] >> 4) + (wb_ref[pl.ds(s * per + j, 1), :] >> 4)
-            )
+            eas.append(wa_ref[:, pl.ds(s * per + j, 1)] >> 4)
+            ebs.append(wb_ref[pl.ds(s * per + j, 1), :] >> 4)
+            exps.append(eas[-1] + ebs[-1])
             for i in range(rep):
                 g = j * rep + i  # group g of the step: columns [2 (64 s + 16 g), + 32)
                 ks = pl.ds(pl.multiple_of(2 * (s * k + g * GROUP), 2 * GROUP), 2 * GROUP)
                 values.append(jnp.dot(a_ref[:, ks], b_ref[ks, :], preferred_element_type=F32))
-        return fuse(c, values, exps, man, rep)
+        return fuse(c, values, exps, man, rep, (eas, ebs))
 
     d_ref[...] = lax.fori_loop(0, steps, body, c_ref[...])
 
 
-def _fuse_planes(c, values, exps, man: int, rep: int):
+def _fuse_planes(c, values, exps, man: int, rep: int, scales=None):
     """The step's fusion on planes in int32 operations (:func:`_fuse`): ``values`` the
     dots ``T ss + count / 32`` of the step's groups of 16, ``exps`` the exponent word of
-    each scale group's unit."""
+    each scale group's unit (``scales``, its row and column parts, unused)."""
     groups = []
     for j, e in enumerate(exps):
         vs = values[j * rep : (j + 1) * rep]
@@ -379,14 +495,17 @@ def _fuse_planes(c, values, exps, man: int, rep: int):
     return _fuse(c, groups, man)
 
 
-def _fuse_ptx(c, values, exps, man: int, rep: int):
-    """:func:`_fuse_planes` as one PTX routine per element (:func:`_ptx_fuse`)."""
-    args = [c] + [lax.bitcast_convert_type(v, I32) for v in values] + list(exps)
+def _fuse_ptx(c, values, exps, man: int, rep: int, scales):
+    """:func:`_fuse_planes` as PTX, :data:`PACK` elements per routine
+    (:func:`_ptx_packed`: the fast routine where :func:`_bounds` admits the warp's
+    elements, else :func:`_ptx_fuse`)."""
+    lo, hi = _bounds(*scales, man)
+    args = [c] + [lax.bitcast_convert_type(v, I32) for v in values] + list(exps) + [lo, hi]
     (d,) = plgpu.elementwise_inline_asm(
-        _ptx_fuse(len(values), rep, man),
+        _ptx_packed(len(values), rep, man, PACK),
         args=args,
-        constraints="=r," + ",".join(["r"] * len(args)),
-        pack=1,
+        constraints=",".join(["=r"] * PACK + ["r"] * (PACK * len(args))),
+        pack=PACK,
         result_shape_dtypes=[jax.ShapeDtypeStruct(c.shape, I32)],
     )
     return d
