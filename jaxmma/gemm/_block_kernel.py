@@ -413,7 +413,8 @@ def _ptx_packed(terms: int, rep: int, man: int, pack: int) -> str:
     argument's ``pack`` elements in turn; the arguments C, the dots, the exponent words,
     ``lo`` and ``hi``): where every element of the warp meets :func:`_bounds`' condition
     (one ``vote.sync.all``, so that the warp takes one branch), the fast routine
-    (:func:`_ptx_fast`) for each, else :func:`_ptx_fuse` for each. Both give the model's
+    (:func:`_ptx_fast`) for each, else :func:`_ptx_fuse` for each (one copy of it, in a
+    loop over the elements). Both give the model's
     bits; the fast one has no term to truncate, so it skips the sign-dependent
     truncation, the ``e_max`` and the overflow test."""
     nargs = 1 + terms + terms // rep
@@ -448,7 +449,43 @@ def _ptx_packed(terms: int, rep: int, man: int, pack: int) -> str:
     for e in range(pack):
         lines += ["{", *decl, *(numbered(x, e) for x in _ptx_fast(terms, rep)), "}"]
     lines += ["bra.uni DONE${:uid};", "FULL${:uid}:"]
-    lines += [numbered(_ptx_fuse(terms, rep, man), e) for e in range(pack)]
+    # the full routine once, in a loop over the elements: each turn reads element 0's
+    # registers and shifts the others down, and the results shift in at the top (less
+    # code for ptxas than a copy per element)
+    slot = [[f"%z{e * nargs + k}" for k in range(nargs)] for e in range(pack)]
+    full = re.sub(
+        r"\$(\d+)",
+        lambda m: "%zo" if m.group(1) == "0" else slot[0][int(m.group(1)) - 1],
+        _ptx_fuse(terms, rep, man),
+    )
+    lines += [
+        "{",
+        f".reg .b32 %z<{pack * nargs}>;",
+        f".reg .b32 %o<{pack}>;",
+        ".reg .b32 %zo, %n;",
+        ".reg .pred %more;",
+        *(f"mov.b32 %o{e}, 0;" for e in range(pack)),
+        *(
+            f"mov.b32 {slot[e][k]}, ${pack + k * pack + e};"
+            for e in range(pack)
+            for k in range(nargs)
+        ),
+        "mov.b32 %n, 0;",
+        "LOOP${:uid}:",
+        full,
+        *(f"mov.b32 %o{e}, %o{e + 1};" for e in range(pack - 1)),
+        f"mov.b32 %o{pack - 1}, %zo;",
+        *(
+            f"mov.b32 {slot[e][k]}, {slot[e + 1][k]};"
+            for e in range(pack - 1)
+            for k in range(nargs)
+        ),
+        "add.s32 %n, %n, 1;",
+        f"setp.lt.s32 %more, %n, {pack};",
+        "@%more bra.uni LOOP${:uid};",
+        *(f"mov.b32 ${e}, %o{e};" for e in range(pack)),
+        "}",
+    ]
     return "\n".join(lines + ["DONE${:uid}:", "}"])
 
 
