@@ -226,3 +226,12 @@ def test_kernel_lowers_to_triton_for_cuda(text):
     f = jax.jit(lambda *x: _block_kernel.gemm_bits(ins, *x, interpret=False))
     lowered = f.trace(A, B, C, SA, SB).lower(lowering_platforms=("cuda",))
     assert "xla.gpu.triton" in lowered.as_text()
+
+
+def test_compiled_tiling_must_hold_whole_routines_per_thread():
+    """The compiled fusion runs ``PACK`` elements per routine: a tiling with fewer
+    elements per thread is refused before anything is built, naming the tiling."""
+    A, B, C, SA, SB = _operands(NVFP4, np.random.default_rng(9), (), 16, 16, 64)
+    small = _block_kernel.Tiles(bm=16, bn=16, num_warps=4)  # 2 elements a thread
+    with pytest.raises(ValueError, match=r"2 elements of D per thread, not a multiple of PACK"):
+        _block_kernel.gemm_bits(_ins(NVFP4), A, B, C, SA, SB, interpret=False, tiles=small)

@@ -80,9 +80,9 @@ _MAGIC_F32 = f"0f{_MAGIC_BITS:08X}"
 _SIGN_OR = (0xF0 & 0xCC) | 0xAA
 #: elements of D per inline-assembly instance of the compiled fusion (:func:`_ptx_packed`):
 #: one warp vote chooses the fast or the full routine for this many elements of each
-#: thread (the fastest of 2, 4 and 8 for NVFP4 on an H100, benchmarks/RESULTS.md); it
-#: divides every tiling's elements per thread
-PACK = 4
+#: thread (2, 4, 8 and 16 measured on an H100, benchmarks/RESULTS.md: 8 and 16 the
+#: fastest); it must divide a tiling's elements per thread, ``bm * bn / (32 num_warps)``
+PACK = 8
 #: a bound that no exponent field reaches: a row or column that fails a condition of
 #: the fast routine gets ``hi`` below every field (:func:`_bounds`)
 _FAIL = 1 << 20
@@ -607,6 +607,12 @@ def gemm_bits(ins, A, B, C, SA, SB, *, interpret=None, tiles: Tiles | None = Non
     G = SA.shape[-1]  # scale blocks along K
     rep = K // GROUP // G  # groups of 16 per scale: 1 (4X) or 2 (2X)
     t = tiles or (INTERPRET_TILES if interpret else TILES if rep == 1 else PAIR_TILES)
+    per_thread = t.bm * t.bn // (32 * t.num_warps)
+    if not interpret and per_thread % PACK:
+        raise ValueError(
+            f"tiles={t}: {per_thread} elements of D per thread, not a multiple of PACK={PACK} "
+            "(the compiled fusion's elements per routine)"
+        )
     Mp, Np = -(-M // t.bm) * t.bm, -(-N // t.bn) * t.bn
     a, b, wa, wb, c = _operands(ins, A, B, C, SA, SB)
 
