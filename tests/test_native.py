@@ -60,8 +60,9 @@ def test_auto_emulates_off_an_sm90_gpu():
     if jax.default_backend() == "gpu":
         pytest.skip("the host has a GPU")
     ins = jaxmma.instruction(WGMMA_BF16, arch="sm_90a")
-    assert _native.choose("auto", ins) is False
-    assert _native.choose("emulate", ins) is False
+    assert "not a GPU" in _native.why_not_here(ins)
+    for executor in ("auto", "emulate"):
+        assert gemm.config(ins, executor=executor).native is False
     assert "not a GPU" in _native.device_reason()
 
 

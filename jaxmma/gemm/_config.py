@@ -138,7 +138,17 @@ def config(
     grad = _grad_form("grad_instruction", grad_instruction, ins)
     dgrad = _grad_form("dgrad_instruction", dgrad_instruction, ins) or grad
     wgrad = _grad_form("wgrad_instruction", wgrad_instruction, ins) or grad
-    native = _native.choose(executor, ins, promote_every)
+    if executor not in _native.EXECUTORS:
+        raise ValueError(
+            f"executor: expected one of {', '.join(_native.EXECUTORS)}, got {executor!r}"
+        )
+    why = None if executor == "emulate" else _native.why_not_here(ins)
+    if executor == "native" and why:
+        raise ValueError(
+            f"executor='native': {ins.text} (arch {ins.arch}) cannot run natively here: "
+            f"{why}; use executor='auto' or 'emulate'"
+        )
+    native = executor != "emulate" and why is None
     return Config(ins, promote_every, dgrad, wgrad, _pallas.MODE, native)
 
 
@@ -166,14 +176,42 @@ def check_quantize(ins: Instruction, quantize) -> None:
         )
 
 
+def refuse_option_forms(ins: Instruction, kernel: dict) -> None:
+    """The one rule's first part, before the options' values are read: no kernel option
+    (``kernel``: the keywords, None where not given) applies to a block-scaled or a
+    ``.f64`` form. A ``ValueError`` naming the first option given."""
+    if not (ins.stype or ins.atype == "f64"):
+        return
+    bad = next((k for k, v in kernel.items() if v is not None), None)
+    if bad is not None:
+        kind = "block-scaled" if ins.stype else ".f64"
+        raise ValueError(f"{bad}: kernel options are not modelled for {kind} forms ({ins.text})")
+
+
+def refuse_key(opts, key) -> None:
+    """The one rule on ``key``: given exactly where ``input_rounding='stochastic'`` is
+    (its value is checked by :func:`._prepare.check_key`)."""
+    stochastic = opts is not None and opts.input_rounding == "stochastic"
+    if stochastic and key is None:
+        raise ValueError(
+            "key: rounding='stochastic' needs a jax.random key (key=jax.random.key(0)); got None"
+        )
+    if not stochastic and key is not None:
+        raise ValueError(
+            "key: only used with rounding='stochastic' (a random key for the conversion "
+            f"of float inputs), got rounding={None if opts is None else opts.input_rounding!r}"
+        )
+
+
 def refuse_combinations(cfg: Config, opts, scaled: bool = False) -> None:
     """The one rule on what kernel options (``opts``, None: none) and fp8 scales
     (``scaled``: ``scale_a`` or ``scale_b`` given) combine with: the chain of a dense form
-    without emulated gradient GEMMs. A ``ValueError`` naming the options given (the
-    block-scaled and ``.f64`` forms are refused by :func:`._options.kernel_options`).
-    What depends on the arrays (the recipe their shapes name, C, K) is the same rule's
-    :func:`refuse_for_arrays`: every combination the pipeline refuses is refused here
-    (``kernel_options`` refuses single option values, and the forms no option applies to)."""
+    without emulated gradient GEMMs. A ``ValueError`` naming the options given. The
+    forms no option applies to are :func:`refuse_option_forms`, the key
+    :func:`refuse_key`, the native executor :func:`config`; what depends on the arrays
+    (the recipe their shapes name, C, K) is :func:`refuse_for_arrays`: every combination
+    the pipeline refuses is refused in this module (``kernel_options`` checks single
+    option values)."""
     if opts is None and not scaled:
         return
     ins = cfg.ins
@@ -238,6 +276,7 @@ def validate(
     )  # fmt: skip
     check_flag(cfg.ins, check)
     check_quantize(cfg.ins, quantize)
+    refuse_option_forms(cfg.ins, kernel)
     opts = _options.kernel_options(cfg.ins, **kernel)
     refuse_combinations(cfg, opts)
     return cfg, opts

@@ -129,21 +129,11 @@ def device_reason(ins=None) -> str | None:
     return None
 
 
-def choose(executor: str, ins, promote_every=None) -> bool:
-    """Whether a GEMM runs on the native executor; ``ValueError`` for ``"native"`` where
-    it cannot give the modelled bits."""
-    if executor not in EXECUTORS:
-        raise ValueError(f"executor: expected one of {', '.join(EXECUTORS)}, got {executor!r}")
-    if executor == "emulate":
-        return False
-    form = why_not(ins)
-    dev = None if form else device_reason(ins)
-    if executor == "native" and (form or dev):
-        raise ValueError(
-            f"executor='native': {ins.text} (arch {ins.arch}) cannot run natively here: "
-            f"{form or dev}; use executor='auto' or 'emulate'"
-        )
-    return form is None and dev is None
+def why_not_here(ins) -> str | None:
+    """Why ``ins`` cannot run on the native executor on this machine (its form, else the
+    device), or None where it can; :func:`jaxmma.gemm._config.config` decides with it
+    (and refuses ``executor='native'`` with the reason)."""
+    return why_not(ins) or device_reason(ins)
 
 
 def pieces(steps: int, most: int) -> list[int]:

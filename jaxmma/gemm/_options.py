@@ -119,7 +119,9 @@ def kernel_options(
     pad_k=None,
 ) -> KernelOptions | None:
     """Validated :class:`KernelOptions` for instruction ``ins``; None when every option
-    is at its default (the GEMM then runs exactly as without options)."""
+    is at its default (the GEMM then runs exactly as without options). Each option's
+    own values are checked here; which forms and arguments options combine with is
+    :mod:`._config`'s one rule (:func:`._config.refuse_option_forms`, called first)."""
     given = dict(
         split_k=split_k, k_tile=k_tile, split_rule=split_rule, split_reduce=split_reduce,
         input_rounding=input_rounding, epilogue=epilogue, alpha=alpha, beta=beta,
@@ -127,10 +129,6 @@ def kernel_options(
     )  # fmt: skip
     if all(v is None for v in given.values()):
         return None
-    if ins.stype or ins.atype == "f64":
-        bad = next(k for k, v in given.items() if v is not None)
-        kind = "block-scaled" if ins.stype else ".f64"
-        raise ValueError(f"{bad}: kernel options are not modelled for {kind} forms ({ins.text})")
     S = 1
     if split_k is not None:
         if not _is_int(split_k):

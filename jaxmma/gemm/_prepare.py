@@ -35,7 +35,7 @@ from ..operands import (
 )
 from ..operands import operand_bits as _operand_bits
 from ..operands import operand_values as _operand_values
-from . import _epilogue
+from . import _config, _epilogue
 from ._config import Config
 
 F32 = jnp.float32
@@ -322,17 +322,9 @@ def random_pair(rounding, key, A, B):
 
 
 def check_key(opts, key):
-    """``key`` for ``input_rounding='stochastic'`` (a jax.random key), None otherwise."""
-    stochastic = opts is not None and opts.input_rounding == "stochastic"
-    if stochastic and key is None:
-        raise ValueError(
-            "key: rounding='stochastic' needs a jax.random key (key=jax.random.key(0)); got None"
-        )
-    if not stochastic and key is not None:
-        raise ValueError(
-            "key: only used with rounding='stochastic' (a random key for the conversion "
-            f"of float inputs), got rounding={None if opts is None else opts.input_rounding!r}"
-        )
+    """``key`` for ``input_rounding='stochastic'`` (a jax.random key), None otherwise;
+    whether one belongs is :func:`._config.refuse_key`'s rule."""
+    _config.refuse_key(opts, key)
     if key is None:
         return None
     key = jnp.asarray(key)
