@@ -80,8 +80,8 @@ _MAGIC_F32 = f"0f{_MAGIC_BITS:08X}"
 _SIGN_OR = (0xF0 & 0xCC) | 0xAA
 #: elements of D per inline-assembly instance of the compiled fusion (:func:`_ptx_packed`):
 #: one warp vote chooses the fast or the full routine for this many elements of each
-#: thread (2, 4, 8 and 16 measured on an H100, benchmarks/RESULTS.md: 8 and 16 the
-#: fastest); it must divide a tiling's elements per thread, ``bm * bn / (32 num_warps)``
+#: thread (the choice among 2, 4, 8 and 16 is measured in benchmarks/RESULTS.md); it
+#: must divide a tiling's elements per thread, ``bm * bn / (32 num_warps)``
 PACK = 8
 #: a bound that no exponent field reaches: a row or column that fails a condition of
 #: the fast routine gets ``hi`` below every field (:func:`_bounds`)

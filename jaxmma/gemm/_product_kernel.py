@@ -34,15 +34,14 @@ k-steps of 32, and per step:
   (:func:`_per_product`: :func:`jaxmma.models._product_gemm._step`'s arithmetic), as a
   branch taken only then.
 
-**How fast, and why not faster.** The window sums are exact and cheap, but the branch
+**Why the branch is costly.** The window sums are exact and cheap, but the branch
 is taken often: on MX-quantized normal data (e4m3, K = 4096) 1.2 % of the
 element-steps truncate a product (the accumulator has grown above the step's largest
 product in 91 % of the steps, and the grid follows it), and a ``16 x 128`` tile meets
 one in nearly every step late in K (``benchmarks/product_truncation.py``). The branch
 reads ``e_max`` off the dots where they decide it and the step's values as one block
-of A and one of B, so per product it costs two multiplies, a conversion and an add. On
-an H200 the kernel is 1.8-2.1x faster than the per-step chain at 1024^3 and 4096^3
-and 1.3x on raw bits (benchmarks/RESULTS.md).
+of A and one of B, so per product it costs two multiplies, a conversion and an add
+(its timings against the per-step chain: benchmarks/RESULTS.md).
 
 NaN scales and NaN C are applied as the model applies them (:func:`gemm_bits`).
 ``benchmarks/product_gpu.py --bits`` compares the compiled kernel with the XLA

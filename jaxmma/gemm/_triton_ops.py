@@ -8,7 +8,7 @@ Why a primitive of our own: JAX's Pallas Triton lowering emits ``tt.dot`` withou
 ``maxNumImpreciseAcc``, whose default (0) makes the compiler split every fp8 ``wgmma``
 off into a zero accumulator and add it into C with a float32 add after each instruction
 (k = 32): the bits of ``promote_every=1``, not of a chain (measured on an H100: other
-bits on nearly every element, and 5x slower than cuBLAS). Triton's own front end asks
+bits on nearly every element; its speed is in benchmarks/RESULTS.md). Triton's own front end asks
 for no such split on sm_90 (``max_num_imprecise_acc`` 2**30): the accumulator then stays
 in the tensor core across instructions, as in the ``wgmma`` model. ``tf32`` asks for the
 tensor cores' tf32 inputs (JAX's lowering of a float32 ``jnp.dot`` picks IEEE or tf32 by

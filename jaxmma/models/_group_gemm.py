@@ -95,8 +95,8 @@ def _materialized(x):
     """``x`` (int32, ``|x| < 2**30``), in a form XLA computes apart from its readers.
 
     Inside the loop over k-steps, XLA:CPU fused the per-step slices of the scale
-    fields into the ``[M, N]`` fusion, which then ran several times slower (the
-    dynamic slice inside the loop body kept the loop from vectorizing). An integer
+    fields into the ``[M, N]`` fusion, where the dynamic slice inside the loop body kept
+    the loop from vectorizing (benchmarks/RESULTS.md has the timings). An integer
     remainder by a divisor XLA cannot see is constant is rated expensive and is not
     fused into a reader that broadcasts it: ``x % ((x & 0xFFFF) | 2**30)`` is ``x``
     (the divisor exceeds ``|x|``). Only the speed depends on it.

@@ -63,7 +63,7 @@ def cast(x, scale, fmt: str, rounding: str = "rn", key=None):
     if fmt in ELEMENT_DTYPES:  # the format's own dtype: the GEMM takes its bits as they are
         out = jax.lax.bitcast_convert_type(bits.astype(jnp.uint8), ELEMENT_DTYPES[fmt])
         # kept whole: XLA:GPU would otherwise fuse the encoding into each transposing
-        # reader of the operand (measured: the step 2.93 ms with it, 3.09 ms without)
+        # reader of the operand (the step's timings with and without: benchmarks/RESULTS.md)
         return jax.lax.optimization_barrier(out)
     return decode(fmt, bits)
 
