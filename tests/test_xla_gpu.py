@@ -219,8 +219,28 @@ def extra_records():
     return out
 
 
+@functools.cache
+def s128_records():
+    """Ten more dots of one process (``xla-s128.npz``: HLO, output hashes and probes; an
+    H100, jax 0.11.2), 128 or 256 x K x 128 or 256 with K up to 131072: XLA split K into
+    128 slices reduced by its native emitter, or 64 by a Triton reduce, or gave the dot to
+    cuBLAS (:func:`s128_cublas`)."""
+    out = []
+    with np.load(os.path.join(GOLDEN, "xla-s128.npz")) as z:
+        for k in sorted(n for n in z.files if n.endswith(".meta")):
+            meta = json.loads(str(z[k][()]))
+            probe = k[: -len(".meta")] + ".probe"
+            out.append(("s128", meta, {"probe": z[probe]} if probe in z.files else {}))
+    return out
+
+
+def s128_cublas():
+    return [r for r in s128_records() if "__cublas" in r[1]["hlo"]]
+
+
 def _probed():
-    return [r for r in records() + extra_records() if "probe" in r[2]]
+    s128 = [r for r in s128_records() if "__cublas" not in r[1]["hlo"]]
+    return [r for r in records() + extra_records() + s128 if "probe" in r[2]]
 
 
 def test_probes_cover_every_emitter():
@@ -257,6 +277,46 @@ def test_reduce_order_is_the_hardware_tree(rec):
     (plan,) = xla_gpu_dots(meta["hlo"])
     assert plan.split == S
     assert _canon_order(plan.reduce, S) == _canon(hw), plan.emitter
+
+
+def test_native_reduction_over_128_partials_is_read():
+    """S = 128 under XLA's native emitter: 32 lanes each adding four slices 32 apart in
+    turn, then halving across the lanes (its probes: ``test_reduce_order_is_the_hardware_tree``);
+    for S = 32 and 64 that tree is the halving one, as measured there."""
+    native = [r for r in _probed() if xla_gpu_dots(r[1]["hlo"])[0].emitter == "native reduction"]
+    assert {xla_gpu_dots(r[1]["hlo"])[0].split for r in native} == {32, 64, 128}
+    for S in (32, 64):
+        halving = _xla_reduce.butterfly(S, list(reversed(range(S.bit_length() - 1))))
+        assert _canon_order(_xla_reduce.native_order(S), S) == _canon(halving)
+        lanes = _xla_reduce.NATIVE_LANES
+        tree = [i if S == lanes else (i, i + lanes) for i in range(lanes)]
+        while len(tree) > 1:
+            h = len(tree) // 2
+            tree = [(tree[i], tree[i + h]) for i in range(h)]
+        assert _canon(tree[0]) == _canon(halving)
+    with pytest.raises(ValueError, match="measured for S = 2, 32, 64 and 128 only"):
+        _xla_reduce.native_order(256)
+
+
+def test_dots_xla_gave_to_cublas_are_refused():
+    """Four of the S = 128 captures ran a cuBLAS call (with a native reduce after it):
+    the reader refuses them, naming the call."""
+    assert len(s128_cublas()) == 4
+    for _, meta, _ in s128_cublas():
+        with pytest.raises(ValueError, match="a library GEMM call .* is not covered"):
+            xla_gpu_dots(meta["hlo"])
+
+
+@pytest.mark.parametrize("name", ["bf16-128x32768x128", "f32-128x32768x128"])
+def test_replay_of_a_native_reduce_over_128_partials(name):
+    """The whole output of a dot split into 128 slices and reduced by XLA's native
+    emitter, replayed on this backend: the GPU's SHA-256."""
+    (meta,) = [m for _, m, _ in s128_records() if m["name"] == name]
+    case = CASES[name]
+    assert X.inputs_crc32(X.inputs(case)) == meta["inputs_crc32"]
+    args = [jnp.asarray(a) for a in X.arrays(case, X.inputs(case))]
+    out = jaxmma.gpu_replay(X.function(case), meta["hlo"])(*args)
+    assert X.summary(X.output_bits(out))["sha256"] == meta["outputs"][0]["sha256"]
 
 
 def test_butterfly():

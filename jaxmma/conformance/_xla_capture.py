@@ -135,6 +135,10 @@ def cases() -> list:
         out.append(_dot(f"{t}-f32out-s64", t, t, *shapes["s64"], out="f32"))
         out.append(_dot(f"{t}-wgrad1", t, t, 128, 2048, 256, lhs_t=True))
         out.append(_dot(f"{t}-wgrad2", t, t, 256, 2048, 64, lhs_t=True))
+    # XLA's native reduction emitter over S = 128 partials (an H100 split these 128 x 128
+    # dots into 128 slices; K = 131072 in f32 too)
+    for t, K in (("bf16", 32768), ("f32", 32768), ("f32", 65536), ("f32", 131072)):
+        out.append(_dot(f"{t}-128x{K}x128", t, t, 128, K, 128, out="f32" if t == "bf16" else None))
     for t in ("bf16", "f32"):
         tok, d, h, o = 2048, 128, 256, 64
         args = (Arg(t, (tok, d)), Arg(t, (d, h), -6, -3), Arg(t, (h, o), -6, -3),

@@ -5,8 +5,10 @@ separate fusion. Its emitter fixes the order of the IEEE f32 adds (docs/xla_gpu.
 each order below was read off an H100 by FPRev probes, arXiv:2411.00442):
 
 * a loop fusion (``kind=kLoop``): in slice order from +0, ``"sequential"``;
-* XLA's native reduction emitter (``kind=kInput``): ``p_i + p_(i + S/2)`` halving until
-  one is left, ``"halving"`` (measured for S = 32 and 64 only);
+* XLA's native reduction emitter (``kind=kInput``): 32 lanes, lane ``i`` adding the
+  slices ``i, i + 32, i + 64, ...`` in turn, then ``q_i + q_(i + 16)`` halving across
+  the lanes (:func:`native_order`; measured for S = 32, 64 and 128: for S <= 64 the
+  same tree as halving from the start, ``"halving"``);
 * a Triton fusion (``"__triton"``): a butterfly tree that follows Triton's blocked layout
   of the ``[S] + tile`` block (:func:`triton_tree`), each tile size rounded up to a
   power of two as Triton's blocks are (read off an H100 for a tile of 80 at S = 16).
@@ -100,11 +102,31 @@ def triton_tree(S: int, tile: list, num_warps: int, tma: bool, where: str = "red
     return butterfly(S, rep + lanes + warps)
 
 
+#: the lanes of XLA's native column reduction that hold partials of their own
+NATIVE_LANES = 32
+
+
 def native_order(S: int, where: str = "reduce"):
-    """XLA's native (``kInput``) column reduction: ``"halving"`` where it was measured."""
+    """XLA's native (``kInput``) column reduction over ``S`` partials, where it was
+    measured (FPRev probes on an H100, ``tests/golden/xla/``): S = 2, 32 and 64 add
+    ``p_i + p_(i + S/2)`` halving (``"halving"``); S = 128 gives each of 32 lanes the
+    slices ``i, i + 32, i + 64, i + 96``, added in that order, and then halves across
+    the lanes (a pairing tree; for S <= 64 the same tree is the halving one). Any other
+    S is refused."""
     if S == 2 or S in (32, 64):
         return "halving"
+    if S == 128:
+        lanes = []
+        for i in range(NATIVE_LANES):
+            t = i
+            for r in range(1, S // NATIVE_LANES):
+                t = (t, i + r * NATIVE_LANES)
+            lanes.append(t)
+        while len(lanes) > 1:
+            h = len(lanes) // 2
+            lanes = [(lanes[i], lanes[i + h]) for i in range(h)]
+        return lanes[0]
     raise ValueError(
         f"{where}: XLA's native reduction emitter over S = {S} partials: its order was "
-        "measured for S = 32 and 64 only"
+        "measured for S = 2, 32, 64 and 128 only"
     )
