@@ -238,16 +238,34 @@ def s128_cublas():
     return [r for r in s128_records() if "__cublas" in r[1]["hlo"]]
 
 
+@functools.cache
+def sweep_records():
+    """A held-out sweep of one more process (``xla-sweep.npz``, an H100, jax 0.11.2):
+    ``n x K x n`` dots, n 32 to 256, K 1024 to 262144, bf16 (f32 output) and f32, as
+    XLA's autotuner compiled them: HLO, output hashes and, where ``n >= S``, probes.
+    Each is read (its plan then has the probed tree and the output's SHA-256) or refused
+    (cuBLAS, or a native reduce over 256 partials)."""
+    out = []
+    with np.load(os.path.join(GOLDEN, "xla-sweep.npz")) as z:
+        for k in sorted(n for n in z.files if n.endswith(".meta")):
+            meta = json.loads(str(z[k][()]))
+            probe = k[: -len(".meta")] + ".probe"
+            out.append(("sweep", meta, {"probe": z[probe]} if probe in z.files else {}))
+    return out
+
+
 def _probed():
     s128 = [r for r in s128_records() if "__cublas" not in r[1]["hlo"]]
-    return [r for r in records() + extra_records() + s128 if "probe" in r[2]]
+    sweep = [r for r in sweep_records() if _covered(r)]
+    return [r for r in records() + extra_records() + s128 + sweep if "probe" in r[2]]
 
 
 def test_probes_cover_every_emitter():
     recs = [r for r in _probed() if _covered(r)]
     emitters = {xla_gpu_dots(m["hlo"])[0].emitter.split(" (")[0] for _, m, _ in recs}
     assert emitters == {"loop fusion", "native reduction", "Triton reduce"}
-    assert len(_triton_configs(recs)) == 9  # tiles, warps and TMA seen on the H100
+    # tiles, warps and TMA seen on the H100: 9 in the first captures, 3 more in the sweep
+    assert len(_triton_configs(recs)) == 12
 
 
 def _covered(rec):
@@ -313,6 +331,46 @@ def test_replay_of_a_native_reduce_over_128_partials(name):
     emitter, replayed on this backend: the GPU's SHA-256."""
     (meta,) = [m for _, m, _ in s128_records() if m["name"] == name]
     case = CASES[name]
+    assert X.inputs_crc32(X.inputs(case)) == meta["inputs_crc32"]
+    args = [jnp.asarray(a) for a in X.arrays(case, X.inputs(case))]
+    out = jaxmma.gpu_replay(X.function(case), meta["hlo"])(*args)
+    assert X.summary(X.output_bits(out))["sha256"] == meta["outputs"][0]["sha256"]
+
+
+def test_sweep_is_read_or_refused_with_a_reason():
+    """Every dot of the held-out sweep is read or refused by name: cuBLAS calls, and the
+    native reduce over 256 partials, whose order no probe has shown."""
+    reasons = set()
+    for _, meta, _ in sweep_records():
+        try:
+            xla_gpu_dots(meta["hlo"])
+        except ValueError as e:
+            msg = str(e)
+            assert "a library GEMM call" in msg or "over S = 256 partials" in msg, msg
+            reasons.add("cublas" if "library" in msg else "S = 256")
+    assert reasons == {"cublas", "S = 256"}
+    assert sum(_covered(r) for r in sweep_records()) == 52
+
+
+def _sweep_case(name):
+    t, shape = name.split("-")
+    n, K, _ = (int(x) for x in shape.split("x"))
+    return X._dot(name, t, t, n, K, n, out="f32" if t == "bf16" else None)
+
+
+def _work(name):
+    return int(np.prod([int(x) for x in name.split("-")[1].split("x")]))
+
+
+SWEEP_REPLAY = [r for r in sweep_records() if _covered(r) and _work(r[1]["name"]) <= 1 << 22]
+
+
+@pytest.mark.parametrize("rec", SWEEP_REPLAY, ids=_ids)
+def test_sweep_replays_to_the_gpus_bits(rec):
+    """The held-out sweep's smaller dots replayed whole: the GPU's SHA-256 (loop, Triton
+    and native reduces at S = 8 to 32)."""
+    _, meta, _ = rec
+    case = _sweep_case(meta["name"])
     assert X.inputs_crc32(X.inputs(case)) == meta["inputs_crc32"]
     args = [jnp.asarray(a) for a in X.arrays(case, X.inputs(case))]
     out = jaxmma.gpu_replay(X.function(case), meta["hlo"])(*args)
