@@ -414,9 +414,9 @@ def _ptx_packed(terms: int, rep: int, man: int, pack: int) -> str:
     ``lo`` and ``hi``): where every element of the warp meets :func:`_bounds`' condition
     (one ``vote.sync.all``, so that the warp takes one branch), the fast routine
     (:func:`_ptx_fast`) for each, else :func:`_ptx_fuse` for each (one copy of it, in a
-    loop over the elements). Both give the model's
-    bits; the fast one has no term to truncate, so it skips the sign-dependent
-    truncation, the ``e_max`` and the overflow test."""
+    loop over the elements). Both give the model's bits; the fast one has no term to
+    truncate, so it skips the sign-dependent truncation, the ``e_max`` and the overflow
+    test."""
     nargs = 1 + terms + terms // rep
     lo, hi = 1 + nargs, 2 + nargs
 
