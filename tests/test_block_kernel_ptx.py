@@ -267,44 +267,62 @@ def test_ptx_fusion_gives_the_int32_fusion_bits(man, rep):
     np.testing.assert_array_equal(got, want)
 
 
-def _near_inputs(rng, n, man, rep):
-    """Inputs around the fast routine's condition (:func:`_block_kernel._bounds`): each
-    element its own row and column, their scale exponents spread up to one past the
-    limits, and C's exponent field within two of ``lo`` and ``hi`` (or C zero, or any
-    C bits): both routines run, and a bound one off would truncate a term."""
+def _near_inputs(rng, n, man, rep, pack):
+    """Inputs around the fast routine's condition (:func:`_block_kernel._bounds`), in
+    groups of ``pack`` elements (one routine; each element its own row and column):
+
+    * a fifth of the groups inside the condition (scale exponents within the spread
+      limits, C's exponent field between ``lo`` and ``hi``): the fast routine runs;
+    * a half the same but for one element whose field is ``lo - 1``, ``lo``, ``hi`` or
+      ``hi + 1``, its largest group at the bound and cancelled, so that its result is
+      as small as C: the fast routine runs exactly where that field is inside, and a
+      bound one off lets a truncated term through;
+    * the rest anything near the limits (spreads one past them, fields within two of
+      the bounds, C zero, any C bits): mostly the full routine."""
     off = 2 * man + 2
+    groups = np.arange(n) // pack
+    kind = rng.choice(3, n // pack, p=[0.2, 0.5, 0.3])[groups]  # inside, one near, free
+    first = np.arange(n) % pack == rng.integers(0, pack, n // pack)[groups]
+    edge = (kind == 1) & first  # the one element near a bound
     _, values, _ = _inputs(rng, n, man, rep)
     base_a, base_b = rng.integers(-14, 12, n), rng.integers(-14, 12, n)
+    wide_a, wide_b = np.where(kind == 2, 15, 14), np.where(kind == 2, 35 - off - 11, 35 - off - 12)
     eas, ebs = [], []
     for _ in range(4 // rep):
-        eas.append((base_a + rng.integers(0, 15, n)).astype(np.int32))
-        ebs.append((base_b + rng.integers(0, 35 - off - 11, n)).astype(np.int32))
+        eas.append((base_a + rng.integers(0, wide_a)).astype(np.int32))
+        ebs.append((base_b + rng.integers(0, wide_b)).astype(np.int32))
     # the largest exponents of a row and of a column often in one group: mx reaches its bound
-    same = rng.random(n) < 0.5
+    same = (rng.random(n) < 0.5) | edge
     eas[0] = np.where(same, np.max(eas, 0), eas[0]).astype(np.int32)
     ebs[0] = np.where(same, np.max(ebs, 0), ebs[0]).astype(np.int32)
     # groups 0 and 1 cancel in half the elements (same exponent, opposite sums): the
     # result is then as small as C and the other groups, and a truncated bit shows
-    cancel = rng.random(n) < 0.5
+    cancel = (rng.random(n) < 0.5) | edge
     if rep == 1:
         eas[1] = np.where(cancel, eas[0], eas[1]).astype(np.int32)
         ebs[1] = np.where(cancel, ebs[0], ebs[1]).astype(np.int32)
     m0 = np.floor(values[0])
     count = rng.integers(1, 17, n) / 32
     values[1] = np.where(cancel, -m0 + count, values[1]).astype(np.float32)
+    for g in (2, 3):  # near a bound, the other groups' products cancel too: the sum is C
+        values[g] = np.where(edge, rng.integers(1, 17, n) / 32, values[g]).astype(np.float32)
     lo, hi = (
         np.asarray(x)
         for x in _block_kernel._bounds(
             [jnp.asarray(e) for e in eas], [jnp.asarray(e) for e in ebs], man
         )
     )
-    field = np.where(rng.random(n) < 0.5, lo, hi) + rng.integers(-2, 3, n)
+    inside = lo + (rng.random(n) * (np.maximum(hi, lo) - lo + 1)).astype(np.int32)
+    near = np.where(rng.random(n) < 0.5, lo, hi) + rng.integers(-2, 3, n)
+    near = np.where(edge, np.where(rng.random(n) < 0.5, lo, hi + 1) - rng.integers(0, 2, n), near)
+    field = np.where((kind == 2) | edge, near, inside)
     field = np.clip(field, 1, 254).astype(np.uint32)
     c = (rng.integers(0, 2, n, dtype=np.uint32) << 31) | (field << 23)
     c |= rng.integers(0, 1 << 23, n, dtype=np.uint32)
-    kind = rng.random(n)
-    c = np.where(kind < 0.05, 0, c)  # C zero: only hi counts
-    c = np.where(kind > 0.95, raw_c(rng, (4, n)).reshape(-1)[:n], c).astype(np.uint32)
+    odd = rng.random(n)
+    c = np.where((kind == 2) & (odd < 0.1), 0, c)  # C zero: only hi counts
+    raw = raw_c(rng, (4, n)).reshape(-1)[:n]
+    c = np.where((kind == 2) & (odd > 0.9), raw, c).astype(np.uint32)
     exps = [a + b for a, b in zip(eas, ebs, strict=True)]
     return c.view(np.int32), values, exps, (eas, ebs), (lo, hi)
 
@@ -319,7 +337,7 @@ def test_packed_routine_takes_the_fast_path_only_where_it_gives_the_same_bits(ma
     condition altogether fails."""
     rng = np.random.default_rng(23 + man)
     pack, n = _block_kernel.PACK, 480
-    c, values, exps, _, (lo, hi) = _near_inputs(rng, n, man, rep)
+    c, values, exps, _, (lo, hi) = _near_inputs(rng, n, man, rep, pack)
     want = np.asarray(
         _block_kernel._fuse_planes(
             jnp.asarray(c),
@@ -351,7 +369,7 @@ def test_fast_routine_alone_differs_where_the_condition_refuses():
     man, rep = 3, 1
     rng = np.random.default_rng(5)
     pack, n = _block_kernel.PACK, 480
-    c, values, exps, _, (lo, hi) = _near_inputs(rng, n, man, rep)
+    c, values, exps, _, (lo, hi) = _near_inputs(rng, n, man, rep, pack)
     want = np.asarray(
         _block_kernel._fuse_planes(
             jnp.asarray(c),
