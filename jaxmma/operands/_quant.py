@@ -516,7 +516,7 @@ def quantize_mx(
       :class:`Quantized` with ``scale_fmt="ue8m0"``.
 
     Example:
-      >>> q = quantize_mx(jnp.array([[1.0, -0.3, 6.0, 0.0]]), "e2m1", block=4)
+      >>> q = quantize_mx(jnp.array([[1.0, -0.3, 6.0, 0.0]], jnp.float32), "e2m1", block=4)
       >>> q.elements.tolist(), q.scales.tolist()
       ([[2, 9, 7, 0]], [[127]])
     """
@@ -643,7 +643,7 @@ def quantize_nvfp4(
       :class:`Quantized` with ``fmt="e2m1"``, ``scale_fmt="ue4m3"``, ``global_scale=g``.
 
     Example:
-      >>> q = quantize_nvfp4(jnp.array([[1.0, -3.0] + [0.0] * 14]), global_scale=1.0)
+      >>> q = quantize_nvfp4(jnp.array([[1.0, -3.0] + [0.0] * 14], jnp.float32), global_scale=1.0)
       >>> q.elements[0, :2].tolist(), q.scales.tolist()
       ([4, 15], [[48]])
     """
@@ -826,7 +826,8 @@ def dequantize(q: Quantized) -> jax.Array:
     exact; overflow gives Inf). A NaN scale or element gives NaN.
 
     Example:
-      >>> dequantize(quantize_mx(jnp.array([0.3, 5.0, -7.0, 1e-3]), "e2m1", block=4)).tolist()
+      >>> x = jnp.array([0.3, 5.0, -7.0, 1e-3], jnp.float32)
+      >>> dequantize(quantize_mx(x, "e2m1", block=4)).tolist()
       [0.5, 4.0, -6.0, 0.0]
     """
     return _dequantize_jvp(check_quantized(q, "q"))
@@ -866,7 +867,7 @@ def fake_quantize_mx(x: ArrayLike, fmt: str, **kwargs: Any) -> jax.Array:
 
     Example:
       >>> jax.grad(lambda v: fake_quantize_mx(v, "e2m1", block=4).sum())(
-      ...     jnp.array([0.3, 5.0, -7.0, 1e-3])).tolist()
+      ...     jnp.array([0.3, 5.0, -7.0, 1e-3], jnp.float32)).tolist()
       [1.0, 1.0, 1.0, 1.0]
     """
     _as_f32(x)  # the argument errors, before tracing
