@@ -241,20 +241,18 @@ def _inputs(rng, n, man, rep):
     return c.view(np.int32), values, exps
 
 
+def _int32_fusion(c, values, exps, man, rep):
+    """The interpreted kernel's int32 fusion (``_fuse_planes``) of raw inputs: D bits."""
+    planes = [jnp.asarray(v) for v in values], [jnp.asarray(e) for e in exps]
+    return np.asarray(_block_kernel._fuse_planes(jnp.asarray(c), *planes, man, rep)).view(np.uint32)
+
+
 @pytest.mark.parametrize("man, rep", [(3, 1), (0, 2), (0, 1)], ids=["nvfp4", "mxfp4", "4x-ue8m0"])
 def test_ptx_fusion_gives_the_int32_fusion_bits(man, rep):
     rng = np.random.default_rng(11 + man + rep)
     n = 500
     c, values, exps = _inputs(rng, n, man, rep)
-    want = np.asarray(
-        _block_kernel._fuse_planes(
-            jnp.asarray(c),
-            [jnp.asarray(v) for v in values],
-            [jnp.asarray(e) for e in exps],
-            man,
-            rep,
-        )
-    ).view(np.uint32)
+    want = _int32_fusion(c, values, exps, man, rep)
     prog = _parse(_block_kernel._ptx_fuse(4, rep, man))
     words = (
         [c.view(np.uint32)]
@@ -324,7 +322,22 @@ def _near_inputs(rng, n, man, rep, pack):
     raw = raw_c(rng, (4, n)).reshape(-1)[:n]
     c = np.where((kind == 2) & (odd > 0.9), raw, c).astype(np.uint32)
     exps = [a + b for a, b in zip(eas, ebs, strict=True)]
-    return c.view(np.int32), values, exps, (eas, ebs), (lo, hi)
+    return c.view(np.int32), values, exps, (lo, hi)
+
+
+def _run_packed(text, pack, c, values, exps, lo, hi):
+    """The packed routine's text run on each ``pack`` elements in turn: the D bits, and
+    how many routines took the fast branch (straight to ``DONE``)."""
+    prog = _parse(text)
+    words = [c, *values, *exps, lo, hi]
+    words = [np.asarray(w).view(np.uint32) for w in words]
+    got, fast = np.zeros(len(c), np.uint32), 0
+    for i in range(0, len(c), pack):
+        trace = []
+        inputs = [int(w[i + e]) for w in words for e in range(pack)]
+        got[i : i + pack] = _run(prog, inputs, outs=pack, trace=trace)
+        fast += trace == ["DONE0"]
+    return got, fast
 
 
 @pytest.mark.parametrize("man, rep", [(3, 1), (0, 2)], ids=["nvfp4", "mxfp4"])
@@ -337,28 +350,10 @@ def test_packed_routine_takes_the_fast_path_only_where_it_gives_the_same_bits(ma
     condition altogether fails."""
     rng = np.random.default_rng(23 + man)
     pack, n = _block_kernel.PACK, 480
-    c, values, exps, _, (lo, hi) = _near_inputs(rng, n, man, rep, pack)
-    want = np.asarray(
-        _block_kernel._fuse_planes(
-            jnp.asarray(c),
-            [jnp.asarray(v) for v in values],
-            [jnp.asarray(e) for e in exps],
-            man,
-            rep,
-        )
-    ).view(np.uint32)
-    prog = _parse(_block_kernel._ptx_packed(4, rep, man, pack))
-    words = [c.view(np.uint32)] + [v.view(np.uint32) for v in values]
-    words += [np.asarray(e).view(np.uint32) for e in exps] + [
-        lo.view(np.uint32),
-        hi.view(np.uint32),
-    ]
-    got, fast = np.zeros(n, np.uint32), 0
-    for i in range(0, n, pack):
-        trace = []
-        inputs = [int(w[i + e]) for w in words for e in range(pack)]
-        got[i : i + pack] = _run(prog, inputs, outs=pack, trace=trace)
-        fast += trace == ["DONE0"]
+    c, values, exps, (lo, hi) = _near_inputs(rng, n, man, rep, pack)
+    want = _int32_fusion(c, values, exps, man, rep)
+    text = _block_kernel._ptx_packed(4, rep, man, pack)
+    got, fast = _run_packed(text, pack, c, values, exps, lo, hi)
     assert 0 < fast < n // pack, fast  # both routines ran
     np.testing.assert_array_equal(got, want)
 
@@ -369,30 +364,11 @@ def test_fast_routine_alone_differs_where_the_condition_refuses():
     man, rep = 3, 1
     rng = np.random.default_rng(5)
     pack, n = _block_kernel.PACK, 480
-    c, values, exps, _, (lo, hi) = _near_inputs(rng, n, man, rep, pack)
-    want = np.asarray(
-        _block_kernel._fuse_planes(
-            jnp.asarray(c),
-            [jnp.asarray(v) for v in values],
-            [jnp.asarray(e) for e in exps],
-            man,
-            rep,
-        )
-    ).view(np.uint32)
+    c, values, exps, (lo, hi) = _near_inputs(rng, n, man, rep, pack)
+    want = _int32_fusion(c, values, exps, man, rep)
     text = _block_kernel._ptx_packed(4, rep, man, pack)
-    prog = _parse(
-        text.replace("@!%all bra.uni", "@%never bra.uni").replace(
-            "vote.sync.all.pred %all, %all, -1", "setp.ne.u32 %never, 0, 0"
-        )
+    text = text.replace("@!%all bra.uni", "@%never bra.uni").replace(
+        "vote.sync.all.pred %all, %all, -1", "setp.ne.u32 %never, 0, 0"
     )
-    words = [c.view(np.uint32)] + [v.view(np.uint32) for v in values]
-    words += [np.asarray(e).view(np.uint32) for e in exps] + [
-        lo.view(np.uint32),
-        hi.view(np.uint32),
-    ]
-    got = np.zeros(n, np.uint32)
-    for i in range(0, n, pack):
-        got[i : i + pack] = _run(
-            prog, [int(w[i + e]) for w in words for e in range(pack)], outs=pack
-        )
+    got, _ = _run_packed(text, pack, c, values, exps, lo, hi)
     assert (got != want).sum() > 0
