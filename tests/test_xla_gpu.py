@@ -209,13 +209,19 @@ def _canon_order(order, S):
 @functools.cache
 def extra_records():
     """Six more autotuned processes, HLO and probes only (``xla-extra.npz``)."""
+    return [r for r in _npz_records("xla-extra.npz") if "probe" in r[2]]
+
+
+def _npz_records(filename, run=None):
+    """``[(run, meta, {"probe": ...} or {})]`` of a capture file holding HLO and probes
+    (``run``: the key's folder where not given)."""
     out = []
-    with np.load(os.path.join(GOLDEN, "xla-extra.npz")) as z:
+    with np.load(os.path.join(GOLDEN, filename)) as z:
         for k in sorted(n for n in z.files if n.endswith(".meta")):
             meta = json.loads(str(z[k][()]))
             probe = k[: -len(".meta")] + ".probe"
-            if probe in z.files:
-                out.append((k.split("/")[0], meta, {"probe": z[probe]}))
+            arrays = {"probe": z[probe]} if probe in z.files else {}
+            out.append((run or k.split("/")[0], meta, arrays))
     return out
 
 
@@ -225,13 +231,7 @@ def s128_records():
     H100, jax 0.11.2), 128 or 256 x K x 128 or 256 with K up to 131072: XLA split K into
     128 slices reduced by its native emitter, or 64 by a Triton reduce, or gave the dot to
     cuBLAS (:func:`s128_cublas`)."""
-    out = []
-    with np.load(os.path.join(GOLDEN, "xla-s128.npz")) as z:
-        for k in sorted(n for n in z.files if n.endswith(".meta")):
-            meta = json.loads(str(z[k][()]))
-            probe = k[: -len(".meta")] + ".probe"
-            out.append(("s128", meta, {"probe": z[probe]} if probe in z.files else {}))
-    return out
+    return _npz_records("xla-s128.npz", "s128")
 
 
 def s128_cublas():
@@ -245,13 +245,7 @@ def sweep_records():
     XLA's autotuner compiled them: HLO, output hashes and, where ``n >= S``, probes.
     Each is read (its plan then has the probed tree and the output's SHA-256) or refused
     (cuBLAS, or a native reduce over 256 partials)."""
-    out = []
-    with np.load(os.path.join(GOLDEN, "xla-sweep.npz")) as z:
-        for k in sorted(n for n in z.files if n.endswith(".meta")):
-            meta = json.loads(str(z[k][()]))
-            probe = k[: -len(".meta")] + ".probe"
-            out.append(("sweep", meta, {"probe": z[probe]} if probe in z.files else {}))
-    return out
+    return _npz_records("xla-sweep.npz", "sweep")
 
 
 def _probed():
@@ -330,11 +324,15 @@ def test_replay_of_a_native_reduce_over_128_partials(name):
     """The whole output of a dot split into 128 slices and reduced by XLA's native
     emitter, replayed on this backend: the GPU's SHA-256."""
     (meta,) = [m for _, m, _ in s128_records() if m["name"] == name]
-    case = CASES[name]
+    assert _replayed_sha256(CASES[name], meta) == meta["outputs"][0]["sha256"]
+
+
+def _replayed_sha256(case, meta):
+    """The SHA-256 of ``gpu_replay`` of the captured function on its inputs (one output)."""
     assert X.inputs_crc32(X.inputs(case)) == meta["inputs_crc32"]
     args = [jnp.asarray(a) for a in X.arrays(case, X.inputs(case))]
     out = jaxmma.gpu_replay(X.function(case), meta["hlo"])(*args)
-    assert X.summary(X.output_bits(out))["sha256"] == meta["outputs"][0]["sha256"]
+    return X.summary(X.output_bits(out))["sha256"]
 
 
 def test_sweep_is_read_or_refused_with_a_reason():
@@ -370,11 +368,7 @@ def test_sweep_replays_to_the_gpus_bits(rec):
     """The held-out sweep's smaller dots replayed whole: the GPU's SHA-256 (loop, Triton
     and native reduces at S = 8 to 32)."""
     _, meta, _ = rec
-    case = _sweep_case(meta["name"])
-    assert X.inputs_crc32(X.inputs(case)) == meta["inputs_crc32"]
-    args = [jnp.asarray(a) for a in X.arrays(case, X.inputs(case))]
-    out = jaxmma.gpu_replay(X.function(case), meta["hlo"])(*args)
-    assert X.summary(X.output_bits(out))["sha256"] == meta["outputs"][0]["sha256"]
+    assert _replayed_sha256(_sweep_case(meta["name"]), meta) == meta["outputs"][0]["sha256"]
 
 
 def test_butterfly():
