@@ -360,13 +360,14 @@ def _work(name):
     return int(np.prod([int(x) for x in name.split("-")[1].split("x")]))
 
 
-SWEEP_REPLAY = [r for r in sweep_records() if _covered(r) and _work(r[1]["name"]) <= 1 << 22]
+SWEEP_REPLAY = [r for r in sweep_records() if _covered(r) and _work(r[1]["name"]) <= 1 << 28]
 
 
 @pytest.mark.parametrize("rec", SWEEP_REPLAY, ids=_ids)
 def test_sweep_replays_to_the_gpus_bits(rec):
-    """The held-out sweep's smaller dots replayed whole: the GPU's SHA-256 (loop, Triton
-    and native reduces at S = 8 to 32)."""
+    """The held-out sweep's read dots up to 2**28 multiply-adds replayed whole: the GPU's
+    SHA-256 (loop, Triton and native reduces at S = 8 to 128, the native S = 128 ones at
+    64 x 64 outputs, which no probe covered)."""
     _, meta, _ = rec
     assert _replayed_sha256(_sweep_case(meta["name"]), meta) == meta["outputs"][0]["sha256"]
 
