@@ -10,7 +10,7 @@ from test_xla_gpu import CASES, record
 
 import jaxmma
 from jaxmma.conformance import _xla_capture as X
-from jaxmma.gemm import _replay_ops
+from jaxmma.gemm import _hlo, _replay_ops
 
 F32 = jnp.ones((4, 8), jnp.float32)
 BF16 = jnp.ones((4, 8), jnp.bfloat16)
@@ -192,3 +192,18 @@ def test_ieee_minmax_reduction():
         assert mx[2] == 0 and not np.signbit(mx[2]) and np.signbit(mx[3]) and mx[3] == 0, n
         assert mn[0] == 0 and np.signbit(mn[0]) and np.isnan(mn[1]), n
         assert mn[3] == 0 and not np.signbit(mn[3]), n
+
+
+@pytest.mark.parametrize("libdevice", [(), ("%fusion (__triton)",)])
+def test_f32_exp_and_log_follow_the_modules_emitters(libdevice):
+    """f32 exp / log pass where every exponential and log of the module runs in XLA's
+    MLIR emitters (libdevice, reproduced), and are refused where another fusion holds
+    one; bf16 exp is refused either way."""
+    facts = _hlo.Emitters((), (), libdevice, frozenset({"exponential", "log"}))
+    for fn, x in ((jnp.exp, F32), (lambda v: jnp.log(jnp.abs(v)), F32), (jnp.exp, BF16)):
+        fs, per_output = _replay_ops.check(jax.make_jaxpr(fn)(x), facts)
+        refused = bool(libdevice) or x.dtype == jnp.bfloat16
+        assert bool(fs) == refused and all(per_output) == refused, (fn, x.dtype, fs)
+    # a module that computes no exponential: its exp is not the function's
+    fs, _ = _replay_ops.check(jax.make_jaxpr(jnp.exp)(F32), _hlo.Emitters((), (), ()))
+    assert fs

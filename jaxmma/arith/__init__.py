@@ -1,7 +1,8 @@
 """Floor 2, the kernel-neutral arithmetic core: the general fused-block engine
 (``_numerics``), the fixed-width engine (``_fixed``), int32 rounding and IEEE adds shared by
 every executor (``_int32``), integer and b1 sums (``_integer``), the f64 fma chain
-(``_float64``). Knows nothing of instructions, tiles or kernels.
+(``_float64``), and libdevice's f32 ``exp`` / ``log`` with the H100's ``ex2.approx``
+(``_libdevice``). Knows nothing of instructions, tiles or kernels.
 
 What other floors may use is re-exported below; they import it from ``jaxmma.arith``,
 never from the modules (``tests/test_layers.py`` checks it). The fixed-width engine's
@@ -33,6 +34,9 @@ from ._int32 import round_f32_rz as round_f32_rz
 from ._int32 import srl as srl
 from ._int32 import sum_two as sum_two
 from ._integer import mma_bits as integer_mma_bits
+from ._libdevice import ex2_approx_ftz as ex2_approx_ftz
+from ._libdevice import expf as libdevice_expf
+from ._libdevice import logf as libdevice_logf
 from ._numerics import EXACT as EXACT
 from ._numerics import BlockModel as BlockModel
 from ._numerics import Terms as Terms
@@ -66,6 +70,7 @@ __all__ = [
     "concat",
     "convert",
     "element_order",
+    "ex2_approx_ftz",
     "exact_width",
     "ffma_f32",
     "fixed_chain",
@@ -85,6 +90,8 @@ __all__ = [
     "ieee_sum",
     "int32_ieee_add",
     "integer_mma_bits",
+    "libdevice_expf",
+    "libdevice_logf",
     "man_bits",
     "operand_order",
     "product_terms",

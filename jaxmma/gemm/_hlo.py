@@ -383,6 +383,7 @@ def _plan(comps, parent: Computation, fusion: Instr, cfg: dict) -> DotPlan:
 MLIR_KINDS = ("kLoop", "kInput")
 _ARITH_ADD = ("add", "subtract")
 _MINMAX = ("maximum", "minimum")
+_LIBDEVICE = ("exponential", "log")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -392,11 +393,17 @@ class Emitters:
     ``contract``: fusions outside XLA's MLIR loop and reduction emitters that hold a
     multiply and an add or subtract (their lowering may contract them into one FMA);
     ``minmax``: fusions outside those emitters that reduce with ``maximum`` /
-    ``minimum`` (their NaN and signed-zero rules are not measured). Empty: not a
-    concern for this module."""
+    ``minimum`` (their NaN and signed-zero rules are not measured); ``libdevice``:
+    fusions outside those emitters that hold an ``exponential`` or ``log`` (their
+    lowering is not established; XLA's MLIR emitters call libdevice). Empty: not a
+    concern for this module. ``in_mlir``: which of ``exponential`` and ``log`` the MLIR
+    emitters' fusions do compute (an f32 ``exp`` is reproduced only where the module
+    shows one)."""
 
     contract: tuple
     minmax: tuple
+    libdevice: tuple = ()
+    in_mlir: frozenset = frozenset()
 
 
 def _nested(comps: dict, comp: Computation, seen: set) -> list:
@@ -416,19 +423,23 @@ def _nested(comps: dict, comp: Computation, seen: set) -> list:
 def emitters(text: str) -> Emitters:
     """The :class:`Emitters` facts of the compiled module ``text``."""
     comps, _ = parse(text)
-    contract, minmax = [], []
+    contract, minmax, libdevice, in_mlir = [], [], [], set()
     for c in comps.values():
         for ins in c.order:
             if ins.opcode != "fusion":
                 continue
             kind = ins.attr("kind")
             if kind in MLIR_KINDS:
+                inner = _nested(comps, _called(ins, comps), set())
+                in_mlir |= {i.opcode for k in inner for i in k.order} & set(_LIBDEVICE)
                 continue
             tkind = _fusion_config(ins).get("kind", kind)
             inner = _nested(comps, _called(ins, comps), set())
             ops = {i.opcode for k in inner for i in k.order}
             if "multiply" in ops and ops & set(_ARITH_ADD):
                 contract.append(f"%{ins.name} ({tkind})")
+            if ops & set(_LIBDEVICE):
+                libdevice.append(f"%{ins.name} ({tkind})")
             for k in inner:
                 for i in k.order:
                     red = (i.attr("to_apply") or "").lstrip("%")
@@ -436,4 +447,8 @@ def emitters(text: str) -> Emitters:
                         body = {j.opcode for j in comps[red].order}
                         if body & set(_MINMAX):
                             minmax.append(f"%{ins.name} ({tkind})")
-    return Emitters(tuple(dict.fromkeys(contract)), tuple(dict.fromkeys(minmax)))
+
+    def once(x: list) -> tuple:
+        return tuple(dict.fromkeys(x))
+
+    return Emitters(once(contract), once(minmax), once(libdevice), frozenset(in_mlir))

@@ -25,9 +25,10 @@ from typing import Any, Literal
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax.extend import core as jcore
 
-from .. import util
+from .. import arith, util
 from . import _gemm, _hlo, _hlo_flow, _hlo_text, _replay_ops
 
 #: numpy dtype names -> jaxmma format names
@@ -60,6 +61,18 @@ def ieee_minmax(eqn, x):
     zero = jnp.where(present, 0.0, -0.0) if is_max else jnp.where(present, -0.0, 0.0)
     m = jnp.where(m == 0, zero.astype(m.dtype), m)
     return jnp.where(jnp.any(jnp.isnan(x), axis=axes), jnp.asarray(jnp.nan, m.dtype), m)
+
+
+def _f32(eqn) -> bool:
+    return all(np.dtype(v.aval.dtype) == np.float32 for v in (*eqn.invars, *eqn.outvars))
+
+
+def libdevice(eqn, x):
+    """An f32 ``exp`` / ``log`` as libdevice computes it on an H100
+    (:mod:`jaxmma.arith._libdevice`)."""
+    fn = arith.libdevice_expf if eqn.primitive.name == "exp" else arith.libdevice_logf
+    bits = jax.lax.bitcast_convert_type(jnp.asarray(x, jnp.float32), jnp.uint32)
+    return jax.lax.bitcast_convert_type(fn(bits), jnp.float32)
 
 
 def _dot_eqns(jaxpr, out: list) -> list:
@@ -344,6 +357,8 @@ def _eval(jaxpr, consts, args, plans: dict):
             outs = [replay_dot(e, plans[id(e)], *ins)]
         elif name in _replay_ops.MINMAX_REDUCE:
             outs = [ieee_minmax(e, *ins)]
+        elif name in _replay_ops.LIBDEVICE and _f32(e):
+            outs = [libdevice(e, *ins)]
         elif (
             name in _CALLS
             and _CALLS[name] in e.params

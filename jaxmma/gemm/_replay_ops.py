@@ -50,6 +50,8 @@ EXACT = frozenset({
 #: 754-2019 maximum / minimum (NaN propagates, -0 < +0); ``gpu_replay`` computes them by
 #: that definition (XLA:CPU's own drops NaNs in long f32 rows)
 MINMAX_REDUCE = frozenset({"reduce_max", "reduce_min"})
+#: f32 functions reproduced as libdevice computes them on an H100 (jaxmma.arith._libdevice)
+LIBDEVICE = frozenset({"exp", "log"})
 #: float arithmetic checked for FMA contraction and excess precision
 ARITH = frozenset({"add", "sub", "mul", "add_any", "neg", "integer_pow"})
 #: ops that commute with rounding: a bf16 / f16 value kept in f32 passes through them
@@ -90,9 +92,13 @@ def _measured(name: str) -> str:
 #: why each refused primitive is refused; the CPU's error was measured on 65,536 f32
 #: inputs against float64 references (jax 0.10.2, x86-64)
 REFUSED = {
-    "exp": _APPROX + "the CPU's own exp is within 0.97 ulp; " + _measured("exp"),
+    "exp": "f32 exp is reproduced where XLA's MLIR emitters compute it (libdevice); this "
+    "one is bf16 / f16 or in another fusion. " + _APPROX + "the CPU's own exp is within "
+    "0.97 ulp; " + _measured("exp"),
     "exp2": _APPROX + "the CPU's own exp2 is a different polynomial",
-    "log": _APPROX + "the CPU's own log is within 0.96 ulp; " + _measured("log"),
+    "log": "f32 log is reproduced where XLA's MLIR emitters compute it (libdevice); this "
+    "one is bf16 / f16 or in another fusion. " + _APPROX + "the CPU's own log is within "
+    "0.96 ulp; " + _measured("log"),
     "log1p": _APPROX + "the CPU's own log1p is within 2.4 ulp (measured)",
     "expm1": _APPROX + "the CPU's own expm1 is within 4.1 ulp (measured)",
     "tanh": _APPROX + "the CPU's own tanh is within 4.0 ulp; " + _measured("tanh"),
@@ -303,6 +309,9 @@ def _walk(jaxpr, consts, st: _State, findings: list):
                 prod = _where(e)
         elif name in ARITH:
             pass  # integer arithmetic: exact, wraps on both
+        elif name in LIBDEVICE and _libdevice_here(e, st):
+            if any(st.get(st.lowp, v) for v in e.invars):  # f32 exp / log: libdevice
+                reasons.append(_excess(e, st))
         elif name in MINMAX_REDUCE and _ieee_minmax(st):
             lowp = any(st.get(st.lowp, v) for v in e.invars)  # commutes with rounding
         elif name in REFUSED:
@@ -346,6 +355,17 @@ def _ieee_minmax(st) -> bool:
     """Every float max / min reduction of the module runs in XLA's MLIR emitters, whose
     ``maximum`` / ``minimum`` are IEEE 754-2019's (order-independent)."""
     return st.facts is not None and not st.facts.minmax
+
+
+def _libdevice_here(e, st) -> bool:
+    """An f32 ``exp`` / ``log`` (not a float16 one: XLA computes those with other
+    instructions), in a module whose MLIR emitters compute that function and whose every
+    ``exponential`` and ``log`` runs in them (they call libdevice's ``__nv_expf`` /
+    ``__nv_logf``)."""
+    f32 = all(np.dtype(v.aval.dtype) == np.float32 for v in (*e.invars, *e.outvars))
+    hlo = "exponential" if e.primitive.name == "exp" else "log"
+    facts = st.facts
+    return f32 and facts is not None and not facts.libdevice and hlo in facts.in_mlir
 
 
 def _contract_reason(m, st) -> str:
