@@ -77,7 +77,7 @@ ALLOWED = {
     ("test_tcgen05.py", "jaxmma.instructions._instruction"): "the tcgen05 constructor",
     ("test_tcgen05.py", "jaxmma.instructions._tcgen05"): "the module's doctests",
     ("test_tcgen05.py", "jaxmma.spec._spec"): "the spec table's forms",
-    ("test_libdevice.py", "jaxmma.conformance._xla_models"): "the captured probe cases",
+    ("test_gpu_math.py", "jaxmma.conformance._xla_models"): "the captured probe cases",
     ("test_wgmma.py", "jaxmma.spec._spec"): "the spec table's variant counts",
     ("test_x64.py", "jaxmma.conformance._compare"): "the harness's emulation and x64 rule",
     ("test_x64.py", "jaxmma.conformance._gemm"): "the GEMM golden cases",

@@ -1,8 +1,8 @@
 """Floor 2, the kernel-neutral arithmetic core: the general fused-block engine
 (``_numerics``), the fixed-width engine (``_fixed``), int32 rounding and IEEE adds shared by
 every executor (``_int32``), integer and b1 sums (``_integer``), the f64 fma chain
-(``_float64``), and libdevice's f32 ``exp`` / ``log`` with the H100's ``ex2.approx``
-(``_libdevice``). Knows nothing of instructions, tiles or kernels.
+(``_float64``), and XLA:GPU's f32 elementwise functions with the H100's special function
+unit (``_gpu_math``). Knows nothing of instructions, tiles or kernels.
 
 What other floors may use is re-exported below; they import it from ``jaxmma.arith``,
 never from the modules (``tests/test_layers.py`` checks it). The fixed-width engine's
@@ -24,6 +24,8 @@ from ._fixed import rows as fixed_rows
 from ._fixed import sum_three as fixed_sum_three
 from ._fixed import supports as fixed_supports
 from ._float64 import mma_bits as float64_mma_bits
+from ._gpu_math import FUNCTIONS as GPU_FUNCTIONS
+from ._gpu_math import ex2_approx_ftz as ex2_approx_ftz
 from ._ieee import ffma_f32 as ffma_f32
 from ._ieee import fmul_f32 as fmul_f32
 from ._int32 import c_fields as c_fields
@@ -34,9 +36,6 @@ from ._int32 import round_f32_rz as round_f32_rz
 from ._int32 import srl as srl
 from ._int32 import sum_two as sum_two
 from ._integer import mma_bits as integer_mma_bits
-from ._libdevice import ex2_approx_ftz as ex2_approx_ftz
-from ._libdevice import expf as libdevice_expf
-from ._libdevice import logf as libdevice_logf
 from ._numerics import EXACT as EXACT
 from ._numerics import BlockModel as BlockModel
 from ._numerics import Terms as Terms
@@ -58,6 +57,7 @@ from ._numerics import take as take
 
 __all__ = [
     "BlockModel",
+    "GPU_FUNCTIONS",
     "EXACT",
     "FIXED_ABSENT",
     "FIXED_GROUP",
@@ -90,8 +90,6 @@ __all__ = [
     "ieee_sum",
     "int32_ieee_add",
     "integer_mma_bits",
-    "libdevice_expf",
-    "libdevice_logf",
     "man_bits",
     "operand_order",
     "product_terms",

@@ -383,7 +383,7 @@ def _plan(comps, parent: Computation, fusion: Instr, cfg: dict) -> DotPlan:
 MLIR_KINDS = ("kLoop", "kInput")
 _ARITH_ADD = ("add", "subtract")
 _MINMAX = ("maximum", "minimum")
-_LIBDEVICE = ("exponential", "log")
+_LIBDEVICE = ("exponential", "log", "tanh", "erf", "rsqrt", "sqrt", "divide")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -394,11 +394,12 @@ class Emitters:
     multiply and an add or subtract (their lowering may contract them into one FMA);
     ``minmax``: fusions outside those emitters that reduce with ``maximum`` /
     ``minimum`` (their NaN and signed-zero rules are not measured); ``libdevice``:
-    fusions outside those emitters that hold an ``exponential`` or ``log`` (their
+    fusions outside those emitters that hold one of the functions below (their
     lowering is not established; XLA's MLIR emitters call libdevice). Empty: not a
-    concern for this module. ``in_mlir``: which of ``exponential`` and ``log`` the MLIR
-    emitters' fusions do compute (an f32 ``exp`` is reproduced only where the module
-    shows one)."""
+    concern for this module. ``in_mlir``: which of those functions the MLIR emitters'
+    fusions do compute (an f32 ``exp`` is reproduced only where the module shows one).
+    Those functions: ``exponential``, ``log``, ``tanh``, ``erf``, ``rsqrt``, ``sqrt``,
+    ``divide`` (:data:`jaxmma.arith.GPU_FUNCTIONS`)."""
 
     contract: tuple
     minmax: tuple

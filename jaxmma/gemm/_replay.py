@@ -67,12 +67,12 @@ def _f32(eqn) -> bool:
     return all(np.dtype(v.aval.dtype) == np.float32 for v in (*eqn.invars, *eqn.outvars))
 
 
-def libdevice(eqn, x):
-    """An f32 ``exp`` / ``log`` as libdevice computes it on an H100
-    (:mod:`jaxmma.arith._libdevice`)."""
-    fn = arith.libdevice_expf if eqn.primitive.name == "exp" else arith.libdevice_logf
-    bits = jax.lax.bitcast_convert_type(jnp.asarray(x, jnp.float32), jnp.uint32)
-    return jax.lax.bitcast_convert_type(fn(bits), jnp.float32)
+def gpu_function(eqn, *xs):
+    """An f32 function as XLA:GPU computes it on an H100
+    (:data:`jaxmma.arith.GPU_FUNCTIONS`)."""
+    fn = arith.GPU_FUNCTIONS[eqn.primitive.name][1]
+    bits = [jax.lax.bitcast_convert_type(jnp.asarray(x, jnp.float32), jnp.uint32) for x in xs]
+    return jax.lax.bitcast_convert_type(fn(*bits), jnp.float32)
 
 
 def _dot_eqns(jaxpr, out: list) -> list:
@@ -358,7 +358,7 @@ def _eval(jaxpr, consts, args, plans: dict):
         elif name in _replay_ops.MINMAX_REDUCE:
             outs = [ieee_minmax(e, *ins)]
         elif name in _replay_ops.LIBDEVICE and _f32(e):
-            outs = [libdevice(e, *ins)]
+            outs = [gpu_function(e, *ins)]
         elif (
             name in _CALLS
             and _CALLS[name] in e.params

@@ -29,7 +29,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.extend import core as jcore
 
-from .. import util
+from .. import arith, util
 
 #: equations that move, select, compare or reinterpret values without rounding: exact
 MOVE = frozenset({
@@ -50,8 +50,8 @@ EXACT = frozenset({
 #: 754-2019 maximum / minimum (NaN propagates, -0 < +0); ``gpu_replay`` computes them by
 #: that definition (XLA:CPU's own drops NaNs in long f32 rows)
 MINMAX_REDUCE = frozenset({"reduce_max", "reduce_min"})
-#: f32 functions reproduced as libdevice computes them on an H100 (jaxmma.arith._libdevice)
-LIBDEVICE = frozenset({"exp", "log"})
+#: f32 functions reproduced as XLA:GPU computes them on an H100 (jaxmma.arith._gpu_math)
+LIBDEVICE = frozenset(arith.GPU_FUNCTIONS)
 #: float arithmetic checked for FMA contraction and excess precision
 ARITH = frozenset({"add", "sub", "mul", "add_any", "neg", "integer_pow"})
 #: ops that commute with rounding: a bf16 / f16 value kept in f32 passes through them
@@ -89,26 +89,31 @@ def _measured(name: str) -> str:
     )  # fmt: skip
 
 
+_ELSEWHERE = (
+    "reproduced in f32 where the module computes it in XLA's MLIR emitters "
+    "(jaxmma.arith.GPU_FUNCTIONS); this one is bf16 / f16, or the module's text does not "
+    "show it there. "
+)
 #: why each refused primitive is refused; the CPU's error was measured on 65,536 f32
 #: inputs against float64 references (jax 0.10.2, x86-64)
 REFUSED = {
-    "exp": "f32 exp is reproduced where XLA's MLIR emitters compute it (libdevice); this "
-    "one is bf16 / f16 or in another fusion. " + _APPROX + "the CPU's own exp is within "
-    "0.97 ulp; " + _measured("exp"),
+    "exp": _ELSEWHERE + _APPROX + "the CPU's own exp is within 0.97 ulp; " + _measured("exp"),
     "exp2": _APPROX + "the CPU's own exp2 is a different polynomial",
-    "log": "f32 log is reproduced where XLA's MLIR emitters compute it (libdevice); this "
-    "one is bf16 / f16 or in another fusion. " + _APPROX + "the CPU's own log is within "
-    "0.96 ulp; " + _measured("log"),
+    "log": _ELSEWHERE + _APPROX + "the CPU's own log is within 0.96 ulp; " + _measured("log"),
     "log1p": _APPROX + "the CPU's own log1p is within 2.4 ulp (measured)",
     "expm1": _APPROX + "the CPU's own expm1 is within 4.1 ulp (measured)",
-    "tanh": _APPROX + "the CPU's own tanh is within 4.0 ulp; " + _measured("tanh"),
-    "logistic": _APPROX + "the CPU's own logistic is within 2.1 ulp; " + _measured("logistic"),
-    "erf": _APPROX + "the CPU's own erf is within 5.3 ulp; " + _measured("erf"),
-    "rsqrt": "XLA:GPU computes it with an approximate reciprocal square root; the CPU's "
+    "tanh": _ELSEWHERE + _APPROX + "the CPU's own tanh is within 4.0 ulp; " + _measured("tanh"),
+    "logistic": _ELSEWHERE
+    + _APPROX
+    + "the CPU's own logistic is within 2.1 ulp; "
+    + _measured("logistic"),
+    "erf": _ELSEWHERE + _APPROX + "the CPU's own erf is within 5.3 ulp; " + _measured("erf"),
+    "rsqrt": _ELSEWHERE
+    + "XLA:GPU computes it with an approximate reciprocal square root; the CPU's "
     "own rsqrt is within 1.6 ulp; " + _measured("rsqrt"),
-    "sqrt": "XLA:GPU's f32 sqrt is not correctly rounded (an approximate square root, "
+    "sqrt": _ELSEWHERE + "XLA:GPU's f32 sqrt is not correctly rounded (an approximate square root, "
     "not sqrt.rn); " + _measured("sqrt"),
-    "div": "XLA:GPU compiles f32 division as PTX div.full.f32 (nvptx_backend.cc sets "
+    "div": _ELSEWHERE + "XLA:GPU compiles f32 division as PTX div.full.f32 (nvptx_backend.cc sets "
     "-nvptx-prec-divf32=1), an approximation of up to 2 ulp; " + _measured("div"),
     "pow": "XLA:GPU computes pow with libdevice; the CPU's own pow differs",
     "reduce_sum": "XLA:GPU's reduction emitters add in their own order (tree, vector "
@@ -358,14 +363,13 @@ def _ieee_minmax(st) -> bool:
 
 
 def _libdevice_here(e, st) -> bool:
-    """An f32 ``exp`` / ``log`` (not a float16 one: XLA computes those with other
-    instructions), in a module whose MLIR emitters compute that function and whose every
-    ``exponential`` and ``log`` runs in them (they call libdevice's ``__nv_expf`` /
-    ``__nv_logf``)."""
+    """An f32 function of :data:`jaxmma.arith.GPU_FUNCTIONS` (not a float16 one: XLA
+    computes those with other instructions), in a module whose MLIR emitters compute it
+    (its HLO opcodes) and whose every such function runs in them."""
     f32 = all(np.dtype(v.aval.dtype) == np.float32 for v in (*e.invars, *e.outvars))
-    hlo = "exponential" if e.primitive.name == "exp" else "log"
+    hlo = arith.GPU_FUNCTIONS[e.primitive.name][0]
     facts = st.facts
-    return f32 and facts is not None and not facts.libdevice and hlo in facts.in_mlir
+    return f32 and facts is not None and not facts.libdevice and set(hlo) <= facts.in_mlir
 
 
 def _contract_reason(m, st) -> str:
