@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 
 from ._hlo_flow import Merge, merges, sources
 from ._hlo_known import _consistent, _known
@@ -405,6 +406,22 @@ class Emitters:
     minmax: tuple
     libdevice: tuple = ()
     in_mlir: frozenset = frozenset()
+    sums: tuple = ()  # every f32 add-reduce of the module: _hlo.Sum
+
+
+@dataclasses.dataclass(frozen=True)
+class Sum:
+    """One f32 ``reduce`` with an ``add`` reducer in the module: its operand's shape and
+    reduced ``dims``, whether XLA's MLIR emitters compute it (``mlir``: a ``kInput`` or
+    ``kLoop`` fusion, one operand, the default layout), whether the fusion's smallest
+    input is narrower than 32 bits (``narrow``: it widens the row emitter's loads), and
+    ``where`` (the fusion)."""
+
+    shape: tuple
+    dims: tuple
+    mlir: bool
+    narrow: bool
+    where: str
 
 
 def _nested(comps: dict, comp: Computation, seen: set) -> list:
@@ -423,15 +440,19 @@ def _nested(comps: dict, comp: Computation, seen: set) -> list:
 
 def emitters(text: str) -> Emitters:
     """The :class:`Emitters` facts of the compiled module ``text``."""
-    comps, _ = parse(text)
-    contract, minmax, libdevice, in_mlir = [], [], [], set()
+    comps, entry = parse(text)
+    contract, minmax, libdevice, in_mlir, sums = [], [], [], set(), []
     for c in comps.values():
         for ins in c.order:
+            if ins.opcode == "reduce" and c.name == entry:  # unfused
+                sums += _sums(comps, c, [c], f"%{ins.name} (unfused)", False)
             if ins.opcode != "fusion":
                 continue
             kind = ins.attr("kind")
+            inner = _nested(comps, _called(ins, comps), set())
+            where = f"%{ins.name} ({_fusion_config(ins).get('kind', kind)})"
+            sums += _sums(comps, _called(ins, comps), inner, where, kind in MLIR_KINDS)
             if kind in MLIR_KINDS:
-                inner = _nested(comps, _called(ins, comps), set())
                 in_mlir |= {i.opcode for k in inner for i in k.order} & set(_LIBDEVICE)
                 continue
             tkind = _fusion_config(ins).get("kind", kind)
@@ -452,4 +473,34 @@ def emitters(text: str) -> Emitters:
     def once(x: list) -> tuple:
         return tuple(dict.fromkeys(x))
 
-    return Emitters(once(contract), once(minmax), once(libdevice), frozenset(in_mlir))
+    return Emitters(once(contract), once(minmax), once(libdevice), frozenset(in_mlir), tuple(sums))
+
+
+def _width(type_: str) -> int:
+    """Bits of an HLO element type (``f32[2,3]{1,0}`` -> 32, ``pred`` 8, ``f8e4m3fn`` 8)."""
+    name = type_.split("[", 1)[0]
+    m = re.match(r"[a-z]+(\d+)", name)
+    return 8 if name == "pred" or not m else int(m.group(1))
+
+
+def _sums(comps: dict, fused: Computation, inner: list, where: str, mlir: bool) -> list:
+    """The f32 add-reduces among ``inner`` (the fusion's computations) as :class:`Sum`;
+    ``fused``: the fusion's own computation, whose parameters are its inputs."""
+    widths = [_width(i.type) for i in fused.order if i.opcode == "parameter"]
+    narrow = bool(widths) and min(widths) < 32
+    out = []
+    for k in inner:
+        for i in k.order:
+            red = (i.attr("to_apply") or "").lstrip("%")
+            if i.opcode != "reduce" or red not in comps:
+                continue
+            if "add" not in {j.opcode for j in comps[red].order} or not i.type.startswith("f32"):
+                continue
+            src = k.instrs.get(i.operands[0])
+            if src is None:
+                continue
+            rank = len(src.shape)
+            layout = "{" + ",".join(str(d) for d in reversed(range(rank))) + "}"
+            ok = mlir and len(i.operands) == 2 and src.type.endswith(layout)
+            out.append(Sum(src.shape, i.dims("dimensions"), ok, narrow, where))
+    return out

@@ -29,7 +29,7 @@ import numpy as np
 from jax.extend import core as jcore
 
 from .. import arith, util
-from . import _gemm, _hlo, _hlo_flow, _hlo_text, _replay_ops
+from . import _gemm, _hlo, _hlo_flow, _hlo_text, _replay_ops, _xla_sum
 
 #: numpy dtype names -> jaxmma format names
 FORMATS = {"bfloat16": "bf16", "float16": "f16", "float32": "f32",
@@ -43,7 +43,8 @@ def _has_dot(jaxpr) -> bool:
 
 def _replayed(jaxpr) -> bool:
     """Whether ``jaxpr`` holds an equation computed here rather than bound as it is."""
-    return util.contains(jaxpr, ("dot_general", *_replay_ops.MINMAX_REDUCE))
+    names = ("dot_general", "reduce_sum", *_replay_ops.MINMAX_REDUCE, *_replay_ops.LIBDEVICE)
+    return util.contains(jaxpr, names)
 
 
 def ieee_minmax(eqn, x):
@@ -337,7 +338,7 @@ def replay_dot(eqn, plan, lhs, rhs):
     return D.reshape(shape).astype(out_aval.dtype)
 
 
-def _eval(jaxpr, consts, args, plans: dict):
+def _eval(jaxpr, consts, args, plans: dict, facts=None):
     """Evaluate ``jaxpr``; ``plans`` maps each dot equation (by id) to its plan, or to
     None where it is refused (then computed as JAX computes it: ``"compute"`` mode, or
     ``"omit"`` mode where no returned output reads it)."""
@@ -357,6 +358,13 @@ def _eval(jaxpr, consts, args, plans: dict):
             outs = [replay_dot(e, plans[id(e)], *ins)]
         elif name in _replay_ops.MINMAX_REDUCE:
             outs = [ieee_minmax(e, *ins)]
+        elif (
+            name == "reduce_sum"
+            and _f32(e)
+            and isinstance(plan := _replay_ops.sum_plan(e, facts), _xla_sum.SumPlan)
+        ):
+            x = ins[0]
+            outs = [_xla_sum.reduce_sum(x, tuple(x.shape), tuple(e.params["axes"]), plan)]
         elif name in _replay_ops.LIBDEVICE and _f32(e):
             outs = [gpu_function(e, *ins)]
         elif (
@@ -365,7 +373,7 @@ def _eval(jaxpr, consts, args, plans: dict):
             and _replayed(util.closed(e.params[_CALLS[name]])[0])
         ):
             inner, c = util.closed(e.params[_CALLS[name]])
-            outs = _eval(inner, c, ins[len(ins) - len(inner.invars) :], plans)
+            outs = _eval(inner, c, ins[len(ins) - len(inner.invars) :], plans, facts)
         else:
             outs = util.bind(e, ins)
         for v, x in zip(e.outvars, outs, strict=True):
@@ -498,7 +506,7 @@ def gpu_replay(
                     stacklevel=2,
                 )
         flat = jax.tree.leaves(args)
-        outs = _eval(closed.jaxpr, closed.consts, flat, plans)
+        outs = _eval(closed.jaxpr, closed.consts, flat, plans, known)
         if unverified == "omit":
             outs = [
                 Unverified(i, tuple(str(f) for f in findings if f in t)) if t else o

@@ -24,12 +24,14 @@ function, the findings it depends on (outputs that do not depend on one are exac
 from __future__ import annotations
 
 import dataclasses
+import math
 
 import jax.numpy as jnp
 import numpy as np
 from jax.extend import core as jcore
 
 from .. import arith, util
+from . import _xla_sum
 
 #: equations that move, select, compare or reinterpret values without rounding: exact
 MOVE = frozenset({
@@ -116,8 +118,9 @@ REFUSED = {
     "div": _ELSEWHERE + "XLA:GPU compiles f32 division as PTX div.full.f32 (nvptx_backend.cc sets "
     "-nvptx-prec-divf32=1), an approximation of up to 2 ulp; " + _measured("div"),
     "pow": "XLA:GPU computes pow with libdevice; the CPU's own pow differs",
-    "reduce_sum": "XLA:GPU's reduction emitters add in their own order (tree, vector "
-    "width, warps), not modelled yet for reductions other than split-K",
+    "reduce_sum": "XLA:GPU's reduction emitters add in their own order (threads, vector "
+    "width, warps): f32 sums are reproduced where the module shows them in its MLIR "
+    "emitters (jaxmma.gemm._xla_sum); this one is not f32, or there is no module to read",
     "reduce_max": "a max reduction outside XLA's MLIR emitters (a Triton fusion, or no "
     "GPU module to read): its NaN and signed-zero rules are not measured",
     "reduce_min": "a min reduction outside XLA's MLIR emitters (a Triton fusion, or no "
@@ -314,6 +317,12 @@ def _walk(jaxpr, consts, st: _State, findings: list):
                 prod = _where(e)
         elif name in ARITH:
             pass  # integer arithmetic: exact, wraps on both
+        elif name == "reduce_sum" and _is_f32(e):
+            plan = sum_plan(e, st.facts)
+            if isinstance(plan, str):
+                reasons.append(plan)
+            elif any(st.get(st.lowp, v) for v in e.invars):
+                reasons.append(_excess(e, st))
         elif name in LIBDEVICE and _libdevice_here(e, st):
             if any(st.get(st.lowp, v) for v in e.invars):  # f32 exp / log: libdevice
                 reasons.append(_excess(e, st))
@@ -360,6 +369,39 @@ def _ieee_minmax(st) -> bool:
     """Every float max / min reduction of the module runs in XLA's MLIR emitters, whose
     ``maximum`` / ``minimum`` are IEEE 754-2019's (order-independent)."""
     return st.facts is not None and not st.facts.minmax
+
+
+def _is_f32(e) -> bool:
+    return all(np.dtype(v.aval.dtype) == np.float32 for v in (*e.invars, *e.outvars))
+
+
+def sum_plan(e, facts):
+    """The :class:`._xla_sum.SumPlan` of an f32 ``reduce_sum`` equation in the module
+    whose :class:`._hlo.Emitters` are ``facts``, or why it is refused: the module must
+    add every f32 reduce of that operand shape and axes in XLA's MLIR emitters, with one
+    load width."""
+    shape, axes = tuple(e.invars[0].aval.shape), tuple(e.params["axes"])
+    if facts is None:
+        return REFUSED["reduce_sum"]
+    found = [s for s in facts.sums if s.shape == shape and s.dims == axes]
+    full = len(shape) > 1 and sorted(axes) == list(range(len(shape)))
+    if not found and full:  # XLA flattens a full reduction: [N] over [0], N <= 16384
+        flat = (math.prod(shape),)
+        found = [s for s in facts.sums if s.shape == flat and s.dims == (0,)]
+        shape, axes = flat, (0,)
+    if not found:
+        return (f"no f32 add-reduce of {list(shape)} over {list(axes)} in the module "
+                "(XLA rewrote it, or split it in two kernels)")  # fmt: skip
+    other = [s.where for s in found if not s.mlir]
+    if other:
+        where = ", ".join(dict.fromkeys(other))
+        return (
+            f"its reduce runs outside XLA's MLIR reduction emitters, in {where} "
+            "(their order is not established)"
+        )
+    if len({s.narrow for s in found}) > 1:
+        return "the module adds reduces of this shape with two load widths"
+    return _xla_sum.plan(shape, axes, found[0].narrow)  # (a full one: the same as flat)
 
 
 def _libdevice_here(e, st) -> bool:

@@ -1,0 +1,84 @@
+"""Capture XLA:GPU's f32 sums of random data, for :mod:`jaxmma.gemm._xla_sum`.
+
+Run on a GPU: ``python -m jaxmma.conformance._xla_sums --save DIR`` writes
+``DIR/xla-sums.npz``: for each case (:data:`CASES`) the compiled module text and the
+output bits of ``jnp.sum`` over rows, columns or everything, of f32 inputs (and of
+bf16 inputs widened to f32 inside the fusion). The inputs are rebuilt from their seeds by
+:func:`data` (NumPy's PCG64, the same on every machine): standard normal values times
+``2**e``, ``e`` uniform in [-12, 12], so that any other order of the adds gives other
+bits on most rows.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+
+import numpy as np
+
+#: (name, kind, shape, seed): kind "row" (sum over the last axis), "row_bf16" (bf16
+#: inputs widened to f32 inside the fused sum), "full", "column" (over the first axis)
+CASES = (
+    [("row", s) for s in ((200, 72), (200, 100), (200, 144), (200, 200), (64, 1000),
+                          (64, 1024), (16, 4096), (4, 16384), (64, 513), (64, 999), (64, 17),
+                          (64, 33), (64, 65), (64, 40), (8, 3000), (300, 7))]
+    + [("row_bf16", s) for s in ((200, 72), (200, 144), (200, 200), (64, 1000), (4, 16384),
+                                 (64, 513), (64, 17), (8, 3000))]
+    + [("full", (n,)) for n in (72, 1000, 4096, 16384, 16385, 100000)]
+    + [("column", s) for s in ((200, 72), (1000, 100), (4096, 130), (64, 144), (33, 200))]
+)  # fmt: skip
+
+
+def data(shape: tuple, seed: int) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    m = rng.standard_normal(shape).astype(np.float32)
+    e = rng.integers(-12, 13, shape).astype(np.float32)
+    return (m * np.exp2(e)).astype(np.float32)
+
+
+def name(kind: str, shape: tuple) -> str:
+    return f"{kind}-{'x'.join(str(d) for d in shape)}"
+
+
+def function(kind: str):
+    """The jitted function of a case, and how its input is made from :func:`data`."""
+    import jax.numpy as jnp
+    import ml_dtypes
+
+    if kind == "row":
+        return (lambda x: jnp.sum(x, axis=-1)), (lambda x: x)
+    if kind == "row_bf16":
+        return (lambda x: jnp.sum(x.astype(jnp.float32), axis=-1)), (
+            lambda x: x.astype(ml_dtypes.bfloat16)
+        )
+    if kind == "full":
+        return jnp.sum, (lambda x: x)
+    return (lambda x: jnp.sum(x, axis=0)), (lambda x: x)
+
+
+def main(argv=None) -> int:
+    import jax
+    import jax.numpy as jnp
+
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--save", required=True)
+    args = ap.parse_args(argv)
+    out = {}
+    for k, (kind, shape) in enumerate(CASES):
+        fn, make = function(kind)
+        x = jnp.asarray(make(data(shape, 1000 + k)))
+        compiled = jax.jit(fn).lower(x).compile()
+        out[f"{k}.y"] = np.asarray(compiled(x)).view(np.uint32)
+        meta = {"name": name(kind, shape), "kind": kind, "shape": list(shape), "seed": 1000 + k}
+        meta["hlo"] = compiled.as_text()
+        meta["device"] = str(jax.devices()[0].device_kind)
+        out[f"{k}.meta"] = np.array(json.dumps(meta))
+    os.makedirs(args.save, exist_ok=True)
+    np.savez_compressed(os.path.join(args.save, "xla-sums.npz"), **out)
+    print("wrote", len(CASES), "cases")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,156 @@
+"""The order in which XLA:GPU's MLIR reduction emitters add an f32 ``reduce_sum``.
+
+Read from openxla/xla (late 2025: ``xla/backends/gpu/codegen/emitters/reduction.cc``,
+``xla/service/gpu/reduction_utils.cc``, the shuffle lowering in
+``xla/codegen/emitters/transforms/lower_xla_to_scf.cc``) and checked on an H100 against
+XLA:GPU's sums of random data (``tests/golden/xla/xla-sums.npz``). ``x`` is viewed as
+``[R, n]``: a *row* reduction adds over the minor ``n`` (the reduced axes are a suffix),
+a *column* reduction over the major ``R`` (a prefix), a full reduction is a row of
+``R = 1``. Every accumulator starts at +0 and adds one element at a time:
+
+- **Row** (``RowReductionFusion``): ``T = min(1024, roundup(ceil(n / 16), 32))`` threads
+  per row; loads of ``v`` elements (``v = 1`` if ``n`` is odd or ``2T > n``; else 2, or
+  for a fusion whose smallest input is narrower than 32 bits 4 where ``4T <= n`` and
+  ``n % 4 == 0``); ``m = min(16 / v, ceil(n / v / T))`` loads per thread. Thread ``t``
+  adds ``x[j v], ..., x[j v + v - 1]`` for ``j = t, t + T, ..., t + (m - 1) T`` (``j <
+  n / v``) into one accumulator; each warp's 32 accumulators are reduced by shuffles down
+  (``a[i] += a[i + d]`` for ``d = 16, 8, 4, 2, 1``), and the ``T / 32`` warp results (the
+  rest +0) by the same tree.
+- **Column** (``ColumnReductionFusion``): for each column, warp ``w`` of 32 adds rows
+  ``w, w + 32, w + 64, ...`` in turn; the 32 partials (+0 past ``R``) by the tree.
+- **Elemental loop** (``n < 32`` with ``32 % n != 0`` for rows; for columns ``R < 32``,
+  or ``R < 64, n < 32``, ``R < 128, n < 8``, ``R < 256, n < 3``): one thread adds the
+  elements in index order.
+
+Refused (:func:`plan` returns the reason): the multi-row emitter (``n`` a power of two up
+to ``32 v``) and the small-column one (``32 % n == 0``), whose orders were not derived;
+rows longer than 16384 and columns longer than 4096, which XLA's tree rewriter splits
+into two kernels; anything but f32. The sign of a sum of only -0 elements is not
+established (the emitters' adds carry LLVM's ``nsz`` flag).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import jax.numpy as jnp
+import numpy as np
+
+F32 = jnp.float32
+LANES = 32
+
+
+@dataclasses.dataclass(frozen=True)
+class SumPlan:
+    """How one ``reduce_sum`` is added: ``kind`` ``"row"``, ``"column"``, ``"loop_row"``
+    or ``"loop_column"``, over ``x`` viewed as ``[R, n]``; ``v`` the load width
+    (rows)."""
+
+    kind: str
+    R: int
+    n: int
+    v: int = 1
+
+
+def _pow2(x: int) -> bool:
+    return x > 0 and x & (x - 1) == 0
+
+
+def row_threads(n: int) -> int:
+    """Threads per row: ``min(1024, roundup(ceil(n / 16), 32))``."""
+    return min(1024, math.ceil(math.ceil(n / 16) / LANES) * LANES)
+
+
+def plan(shape: tuple, axes: tuple, narrow: bool) -> SumPlan | str:
+    """The :class:`SumPlan` of an f32 ``reduce_sum`` of ``shape`` over ``axes``, or why
+    it is refused; ``narrow``: the fusion's smallest input is narrower than 32 bits."""
+    rank = len(shape)
+    axes = tuple(sorted(a % rank for a in axes)) if rank else ()
+    if not axes:
+        return "a reduce over no axis"
+    if axes == tuple(range(rank - len(axes), rank)):  # a suffix: rows (all: one row)
+        R, n = math.prod(shape[: rank - len(axes)]), math.prod(shape[rank - len(axes) :])
+        if n < LANES and LANES % n != 0:
+            return SumPlan("loop_row", R, n)
+        if _pow2(n) and n <= LANES * (4 if narrow else 2):
+            return f"a row reduction of {n} elements (XLA's multi-row emitter: not derived)"
+        if n > 16384:
+            return f"a row reduction of {n} elements (XLA splits it in two kernels)"
+        T = row_threads(n)
+        if n % 2 == 1 or 2 * T > n:
+            v = 1
+        elif not narrow:
+            v = 2
+        else:
+            v = 2 if 4 * T > n else 4 if n % 4 == 0 else 2
+        return SumPlan("row", R, n, v)
+    if axes == tuple(range(len(axes))):  # a prefix: columns
+        R, n = math.prod(shape[: len(axes)]), math.prod(shape[len(axes) :])
+        if R < 32 or (R < 64 and n < 32) or (R < 128 and n < 8) or (R < 256 and n < 3):
+            return SumPlan("loop_column", R, n)
+        if LANES % n == 0:
+            return f"a column reduction of {n} columns (XLA's small-column emitter: not derived)"
+        if R > 4096:
+            return f"a column reduction of {R} rows (XLA splits it in two kernels)"
+        return SumPlan("column", R, n)
+    return f"a reduce over axes {axes} of a rank-{rank} array (neither rows nor columns)"
+
+
+def _tree(a):
+    """The shuffle-down tree over the last axis (32): ``a[0]`` after ``a[i] += a[i + d]``
+    for ``d = 16, 8, 4, 2, 1``."""
+    for d in (16, 8, 4, 2, 1):
+        a = jnp.concatenate([a[..., :d] + a[..., d : 2 * d], a[..., d:]], axis=-1)
+    return a[..., 0]
+
+
+def _row(x, p: SumPlan):
+    T, v, n = row_threads(p.n), p.v, p.n
+    m = min(16 // v, -(-(n // v) // T))
+    acc = jnp.zeros(x.shape[:-1] + (T,), F32)
+    t = np.arange(T)
+    for s1 in range(m):
+        j = s1 * T + t
+        valid = j < n // v
+        for s2 in range(v):
+            idx = np.where(valid, j * v + s2, 0)
+            acc = jnp.where(valid, acc + x[..., idx], acc)
+    warps = _tree(acc.reshape(x.shape[:-1] + (T // LANES, LANES)))
+    if T == LANES:
+        return warps[..., 0]
+    pad = jnp.zeros(x.shape[:-1] + (LANES - T // LANES,), F32)
+    return _tree(jnp.concatenate([warps, pad], axis=-1))
+
+
+def _column(x, p: SumPlan):
+    parts = []
+    for w in range(LANES):
+        acc = jnp.zeros(x.shape[1:], F32)
+        for r in range(w, p.R, LANES):
+            acc = acc + x[r]
+        parts.append(acc)
+    return _tree(jnp.stack(parts, axis=-1))
+
+
+def _loop(x):  # over the last axis, in index order
+    acc = jnp.zeros(x.shape[:-1], F32)
+    for i in range(x.shape[-1]):
+        acc = acc + x[..., i]
+    return acc
+
+
+def reduce_sum(x, shape: tuple, axes: tuple, p: SumPlan):
+    """``x`` (f32, ``shape``) summed over ``axes`` in the order of :class:`SumPlan`."""
+    x = jnp.asarray(x, F32).reshape(p.R, p.n)
+    rank = len(shape)
+    kept = tuple(d for i, d in enumerate(shape) if i not in {a % rank for a in axes})
+    if p.kind == "row":
+        out = _row(x, p)
+    elif p.kind == "loop_row":
+        out = _loop(x)
+    elif p.kind == "column":
+        out = _column(x, p)
+    else:
+        out = _loop(x.T)
+    return out.reshape(kept)

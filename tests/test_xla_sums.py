@@ -1,0 +1,95 @@
+"""XLA:GPU's f32 sums (jaxmma.gemm._xla_sum, read from XLA's reduction emitters) against
+an H100's: tests/golden/xla/xla-sums.npz (`python -m jaxmma.conformance._xla_sums`,
+jax 0.11.2), random data whose every other order of adds gives other bits."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import jaxmma
+from jaxmma.conformance import _xla_sums as XS
+from jaxmma.gemm import _hlo, _xla_sum
+
+PATH = os.path.join(os.path.dirname(__file__), "golden", "xla", "xla-sums.npz")
+
+
+def _records():
+    with np.load(PATH) as z:
+        keys = sorted({int(k.split(".")[0]) for k in z.files})
+        return [(json.loads(str(z[f"{k}.meta"][()])), z[f"{k}.y"]) for k in keys]
+
+
+RECORDS = _records()
+
+
+def _input(meta):
+    fn, make = XS.function(meta["kind"])
+    return fn, make(XS.data(tuple(meta["shape"]), meta["seed"]))
+
+
+def _mlir(meta) -> bool:
+    return all(s.mlir for s in _hlo.emitters(meta["hlo"]).sums)
+
+
+@pytest.mark.every_case
+@pytest.mark.parametrize("rec", RECORDS, ids=lambda r: r[0]["name"])
+def test_replay_gives_the_gpus_sum_or_refuses(rec):
+    """Every sum in XLA's MLIR emitters (kInput, kLoop) replays to the GPU's bits; a sum
+    in a Triton fusion, or one XLA split in two kernels, is refused by name."""
+    meta, gpu = rec
+    fn, x = _input(meta)
+    out = jaxmma.gpu_replay(fn, meta["hlo"], unverified="omit")(jnp.asarray(x))
+    if isinstance(out, jaxmma.Unverified):
+        assert not _mlir(meta) or "split it in two kernels" in " ".join(out.reasons), meta
+        return
+    assert _mlir(meta)
+    assert np.array_equal(np.asarray(out).view(np.uint32), gpu), meta["name"]
+
+
+def test_the_orders_are_told_apart():
+    """The CPU's own sums differ from the GPU's on these inputs (so the test above can
+    fail), and so does a neighbouring order (load width 2 instead of 4)."""
+    own = same = 0
+    for meta, gpu in RECORDS:
+        fn, x = _input(meta)
+        own += int((np.asarray(fn(jnp.asarray(x))).view(np.uint32) != gpu).sum())
+        if meta["name"] == "row_bf16-200x200":
+            xf = np.asarray(x, np.float32)
+            plan = _xla_sum.plan(xf.shape, (1,), narrow=True)
+            assert plan.v == 4
+            wrong = _xla_sum.SumPlan("row", plan.R, plan.n, 2)
+            got = np.asarray(_xla_sum.reduce_sum(xf, xf.shape, (1,), wrong)).view(np.uint32)
+            assert (got != gpu).sum() > 50
+            same += 1
+    assert own > 500 and same == 1
+
+
+def test_counts():
+    """Of the 35 cases of one H100 process: how many replay and how many are refused
+    (none silently; the autotuner gave 14 of the sums to Triton fusions or split them)."""
+    n = {"same": 0, "refused": 0}
+    for meta, _ in RECORDS:
+        fn, x = _input(meta)
+        out = jaxmma.gpu_replay(fn, meta["hlo"], unverified="omit")(jnp.asarray(x))
+        n["refused" if isinstance(out, jaxmma.Unverified) else "same"] += 1
+    assert n == {"same": 21, "refused": 14}, n
+
+
+@pytest.mark.parametrize(
+    "shape,axes,narrow,why",
+    [
+        ((8, 64), (1,), False, "multi-row"),
+        ((8, 128), (1,), True, "multi-row"),
+        ((300, 16), (0,), False, "small-column"),
+        ((2, 20000), (1,), False, "two kernels"),
+        ((5000, 70), (0,), False, "two kernels"),
+        ((4, 5, 6), (1,), False, "neither rows nor columns"),
+    ],
+)
+def test_unread_emitters_are_refused(shape, axes, narrow, why):
+    assert why in _xla_sum.plan(shape, axes, narrow)
