@@ -105,6 +105,7 @@ def test_a_table_entry_off_by_one_is_seen():
     assert _same(EXP(x.view(np.uint32)), runs[0][1]).all()
 
 
+@pytest.mark.full  # make test within 5 minutes: test_exp_and_div_with_x64 is its quick part
 @pytest.mark.parametrize("x64", [False, True])
 def test_same_bits_jitted_vmapped_and_with_x64(x64):
     (x,), runs = _probe("probe-exp-f32")
@@ -149,3 +150,17 @@ def test_functions_match_xla_gpu_on_held_out_inputs():
             assert _same(f(*args), gpu).all(), (name, int((~_same(f(*args), gpu)).sum()))
             x = args[0].view(np.float32)
             assert np.isnan(x).sum() > 4 and ((args[0] >> 23) & 255 == 0).sum() > 1000
+
+
+def test_exp_and_div_with_x64():
+    """The quick run's share of the test above: exp and division jitted with x64 on give
+    the bits they give with it off."""
+    (x,), _ = _probe("probe-exp-f32")
+    bits = x.view(np.uint32)
+    for name in ("exp", "div"):
+        f = arith.GPU_FUNCTIONS[name][1]
+        args = (bits, bits[::-1]) if name == "div" else (bits,)
+        off = np.asarray(jax.jit(f)(*args))
+        with jax.enable_x64(True):
+            on = np.asarray(jax.jit(f)(*args))
+        assert np.array_equal(on, off), name
