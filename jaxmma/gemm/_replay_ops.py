@@ -385,10 +385,18 @@ def sum_plan(e, facts):
         return REFUSED["reduce_sum"]
     found = [s for s in facts.sums if s.shape == shape and s.dims == axes]
     full = len(shape) > 1 and sorted(axes) == list(range(len(shape)))
-    if not found and full:  # XLA flattens a full reduction: [N] over [0], N <= 16384
-        flat = (math.prod(shape),)
-        found = [s for s in facts.sums if s.shape == flat and s.dims == (0,)]
-        shape, axes = flat, (0,)
+    if not found and (full or len(shape) == 1):  # XLA flattens a full reduction
+        N = math.prod(shape)
+        found = [s for s in facts.sums if s.shape == (N,) and s.dims == (0,)]
+        shape, axes = (N,), (0,)
+        if not found and N > 16384:  # and splits a long one: [k1, k2] rows, then [k1]
+            k1, k2, _ = _xla_sum.split_params(N)
+            rows = [s for s in facts.sums if s.shape == (k1, k2) and s.dims == (1,)]
+            sums = [s for s in facts.sums if s.shape == (k1,) and s.dims == (0,)]
+            if rows and sums:
+                other = [s.where for s in rows + sums if not s.mlir]
+                if not other and len({s.narrow for s in rows}) == 1:
+                    return _xla_sum.split_plan(N, rows[0].narrow)
     if not found:
         return (f"no f32 add-reduce of {list(shape)} over {list(axes)} in the module "
                 "(XLA rewrote it, or split it in two kernels)")  # fmt: skip

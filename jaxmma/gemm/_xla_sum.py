@@ -22,10 +22,14 @@ a *column* reduction over the major ``R`` (a prefix), a full reduction is a row 
   or ``R < 64, n < 32``, ``R < 128, n < 8``, ``R < 256, n < 3``): one thread adds the
   elements in index order.
 
+- **Split** (a full sum of ``N > 16384``): XLA's tree rewriter pads ``N`` with zeros to
+  ``[k1, k2]`` (:func:`split_params`), sums each row of ``k2`` (a row reduction, above)
+  in one kernel and the ``k1`` results in a second (:func:`split_plan`).
+
 Refused (:func:`plan` returns the reason): the multi-row emitter (``n`` a power of two up
 to ``32 v``) and the small-column one (``32 % n == 0``), whose orders were not derived;
-rows longer than 16384 and columns longer than 4096, which XLA's tree rewriter splits
-into two kernels; anything but f32. The sign of a sum of only -0 elements is not
+rows longer than 16384 in a batch of rows and columns longer than 4096, which XLA also
+splits; anything but f32. The sign of a sum of only -0 elements is not
 established (the emitters' adds carry LLVM's ``nsz`` flag).
 """
 
@@ -51,6 +55,11 @@ class SumPlan:
     R: int
     n: int
     v: int = 1
+    #: ``"split"`` (a full sum XLA's tree rewriter cut in two kernels): the zeros padded
+    #: at the end, the row reduction of the ``[k1, k2]`` view and the sum of its results
+    pad: int = 0
+    inner: SumPlan | None = None
+    outer: SumPlan | None = None
 
 
 def _pow2(x: int) -> bool:
@@ -60,6 +69,41 @@ def _pow2(x: int) -> bool:
 def row_threads(n: int) -> int:
     """Threads per row: ``min(1024, roundup(ceil(n / 16), 32))``."""
     return min(1024, math.ceil(math.ceil(n / 16) / LANES) * LANES)
+
+
+def split_params(N: int) -> tuple:
+    """``(k1, k2, pad)``: how XLA's tree rewriter cuts a row of ``N > 16384`` elements
+    (``TreeReductionRewriter::ComputeSplitParams`` and the row swap rule): ``N + pad``
+    elements viewed as ``[k1, k2]``, each row of ``k2`` summed, then the ``k1`` sums."""
+    k2 = min(math.isqrt(N), 16384)
+    pad = (k2 - N % k2) % k2
+    k1 = (N + pad) // k2
+    for i in range(k2 - 1, k2 // 2, -1):
+        p = (i - N % i) % i
+        if p < pad or (p == pad and _pow2(i)):
+            pad, k1 = p, (N + p) // i
+    k2 = (N + pad) // k1
+    swap = False
+    if k1 <= 16384:
+        if k2 % 2 == 0 and N % 2 == 0:
+            swap = 2 * k2 < k1 or k1 % 2 == 0
+        else:
+            swap = N % 2 == 0 or k1 % 2 != 0
+    if swap:
+        k1, k2 = k2, k1
+    return k1, k2, pad
+
+
+def split_plan(N: int, narrow: bool) -> SumPlan | str:
+    """The :class:`SumPlan` of a full sum of ``N > 16384`` elements that XLA splits (the
+    first kernel reads the input, the second the ``k1`` f32 sums), or why not."""
+    k1, k2, pad = split_params(N)
+    inner, outer = plan((k1, k2), (1,), narrow), plan((k1,), (0,), False)
+    if isinstance(inner, str) or isinstance(outer, str):
+        return f"a sum of {N} elements split as [{k1}, {k2}]: " + (
+            inner if isinstance(inner, str) else str(outer)
+        )
+    return SumPlan("split", 1, N, pad=pad, inner=inner, outer=outer)
 
 
 def plan(shape: tuple, axes: tuple, narrow: bool) -> SumPlan | str:
@@ -142,9 +186,14 @@ def _loop(x):  # over the last axis, in index order
 
 def reduce_sum(x, shape: tuple, axes: tuple, p: SumPlan):
     """``x`` (f32, ``shape``) summed over ``axes`` in the order of :class:`SumPlan`."""
-    x = jnp.asarray(x, F32).reshape(p.R, p.n)
     rank = len(shape)
     kept = tuple(d for i, d in enumerate(shape) if i not in {a % rank for a in axes})
+    if p.kind == "split":
+        assert p.inner is not None and p.outer is not None
+        flat = jnp.concatenate([jnp.asarray(x, F32).reshape(-1), jnp.zeros(p.pad, F32)])
+        rows = _row(flat.reshape(p.inner.R, p.inner.n), p.inner)
+        return reduce_sum(rows, (p.inner.R,), (0,), p.outer).reshape(kept)
+    x = jnp.asarray(x, F32).reshape(p.R, p.n)
     if p.kind == "row":
         out = _row(x, p)
     elif p.kind == "loop_row":
