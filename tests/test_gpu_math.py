@@ -66,7 +66,6 @@ def _bits(x):
     return np.asarray(x, np.float32).view(np.uint32)
 
 
-@pytest.mark.every_case
 @pytest.mark.parametrize("probe", sorted(PROBES))
 def test_functions_give_the_gpus_bits(probe):
     prim, args_of, own_fn = PROBES[probe]
@@ -119,7 +118,6 @@ def test_same_bits_jitted_vmapped_and_with_x64(x64):
             assert np.array_equal(np.asarray(jax.vmap(f)(*shaped)).ravel(), eager), name
 
 
-@pytest.mark.every_case
 @pytest.mark.parametrize("probe", sorted(PROBES))
 def test_gpu_replay_reproduces_the_functions(probe):
     """gpu_replay of the probe function with the captured module now returns the GPU's
