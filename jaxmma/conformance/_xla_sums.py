@@ -1,12 +1,13 @@
 """Capture XLA:GPU's f32 sums of random data, for :mod:`jaxmma.gemm._xla_sum`.
 
 Run on a GPU: ``python -m jaxmma.conformance._xla_sums --save DIR`` writes
-``DIR/xla-sums.npz``: for each case (:data:`CASES`) the compiled module text and the
-output bits of ``jnp.sum`` over rows, columns or everything, of f32 inputs (and of
-bf16 inputs widened to f32 inside the fusion). The inputs are rebuilt from their seeds by
-:func:`data` (NumPy's PCG64, the same on every machine): standard normal values times
-``2**e``, ``e`` uniform in [-12, 12], so that any other order of the adds gives other
-bits on most rows.
+``DIR/xla-triton-norm.npz`` (a layer norm and a softmax that XLA puts in Triton
+normalization fusions: :func:`norm_functions`) and ``DIR/xla-sums.npz``: for each case
+(:data:`CASES`) the compiled module text and the output bits of ``jnp.sum`` over rows,
+columns or everything, of f32 inputs (and of bf16 inputs widened to f32 inside the
+fusion). The inputs are rebuilt from their seeds by :func:`data` (NumPy's PCG64, the
+same on every machine): standard normal values times ``2**e``, ``e`` uniform in
+[-12, 12], so that any other order of the adds gives other bits on most rows.
 """
 
 from __future__ import annotations
@@ -57,6 +58,29 @@ def function(kind: str):
     return (lambda x: jnp.sum(x, axis=0)), (lambda x: x)
 
 
+def norm_functions() -> dict:
+    """XLA's Triton normalization fusions: a layer norm of 72 features and a softmax of
+    100, f32, on ``default_rng(0)`` data (``xla-triton-norm.npz``)."""
+    import jax
+    import jax.numpy as jnp
+
+    def ln(x, g, b):
+        m = jnp.mean(x, -1, keepdims=True)
+        v = jnp.mean((x - m) ** 2, -1, keepdims=True)
+        return (x - m) * jax.lax.rsqrt(v + 1e-5) * g[None, :] + b[None, :]
+
+    def softmax(x):
+        return jax.nn.softmax(x, axis=-1)
+
+    return {"ln": ln, "softmax": softmax}
+
+
+def norm_inputs() -> dict:
+    rng = np.random.default_rng(0)
+    ln = tuple(rng.standard_normal(s).astype(np.float32) for s in ((200, 72), (72,), (72,)))
+    return {"ln": ln, "softmax": (rng.standard_normal((200, 100)).astype(np.float32) * 3,)}
+
+
 def main(argv=None) -> int:
     import jax
     import jax.numpy as jnp
@@ -76,7 +100,16 @@ def main(argv=None) -> int:
         out[f"{k}.meta"] = np.array(json.dumps(meta))
     os.makedirs(args.save, exist_ok=True)
     np.savez_compressed(os.path.join(args.save, "xla-sums.npz"), **out)
-    print("wrote", len(CASES), "cases")
+    norm: dict = {}
+    for key, fn in norm_functions().items():
+        xs = norm_inputs()[key]
+        compiled = jax.jit(fn).lower(*xs).compile()
+        norm[key + ".hlo"] = np.array(compiled.as_text())
+        norm[key + ".y"] = np.asarray(compiled(*xs))
+        for i, a in enumerate(xs):
+            norm[f"{key}.in{i}"] = a
+    np.savez_compressed(os.path.join(args.save, "xla-triton-norm.npz"), **norm)
+    print("wrote", len(CASES), "cases and", len(norm_functions()), "normalizations")
     return 0
 
 

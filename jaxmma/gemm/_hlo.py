@@ -400,7 +400,12 @@ class Emitters:
     concern for this module. ``in_mlir``: which of those functions the MLIR emitters'
     fusions do compute (an f32 ``exp`` is reproduced only where the module shows one).
     Those functions: ``exponential``, ``log``, ``tanh``, ``erf``, ``rsqrt``, ``sqrt``,
-    ``divide`` (:data:`jaxmma.arith.GPU_FUNCTIONS`)."""
+    ``divide`` (:data:`jaxmma.arith.GPU_FUNCTIONS`). XLA's Triton normalization fusions
+    (``__triton``, its softmax and layer-norm fusions) count with the MLIR emitters for
+    ``contract`` and ``libdevice``: on an H100 their multiplies and adds round one by one
+    and their ``exp``, ``rsqrt`` and division are libdevice's and ``div.full``
+    (tests/golden/xla/xla-triton-norm.npz: a layer norm and a softmax, every element);
+    their max / min reductions stay in ``minmax``."""
 
     contract: tuple
     minmax: tuple
@@ -422,6 +427,8 @@ class Sum:
     mlir: bool
     narrow: bool
     where: str
+    #: in a Triton normalization fusion (``__triton``): ``(tile sizes, warps, TMA)``
+    triton: tuple | None = None
 
 
 def _nested(comps: dict, comp: Computation, seen: set) -> list:
@@ -450,18 +457,22 @@ def emitters(text: str) -> Emitters:
                 continue
             kind = ins.attr("kind")
             inner = _nested(comps, _called(ins, comps), set())
-            where = f"%{ins.name} ({_fusion_config(ins).get('kind', kind)})"
-            sums += _sums(comps, _called(ins, comps), inner, where, kind in MLIR_KINDS)
+            cfg = _fusion_config(ins)
+            where = f"%{ins.name} ({cfg.get('kind', kind)})"
+            triton = _norm_config(cfg)
+            sums += _sums(comps, _called(ins, comps), inner, where, kind in MLIR_KINDS, triton)
             if kind in MLIR_KINDS:
                 in_mlir |= {i.opcode for k in inner for i in k.order} & set(_LIBDEVICE)
                 continue
             tkind = _fusion_config(ins).get("kind", kind)
-            inner = _nested(comps, _called(ins, comps), set())
             ops = {i.opcode for k in inner for i in k.order}
-            if "multiply" in ops and ops & set(_ARITH_ADD):
-                contract.append(f"%{ins.name} ({tkind})")
-            if ops & set(_LIBDEVICE):
-                libdevice.append(f"%{ins.name} ({tkind})")
+            if triton is not None:  # rounds and calls libdevice as the MLIR emitters do
+                in_mlir |= ops & set(_LIBDEVICE)
+            else:
+                if "multiply" in ops and ops & set(_ARITH_ADD):
+                    contract.append(f"%{ins.name} ({tkind})")
+                if ops & set(_LIBDEVICE):
+                    libdevice.append(f"%{ins.name} ({tkind})")
             for k in inner:
                 for i in k.order:
                     red = (i.attr("to_apply") or "").lstrip("%")
@@ -483,7 +494,19 @@ def _width(type_: str) -> int:
     return 8 if name == "pred" or not m else int(m.group(1))
 
 
-def _sums(comps: dict, fused: Computation, inner: list, where: str, mlir: bool) -> list:
+def _norm_config(cfg: dict) -> tuple | None:
+    """``(tile sizes, warps, TMA)`` of a Triton normalization fusion (kind ``__triton``
+    with a block-level config: XLA's softmax and layer-norm fusions), else None."""
+    blc = cfg.get("block_level_fusion_config")
+    if cfg.get("kind") != "__triton" or not blc or len(blc.get("output_tiles", [])) != 1:
+        return None
+    tile = tuple(int(t) for t in blc["output_tiles"][0].get("sizes", []))
+    return tile, int(blc.get("num_warps", 0)), bool(blc.get("is_tma_allowed", False))
+
+
+def _sums(
+    comps: dict, fused: Computation, inner: list, where: str, mlir: bool, triton=None
+) -> list:
     """The f32 add-reduces among ``inner`` (the fusion's computations) as :class:`Sum`;
     ``fused``: the fusion's own computation, whose parameters are its inputs."""
     widths = [_width(i.type) for i in fused.order if i.opcode == "parameter"]
@@ -501,6 +524,7 @@ def _sums(comps: dict, fused: Computation, inner: list, where: str, mlir: bool) 
                 continue
             rank = len(src.shape)
             layout = "{" + ",".join(str(d) for d in reversed(range(rank))) + "}"
-            ok = mlir and len(i.operands) == 2 and src.type.endswith(layout)
-            out.append(Sum(src.shape, i.dims("dimensions"), ok, narrow, where))
+            plain = len(i.operands) == 2 and src.type.endswith(layout)
+            norm = triton if plain else None
+            out.append(Sum(src.shape, i.dims("dimensions"), mlir and plain, narrow, where, norm))
     return out

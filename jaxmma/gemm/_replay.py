@@ -365,6 +365,13 @@ def _eval(jaxpr, consts, args, plans: dict, facts=None):
         ):
             x = ins[0]
             outs = [_xla_sum.reduce_sum(x, tuple(x.shape), tuple(e.params["axes"]), plan)]
+        elif (
+            name == "div"
+            and _f32(e)
+            and isinstance(e.invars[1], jcore.Literal)
+            and (r := _replay_ops.reciprocal(e, e.invars[1].val, facts)) is not None
+        ):
+            outs = [jnp.asarray(ins[0], jnp.float32) * r]
         elif name in _replay_ops.LIBDEVICE and _f32(e):
             outs = [gpu_function(e, *ins)]
         elif (

@@ -323,6 +323,8 @@ def _walk(jaxpr, consts, st: _State, findings: list):
                 reasons.append(plan)
             elif any(st.get(st.lowp, v) for v in e.invars):
                 reasons.append(_excess(e, st))
+        elif name == "div" and _is_f32(e) and reciprocal(e, st.values(e.invars[1]), st.facts):
+            pass  # x / c as XLA computes it: x * (1 / c) (reciprocal)
         elif name in LIBDEVICE and _libdevice_here(e, st):
             if any(st.get(st.lowp, v) for v in e.invars):  # f32 exp / log: libdevice
                 reasons.append(_excess(e, st))
@@ -400,6 +402,8 @@ def sum_plan(e, facts):
     if not found:
         return (f"no f32 add-reduce of {list(shape)} over {list(axes)} in the module "
                 "(XLA rewrote it, or split it in two kernels)")  # fmt: skip
+    if all(s.triton is not None for s in found) and len({s.triton for s in found}) == 1:
+        return _xla_sum.triton_plan(shape, axes, found[0].triton, found[0].narrow)
     other = [s.where for s in found if not s.mlir]
     if other:
         where = ", ".join(dict.fromkeys(other))
@@ -410,6 +414,27 @@ def sum_plan(e, facts):
     if len({s.narrow for s in found}) > 1:
         return "the module adds reduces of this shape with two load widths"
     return _xla_sum.plan(shape, axes, found[0].narrow)  # (a full one: the same as flat)
+
+
+def reciprocal(e, c, facts) -> np.float32 | None:
+    """``fl(1 / c)`` for an f32 division by a constant scalar ``c`` (known values, or
+    None) whose GPU result is ``x * fl(1 / c)`` rounded once, else None. XLA's algebraic
+    simplifier turns ``x / c`` into ``x * fl(1 / c)`` (the captured layer norms' means);
+    where it does not, ``div.full`` gives ``x * rcp.approx(c)``, the same where
+    ``rcp.approx(c) == fl(1 / c)``; where the two differ the module must hold no divide."""
+    if c is None or np.size(c) != 1 or facts is None:
+        return None
+    c = np.float32(np.asarray(c).reshape(()))
+    if not np.isfinite(c) or c == 0 or not 2.0**-125 < abs(c) < 2.0**125:
+        return None
+    r = np.float32(1) / c
+    if not np.isfinite(r) or abs(r) < 2.0**-126:
+        return None
+    fn = arith.GPU_FUNCTIONS["div"][1]
+    approx = np.asarray(fn(np.float32(1).view(np.uint32), c.view(np.uint32))).view(np.float32)
+    if approx == r or ("divide" not in facts.in_mlir and not facts.libdevice):
+        return r
+    return None
 
 
 def _libdevice_here(e, st) -> bool:

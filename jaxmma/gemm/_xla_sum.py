@@ -26,6 +26,13 @@ a *column* reduction over the major ``R`` (a prefix), a full reduction is a row 
   ``[k1, k2]`` (:func:`split_params`), sums each row of ``k2`` (a row reduction, above)
   in one kernel and the ``k1`` results in a second (:func:`split_plan`).
 
+- **Triton normalization fusion** (``__triton``: XLA's softmax and layer-norm fusions),
+  a row of ``n`` with ``64 < n < 128`` in a ``[1, n]`` tile with one warp and no TMA
+  (:func:`triton_plan`): the row padded with +0 to 128; lane ``l`` holds elements ``l,
+  l + 32, l + 64, l + 96`` and adds them pairwise (``(e0 + e1) + (e2 + e3)``), then the
+  lanes by the shuffle tree. Measured on an H100 (a layer norm of 72 and a softmax of 100:
+  every element); other tiles, warps and row lengths are refused.
+
 Refused (:func:`plan` returns the reason): the multi-row emitter (``n`` a power of two up
 to ``32 v``) and the small-column one (``32 % n == 0``), whose orders were not derived;
 rows longer than 16384 in a batch of rows and columns longer than 4096, which XLA also
@@ -104,6 +111,31 @@ def split_plan(N: int, narrow: bool) -> SumPlan | str:
             inner if isinstance(inner, str) else str(outer)
         )
     return SumPlan("split", 1, N, pad=pad, inner=inner, outer=outer)
+
+
+def triton_plan(shape: tuple, axes: tuple, config: tuple, narrow: bool) -> SumPlan | str:
+    """The :class:`SumPlan` of an f32 sum in a Triton normalization fusion of ``config``
+    (``(tile sizes, warps, TMA)``), or why it is refused (module docstring)."""
+    tile, warps, tma = config
+    rank = len(shape)
+    n = shape[-1] if rank else 1
+    row = tuple(a % rank for a in axes) == (rank - 1,)
+    if not row or narrow or warps != 1 or tma or tile[-1] != n or any(t != 1 for t in tile[:-1]):
+        return (f"a Triton reduce of {list(shape)} over {list(axes)} with tile {list(tile)}, "
+                f"{warps} warps{' and TMA' if tma else ''}: not measured (f32 rows of 65 to "
+                "127 in a [1, n] tile with one warp are)")  # fmt: skip
+    if not 64 < n < 128:
+        return f"a Triton reduce of a row of {n}: not measured (rows of 65 to 127 are)"
+    return SumPlan("triton_row", math.prod(shape[:-1]), n)
+
+
+def _triton_row(x):
+    """Lane ``l`` adds ``(x[l] + x[l + 32]) + (x[l + 64] + x[l + 96])`` of the row padded
+    with +0 to 128; the lanes by the shuffle tree."""
+    pad = jnp.zeros(x.shape[:-1] + (128 - x.shape[-1],), F32)
+    q = jnp.concatenate([x, pad], axis=-1).reshape(x.shape[:-1] + (4, LANES))
+    lanes = (q[..., 0, :] + q[..., 1, :]) + (q[..., 2, :] + q[..., 3, :])
+    return _tree(lanes)
 
 
 def plan(shape: tuple, axes: tuple, narrow: bool) -> SumPlan | str:
@@ -194,6 +226,8 @@ def reduce_sum(x, shape: tuple, axes: tuple, p: SumPlan):
         rows = _row(flat.reshape(p.inner.R, p.inner.n), p.inner)
         return reduce_sum(rows, (p.inner.R,), (0,), p.outer).reshape(kept)
     x = jnp.asarray(x, F32).reshape(p.R, p.n)
+    if p.kind == "triton_row":
+        return _triton_row(x).reshape(kept)
     if p.kind == "row":
         out = _row(x, p)
     elif p.kind == "loop_row":
