@@ -401,8 +401,9 @@ class Emitters:
     fusions do compute (an f32 ``exp`` is reproduced only where the module shows one).
     Those functions: ``exponential``, ``log``, ``tanh``, ``erf``, ``rsqrt``, ``sqrt``,
     ``divide`` (:data:`jaxmma.arith.GPU_FUNCTIONS`). XLA's Triton normalization fusions
-    (``__triton``, its softmax and layer-norm fusions) count with the MLIR emitters for
-    ``contract`` and ``libdevice``: on an H100 their multiplies and adds round one by one
+    (``__triton``, its softmax and layer-norm fusions) of the measured kind
+    (:func:`_measured_norm`) count with the MLIR emitters for ``contract`` and
+    ``libdevice``: on an H100 their multiplies and adds round one by one
     and their ``exp``, ``rsqrt`` and division are libdevice's and ``div.full``
     (tests/golden/xla/xla-triton-norm.npz: a layer norm and a softmax, every element);
     their max / min reductions stay in ``minmax``."""
@@ -466,7 +467,7 @@ def emitters(text: str) -> Emitters:
                 continue
             tkind = _fusion_config(ins).get("kind", kind)
             ops = {i.opcode for k in inner for i in k.order}
-            if triton is not None:  # rounds and calls libdevice as the MLIR emitters do
+            if _measured_norm(triton):  # rounds and calls libdevice as the MLIR emitters do
                 in_mlir |= ops & set(_LIBDEVICE)
             else:
                 if "multiply" in ops and ops & set(_ARITH_ADD):
@@ -502,6 +503,15 @@ def _norm_config(cfg: dict) -> tuple | None:
         return None
     tile = tuple(int(t) for t in blc["output_tiles"][0].get("sizes", []))
     return tile, int(blc.get("num_warps", 0)), bool(blc.get("is_tma_allowed", False))
+
+
+def _measured_norm(config: tuple | None) -> bool:
+    """A Triton normalization fusion of the measured kind: a ``[1, n]`` tile with
+    ``64 < n < 128``, one warp, no TMA (tests/golden/xla/xla-triton-norm.npz)."""
+    if config is None:
+        return False
+    tile, warps, tma = config
+    return len(tile) == 2 and tile[0] == 1 and 64 < tile[1] < 128 and warps == 1 and not tma
 
 
 def _sums(

@@ -25,7 +25,6 @@ from typing import Any, Literal
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 from jax.extend import core as jcore
 
 from .. import arith, util
@@ -64,16 +63,23 @@ def ieee_minmax(eqn, x):
     return jnp.where(jnp.any(jnp.isnan(x), axis=axes), jnp.asarray(jnp.nan, m.dtype), m)
 
 
-def _f32(eqn) -> bool:
-    return all(np.dtype(v.aval.dtype) == np.float32 for v in (*eqn.invars, *eqn.outvars))
-
-
 def gpu_function(eqn, *xs):
     """An f32 function as XLA:GPU computes it on an H100
-    (:data:`jaxmma.arith.GPU_FUNCTIONS`)."""
+    (:data:`jaxmma.arith.GPU_FUNCTIONS`): its value from the raw bits, its derivative
+    that of the primitive itself (the bits carry none)."""
     fn = arith.GPU_FUNCTIONS[eqn.primitive.name][1]
-    bits = [jax.lax.bitcast_convert_type(jnp.asarray(x, jnp.float32), jnp.uint32) for x in xs]
-    return jax.lax.bitcast_convert_type(fn(*bits), jnp.float32)
+
+    @jax.custom_jvp
+    def value(*vals):
+        bits = [jax.lax.bitcast_convert_type(v, jnp.uint32) for v in vals]
+        return jax.lax.bitcast_convert_type(fn(*bits), jnp.float32)
+
+    @value.defjvp
+    def _(primals, tangents):
+        _, t = jax.jvp(lambda *v: util.bind(eqn, list(v))[0], primals, tangents)
+        return value(*primals), t
+
+    return value(*(jnp.asarray(x, jnp.float32) for x in xs))
 
 
 def _dot_eqns(jaxpr, out: list) -> list:
@@ -360,19 +366,19 @@ def _eval(jaxpr, consts, args, plans: dict, facts=None):
             outs = [ieee_minmax(e, *ins)]
         elif (
             name == "reduce_sum"
-            and _f32(e)
+            and _replay_ops.is_f32(e)
             and isinstance(plan := _replay_ops.sum_plan(e, facts), _xla_sum.SumPlan)
         ):
             x = ins[0]
             outs = [_xla_sum.reduce_sum(x, tuple(x.shape), tuple(e.params["axes"]), plan)]
         elif (
             name == "div"
-            and _f32(e)
+            and _replay_ops.is_f32(e)
             and isinstance(e.invars[1], jcore.Literal)
             and (r := _replay_ops.reciprocal(e, e.invars[1].val, facts)) is not None
         ):
             outs = [jnp.asarray(ins[0], jnp.float32) * r]
-        elif name in _replay_ops.LIBDEVICE and _f32(e):
+        elif name in _replay_ops.LIBDEVICE and _replay_ops.is_f32(e):
             outs = [gpu_function(e, *ins)]
         elif (
             name in _CALLS

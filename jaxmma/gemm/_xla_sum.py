@@ -18,9 +18,9 @@ a *column* reduction over the major ``R`` (a prefix), a full reduction is a row 
   rest +0) by the same tree.
 - **Column** (``ColumnReductionFusion``): for each column, warp ``w`` of 32 adds rows
   ``w, w + 32, w + 64, ...`` in turn; the 32 partials (+0 past ``R``) by the tree.
-- **Elemental loop** (``n < 32`` with ``32 % n != 0`` for rows; for columns ``R < 32``,
-  or ``R < 64, n < 32``, ``R < 128, n < 8``, ``R < 256, n < 3``): one thread adds the
-  elements in index order.
+- **Elemental loop** (rows of ``n < 32`` with ``32 % n != 0``): one thread adds the
+  elements in index order. (XLA also loops over small columns, ``R < 32`` and the like;
+  no capture holds one, so they are refused.)
 
 - **Split** (a full sum of ``N > 16384``): XLA's tree rewriter pads ``N`` with zeros to
   ``[k1, k2]`` (:func:`split_params`), sums each row of ``k2`` (a row reduction, above)
@@ -54,11 +54,10 @@ LANES = 32
 
 @dataclasses.dataclass(frozen=True)
 class SumPlan:
-    """How one ``reduce_sum`` is added: ``kind`` ``"row"``, ``"column"``, ``"loop_row"``
-    or ``"loop_column"``, over ``x`` viewed as ``[R, n]``; ``v`` the load width
-    (rows)."""
+    """How one ``reduce_sum`` is added (module docstring), over ``x`` viewed as
+    ``[R, n]``; ``v`` the load width (rows)."""
 
-    kind: str
+    kind: str  # "row", "loop_row", "column", "triton_row" or "split"
     R: int
     n: int
     v: int = 1
@@ -164,7 +163,7 @@ def plan(shape: tuple, axes: tuple, narrow: bool) -> SumPlan | str:
     if axes == tuple(range(len(axes))):  # a prefix: columns
         R, n = math.prod(shape[: len(axes)]), math.prod(shape[len(axes) :])
         if R < 32 or (R < 64 and n < 32) or (R < 128 and n < 8) or (R < 256 and n < 3):
-            return SumPlan("loop_column", R, n)
+            return f"a column reduction of {R} x {n} (XLA's elemental loop: not measured)"
         if LANES % n == 0:
             return f"a column reduction of {n} columns (XLA's small-column emitter: not derived)"
         if R > 4096:
@@ -232,8 +231,6 @@ def reduce_sum(x, shape: tuple, axes: tuple, p: SumPlan):
         out = _row(x, p)
     elif p.kind == "loop_row":
         out = _loop(x)
-    elif p.kind == "column":
-        out = _column(x, p)
     else:
-        out = _loop(x.T)
+        out = _column(x, p)
     return out.reshape(kept)
