@@ -2,9 +2,13 @@
 
 Oracles: NumPy's float64 product of two float32 values is exact (48 significant bits),
 so casting it to float32 is the correctly rounded FMUL (subnormals included); FFMA is
-checked against exact fractions rounded to the nearest float32 (ties to even).
+checked against exact fractions rounded to the nearest float32 (ties to even), for both
+FFMAs: the general engine's (``arith.ffma_f32``) and the int32 one of
+``arith._fma32`` that the XLA:GPU function sequences chain; the two are also compared
+on raw bits over a grid of special values and near-cancelling random inputs.
 """
 
+import itertools
 import math
 from fractions import Fraction
 
@@ -13,6 +17,7 @@ import numpy as np
 import pytest
 
 from jaxmma import arith
+from jaxmma.arith import _fma32
 
 F32_MAX = Fraction(float(np.finfo(np.float32).max))
 HALF_ULP_MAX = Fraction(2) ** (127 - 24)
@@ -96,8 +101,12 @@ def _round_f32(exact: Fraction, neg_zero: bool) -> int:
     return int(np.float32(best).view(np.uint32))
 
 
+FFMAS = {"engine": arith.ffma_f32, "int32": _fma32.ieee_fma_f32}
+
+
+@pytest.mark.parametrize("fma", FFMAS)
 @pytest.mark.parametrize("seed", [3, 4])
-def test_ffma_rounds_once(seed):
+def test_ffma_rounds_once(seed, fma):
     n = 3000
     x, y, z = _inputs(n, seed), _inputs(n, seed + 10), _inputs(n, seed + 20)
     # near-cancellation: z close to -x*y for a third of the cases
@@ -106,7 +115,7 @@ def test_ffma_rounds_once(seed):
             np.float32
         )
     z[::3] = (-p[::3]).view(np.uint32)
-    got = np.asarray(jax.jit(arith.ffma_f32)(x, y, z))
+    got = np.asarray(jax.jit(FFMAS[fma])(x, y, z))
     checked = 0
     for i in range(n):
         xf, yf, zf = (float(a[i : i + 1].view(np.float32)[0]) for a in (x, y, z))
@@ -121,12 +130,45 @@ def test_ffma_rounds_once(seed):
     assert checked > n // 2
 
 
-def test_ffma_specials():
+@pytest.mark.parametrize("fma", FFMAS)
+def test_ffma_specials(fma):
     inf, nan = 0x7F800000, 0x7FC00000
     one, zero = 0x3F800000, 0
-    got = np.asarray(arith.ffma_f32(
+    got = np.asarray(FFMAS[fma](
         np.array([inf, inf, one, nan, inf], np.uint32),
         np.array([zero, one, one, one, one], np.uint32),
         np.array([one, 0xFF800000, inf, one, one], np.uint32),
     ))  # fmt: skip
     assert got.tolist() == [0x7FFFFFFF, 0x7FFFFFFF, inf, 0x7FFFFFFF, inf]
+
+
+SPECIAL = [0, 1, 0x7FFFFF, 0x800000, 0x3F800000, 0x3F000000, 0x7F7FFFFF, 0x7F800000]
+SPECIAL += [0x7FC00000, 0x7F800001, 0x400000, 0x33800000, 0x1F800000, 0x5F800000]
+
+
+def test_int32_ffma_matches_the_engine_on_raw_bits():
+    """Every sign of a grid of zeros, subnormals, extremes, Inf and NaN, and random
+    inputs half of which nearly cancel, also with ``jax_enable_x64`` on: the same bits."""
+    grid = SPECIAL + [v | 0x80000000 for v in SPECIAL]
+    gx, gy, gz = (
+        np.array(v, np.uint32) for v in zip(*itertools.product(grid, grid, grid), strict=True)
+    )
+    n = 100_000
+    x, y, z = _inputs(n, 7), _inputs(n, 8), _inputs(n, 9)
+    with np.errstate(all="ignore"):
+        p = x.view(np.float32).astype(np.float64) * y.view(np.float32).astype(np.float64)
+        p, q = p.astype(np.float32), (p * (1 + 2.0**-20)).astype(np.float32)
+    z[::2] = (-p[::2]).view(np.uint32)  # cancels to its last bits
+    z[1::4] = q[1::4].view(np.uint32)
+    x, y, z = (np.concatenate([g, v]) for g, v in ((gx, x), (gy, y), (gz, z)))
+    want = np.asarray(jax.jit(arith.ffma_f32)(x, y, z))
+    got = np.asarray(jax.jit(_fma32.ieee_fma_f32)(x, y, z))
+    assert np.array_equal(got, want), np.count_nonzero(got != want)
+    with jax.enable_x64(True):
+        got64 = np.asarray(jax.jit(_fma32.ieee_fma_f32)(x, y, z))
+    assert np.array_equal(got64, want)
+    # the cases exist: exact cancellation to +0, -0 from two negative zeros, subnormal
+    # and Inf results, NaN
+    assert (want == 0).sum() > 100 and (want == 0x80000000).any()
+    assert ((want & 0x7F800000) == 0).sum() > 1000 and (want == 0xFF800000).any()
+    assert (want == 0x7FFFFFFF).sum() > 100

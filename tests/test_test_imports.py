@@ -36,6 +36,7 @@ ALLOWED = {
     ("test_fixed_sums.py", "jaxmma.arith._fixed"): "the fixed-width sum's parts",
     ("test_fixed_sums.py", "jaxmma.arith._numerics"): "the general block rounding, the oracle",
     ("test_float64.py", "jaxmma.arith._float64"): "the f64 FMA against the host's",
+    ("test_ieee.py", "jaxmma.arith._fma32"): "the int32 FFMA against the engine",
     ("test_gemm_api.py", "jaxmma.gemm._pipeline"): "the forward on bits under the public face",
     ("test_gemm_backward.py", "jaxmma.gemm._gemm"): "resets the once-only warning",
     ("test_gemm_golden.py", "jaxmma.conformance._gemm"): "the GEMM golden cases and tiling",
