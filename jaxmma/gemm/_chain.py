@@ -1,8 +1,8 @@
-"""The XLA executor: a GEMM as a ``lax.scan`` of model calls over its k-steps.
+"""The XLA executor: a GEMM as the instruction's chain of model calls over its k-steps.
 
-Each k-step is one call of :func:`jaxmma.models._models.mma_bits` (the one numerics
-entry point, the same function the register and matrix levels reach) on the whole
-``[M, k] x [k, N]`` slab, since the models are elementwise over the output. The steps run
+The operands are laid out as k-steps (each a whole ``[M, k] x [k, N]`` slab) and handed
+to the models floor's chain, :func:`jaxmma.models.chain_bits`: one call of the one
+numerics entry point (the same function the register and matrix levels reach) per step,
 in a ``lax.scan``, so the program and its compile time do not grow with K, and the working
 set is one slab. It computes every form (sparse, block-scaled, promotion, mixed C and D
 types) on every backend: the reference the other executors are tested against.
@@ -43,82 +43,66 @@ def _steps(x, axis: int, nsteps: int):
 
 def xla_gemm_bits(cfg: Config, A, B, C, *, scales=None):
     """Raw-bit GEMM as XLA operations: ``A [..., M, K]``, ``B [..., K, N]``, ``C [..., M,
-    N]`` bits (leading dimensions broadcast) -> D bits, a ``lax.scan`` of model calls over
-    the k-steps. ``scales``: ``(SA [..., M, K / block], SB [..., K / block, N])`` for
-    block-scaled forms. For sparse forms A is the dense (structured) matrix."""
+    N]`` bits (leading dimensions broadcast) -> D bits, the instruction chained over the
+    k-steps (:func:`jaxmma.models.chain_bits`). ``scales``: ``(SA [..., M, K / block],
+    SB [..., K / block, N])`` for block-scaled forms. For sparse forms A is the dense
+    (structured) matrix."""
     ins = cfg.ins
     lead = _lead(A, B, C, *(scales or ()))
     A = jnp.broadcast_to(A, lead + A.shape[-2:])
     B = jnp.broadcast_to(B, lead + B.shape[-2:])
     C = jnp.broadcast_to(C, lead + C.shape[-2:])
-    M, K = A.shape[-2:]
-    S = max(1, -(-K // ins.k))
-    A = _pad_axis(A, -1, S * ins.k)
-    B = _pad_axis(B, -2, S * ins.k)
-    xs = {"a": _steps(A, -1, S), "b": _steps(B, -2, S)}
+    S = max(1, -(-A.shape[-1] // ins.k))
+    A = _steps(_pad_axis(A, -1, S * ins.k), -1, S)
+    B = _steps(_pad_axis(B, -2, S * ins.k), -2, S)
     if scales is not None:
         nblk = operands.num_blocks(ins)
         one = {"ue8m0": 0x7F, "ue4m3": 0x38}[ins.stype]  # 1.0: scales of padded blocks
         SA, SB = (jnp.broadcast_to(s, lead + s.shape[-2:]) for s in scales)
-        xs["sa"] = _steps(_pad_axis(SA, -1, S * nblk, one), -1, S)
-        xs["sb"] = _steps(_pad_axis(SB, -2, S * nblk, one), -2, S)
-    bad = None
+        scales = (_steps(_pad_axis(SA, -1, S * nblk, one), -1, S),)
+        scales += (_steps(_pad_axis(SB, -2, S * nblk, one), -2, S),)
+    idx = bad = None
     if ins.sparse:
-        xs["a"], xs["idx"], bad = _compress_steps(ins, xs["a"])
+        A, idx, bad = _compress_steps(ins, A)
+    if cfg.promote_every is not None:
+        D = _promoted(ins, cfg.promote_every, S, A, B, C, scales, idx)
+    else:
+        D = models.chain_bits(ins, A, B, C, scales=scales, sparse_idx=idx)
+    # rows whose A lacks the sparse structure (traced A, unchecked): poison bits; a valid
+    # A leaves every bit as it is
+    return D if bad is None else operands.poison_rows(ins, D, bad)
 
-    def step(acc, x):
-        sc = (x["sa"], x["sb"]) if "sa" in x else None
-        d = models.mma_bits(ins, x["a"], x["b"], acc, scales=sc, sparse_idx=x.get("idx"))
-        return d, None
 
-    def chain(c, steps):
-        """The steps from C bits ``c`` (the ctype); D bits of the last (the dtype)."""
-        if ins.ctype == ins.dtype:
-            return jax.lax.scan(step, c, steps)[0]
-        # D and C types differ (wmma .f16/.f32 mixes, m8n8k4 .f32.f16.f16.f16): D of one
-        # step becomes the next step's C by a conversion rounded to nearest (cvt.rn)
-        d, _ = step(c, jax.tree.map(lambda x: x[0], steps))
-
-        def converted(acc, x):
-            return step(arith.convert(acc, ins.dtype, ins.ctype), x)
-
-        return jax.lax.scan(converted, d, jax.tree.map(lambda x: x[1:], steps))[0]
-
-    P = cfg.promote_every
-    if P is None:
-        return _poison(ins, chain(C, xs), bad)
-
-    # promotion: groups of P k-steps from +0, each added into the f32 total; a short last
-    # group runs in the same (once-compiled) loop, its missing steps masked out. P >= S is
-    # one group of all S steps (the same bits): capped, so that a huge P allocates nothing
+def _promoted(ins, P: int, S: int, A, B, C, scales, idx):
+    """The chain of the S k-steps (stacked on the leading axis) in groups of P, each from
+    +0 and added into an f32 total that started at C (see the module docstring)."""
+    # a short last group runs in the same (once-compiled) loop, its missing steps masked
+    # out. P >= S is one group of all S steps (the same bits): capped, so that a huge P
+    # allocates nothing
     P = min(P, S)
     G = -(-S // P)
     real = np.arange(G * P).reshape(G, P) < S
     fill = np.minimum(np.arange(G * P), S - 1)  # any step fills the masked places
+    xs = {"a": A, "b": B}
+    if scales is not None:
+        xs["sa"], xs["sb"] = scales
+    if idx is not None:
+        xs["idx"] = idx
     xs = jax.tree.map(lambda x: x[fill] if G * P > S else x, xs)
     xs = jax.tree.map(lambda x: x.reshape((G, P) + x.shape[1:]), xs)
     zero = models.zero_bits(C.shape)
 
-    def masked_step(acc, x):  # acc: D bits (f32); the next step's C is acc in the ctype
-        c = acc if ins.ctype == ins.dtype else arith.convert(acc, ins.dtype, ins.ctype)
-        d, _ = step(c, x[0])
-        return jnp.where(x[1], d, acc), None
-
     def group(total, g):
-        acc, _ = jax.lax.scan(masked_step, zero, g)
+        x, live = g
+        sc = (x["sa"], x["sb"]) if "sa" in x else None
+        acc = models.chain_bits(
+            ins, x["a"], x["b"], zero, scales=sc, sparse_idx=x.get("idx"), live=live, from_d=True
+        )
         return arith.ieee_add(total, acc, "f32"), None
 
     total = C if ins.ctype == "f32" else arith.convert(C, ins.ctype, "f32")
     total, _ = jax.lax.scan(group, total, (xs, jnp.asarray(real)))
-    return _poison(ins, total, bad)
-
-
-def _poison(ins, D, bad):
-    """Rows of D whose A lacks the sparse structure (traced A, unchecked) -> poison bits
-    (:func:`jaxmma._sparse.poison_rows`); a valid A leaves every bit as it is."""
-    if bad is None:
-        return D
-    return operands.poison_rows(ins, D, bad)
+    return total
 
 
 def _compress_steps(ins, a):
