@@ -23,12 +23,16 @@ SHAPES = [(16, 32), (32, 8), (16, 8)]
 def test_every_executor_declares_the_interface():
     names = [ex.name for ex in _executors.EXECUTORS]
     assert names == ["native", "pallas", "block-scaled", "xla"]
+    base = _executors.Executor
     for ex in _executors.EXECUTORS:
-        assert isinstance(ex, _executors.Executor) and callable(ex.covers)
-        assert callable(ex.chain) and callable(ex.fuses)
+        cls = type(ex)  # a subclass of the interface in the executor's own module
+        assert isinstance(ex, base) and cls is not base and cls.__module__ != base.__module__
+        assert cls.covers is not base.covers and cls.chain is not base.chain
         if ex.fuses("block"):
-            assert ex.block is not None
+            assert cls.block is not base.block
     assert _executors.EXECUTORS[-1].covers(None, None)  # the XLA chain covers everything
+    with pytest.raises(NotImplementedError, match="fuses no block recipe"):
+        _executors.XLA.block(None, None, None, None, None)
 
 
 def test_the_choice_follows_the_order():

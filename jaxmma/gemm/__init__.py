@@ -15,11 +15,14 @@ A call runs these stages in order, each in one module (docs/gemm.md, "The pipeli
 4. the forward on raw bits (``_pipeline.forward``, one ``jit`` for every configuration):
    prepare the bits the instruction reads (``_prepare.operands``: input rounding,
    quantized elements and block scales); execute the chain on the executor
-   ``_executors.choose`` picks (native tensor cores ``_native``, the emulating Pallas
-   kernel ``_pallas``, whole-GEMM block-scaled sums ``_block_scaled``, the XLA chain
-   ``_chain``), once, or per split-K slice (``_split``) or 128-wide block group
-   (``_recipes``); finish on raw bits (``_split.reduce``, ``_epilogue``): partials
-   reduced, scales, alpha / beta, C, NVFP4's per-tensor scales, the output type; decode.
+   ``_executors.choose`` picks (each a subclass of ``_executor.Executor`` in its own
+   module: native tensor cores ``_native``, the emulating Pallas kernel ``_pallas``,
+   whole-GEMM block-scaled sums ``_block_scaled``, the XLA chain ``_chain`` over
+   ``models.chain_bits``), once, or per batch of split-K slices (``_split.batches``) or
+   128-wide block groups (``_recipes.block_groups``); finish on raw bits
+   (``_split.reduce``, ``_recipes.block_total``, ``_epilogue``): partials reduced, block
+   groups scaled, scales, alpha / beta, C, NVFP4's per-tensor scales, the output type;
+   decode.
    Kernel options and scales are optional stages of this one forward;
 5. the derivative around it (``_pipeline._differentiable``), below.
 

@@ -22,6 +22,7 @@ import jax.numpy as jnp
 
 from .. import models, operands, util
 from . import _block_kernel, _modes, _partition, _product_kernel
+from ._executor import Executor
 
 #: ``"auto"``: the forms :func:`covers` names run here; ``"emulate"``: none does
 MODE = "auto"
@@ -68,20 +69,17 @@ def gemm_bits(cfg, A, B, C, scales):
     B = _pad(B, -2, S * ins.k, 0)
     SA = _pad(SA, -1, S * nblk, one)
     SB = _pad(SB, -2, S * nblk, one)
-    if models.product_gemm_supports(ins):
-        how = _product_kernel.chosen()
-        if how is None:
-            return models.product_gemm_bits(ins, A, B, C, SA, SB)
-        return _partition.sharded(
-            _product_bits, ins, A, B, C, scales=(SA, SB), interpret=how == "interpret"
-        )
-    how = _block_kernel.chosen()
+    product = models.product_gemm_supports(ins)
+    how = _product_kernel.chosen() if product else _block_kernel.chosen()
     if how is not None:  # the same bits from one Pallas kernel
         # split over devices as XLA splits a dot (jaxmma/gemm/_partition.py): the scales
         # follow A's rows and B's columns
+        kernel = _product_bits if product else _kernel_bits
         return _partition.sharded(
-            _kernel_bits, ins, A, B, C, scales=(SA, SB), interpret=how == "interpret"
+            kernel, ins, A, B, C, scales=(SA, SB), interpret=how == "interpret"
         )
+    if product:
+        return models.product_gemm_bits(ins, A, B, C, SA, SB)
     return models.group_gemm_bits(ins, A, B, C, SA, SB)
 
 
@@ -91,3 +89,15 @@ def _kernel_bits(ins, A, B, C, *, block_scales, interpret: bool):
 
 def _product_bits(ins, A, B, C, *, block_scales, interpret: bool):
     return _product_kernel.gemm_bits(ins, A, B, C, *block_scales, interpret=interpret)
+
+
+class BlockScaled(Executor):
+    """The whole-GEMM sums as an executor: the GEMMs :func:`covers` names."""
+
+    name = "block-scaled"
+
+    def covers(self, cfg, scales):
+        return covers(cfg, scales)
+
+    def chain(self, cfg, A, B, C, scales):
+        return gemm_bits(cfg, A, B, C, scales)

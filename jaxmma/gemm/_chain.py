@@ -25,6 +25,7 @@ import numpy as np
 
 from .. import arith, models, operands, util
 from ._config import Config
+from ._executor import Executor
 
 
 def _lead(*xs):
@@ -117,3 +118,15 @@ def _compress_steps(ins, a):
     back = lambda x: x.reshape(a.shape[:-2] + (Mp, ins.k // 2))[..., :M, :]  # noqa: E731
     bad = jnp.any(bad.reshape(a.shape[:-2] + (Mp,)), axis=0)[..., :M]
     return back(vals), back(idx), bad
+
+
+class Xla(Executor):
+    """The XLA chain as an executor: every form on every backend."""
+
+    name = "xla"
+
+    def covers(self, cfg, scales):
+        return True
+
+    def chain(self, cfg, A, B, C, scales):
+        return xla_gemm_bits(cfg, A, B, C, scales=scales)

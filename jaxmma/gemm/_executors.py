@@ -1,9 +1,10 @@
-"""The executors of the GEMM floor, one interface, and the one place that chooses.
+"""The executors of the GEMM floor, in their order, and the one place that chooses.
 
 An executor computes the instruction chain of one GEMM on raw bits: ``A [..., M, K]``,
 ``B [..., K, N]`` and ``C [..., M, N]`` (None: +0) in, D bits out, leading dimensions
 broadcast, any K (padded as a kernel pads it). Every executor gives the same bits; they
-differ in speed and in what they cover, which each declares (:attr:`Executor.covers`).
+differ in speed and in what they cover, which each declares (:meth:`Executor.covers`,
+the interface of :mod:`._executor`, each executor a subclass in its own module).
 :func:`choose` takes the first that covers a GEMM, in the order of :data:`EXECUTORS`:
 
 * ``native``: the device's own tensor cores (:mod:`._native`), where ``executor=``
@@ -20,74 +21,25 @@ differ in speed and in what they cover, which each declares (:attr:`Executor.cov
 
 The stages around the chain (split-K slices and their reduction, promotion, scales, the
 epilogue) are shared by every executor (:mod:`._pipeline`); an executor that can fuse a
-stage says so (:attr:`Executor.fuses`).
+stage says so (:meth:`Executor.fuses`).
 """
 
 from __future__ import annotations
-
-import dataclasses
-from collections.abc import Callable
 
 import jax
 import jax.numpy as jnp
 
 from .. import models
-from . import _block_scaled, _chain, _native, _pallas
+from ._block_scaled import BlockScaled
+from ._chain import Xla
 from ._config import Config
+from ._executor import Executor as Executor
+from ._native import Native
+from ._pallas import Pallas
 
-
-@dataclasses.dataclass(frozen=True)
-class Executor:
-    """One way to compute a GEMM's instruction chain (see the module docstring).
-
-    Attributes:
-      name: how docs and errors call it.
-      covers: ``(cfg, scales) -> bool``: whether it computes this configuration (``scales``
-        the block-scaled forms' ``(SA, SB)``, else None).
-      chain: ``(cfg, A, B, C, scales) -> D bits`` in the accumulator's format; ``C`` None
-        is +0 (given only where :attr:`reads_no_c`; otherwise :func:`gemm_bits` passes +0).
-      reads_no_c: whether ``chain`` takes ``C=None`` itself (a kernel that reads no C).
-      fuses: ``(stage) -> bool``: whether the executor runs that stage in its kernel
-        (``"tensor"`` / ``"row"`` scales: :func:`scaled`, ``"block"``: :func:`block`).
-      scaled: ``(cfg, A, B, C, factors) -> f32 bits``: the chain times the scale factors.
-      block: ``(cfg, A, B, SA, SB) -> f32 bits``: the 128-wide block-scale recipe.
-    """
-
-    name: str
-    covers: Callable[[Config, tuple | None], bool]
-    chain: Callable[..., jax.Array]
-    reads_no_c: bool = False
-    fuses: Callable[[str], bool] = lambda stage: False
-    scaled: Callable[..., jax.Array] | None = None
-    block: Callable[..., jax.Array] | None = None
-
-
-NATIVE = Executor(
-    "native",
-    covers=lambda cfg, scales: cfg.native and scales is None,
-    chain=lambda cfg, A, B, C, scales: _native.gemm_bits(cfg, A, B, C),
-    reads_no_c=True,
-    fuses=lambda stage: stage == "block" or _native.fuses_scales(),
-    scaled=_native.scaled_bits,
-    block=_native.block_bits,
-)
-PALLAS = Executor(
-    "pallas",
-    covers=_pallas.use_kernel,
-    chain=lambda cfg, A, B, C, scales: _pallas.gemm_bits(cfg, A, B, C),
-)
-BLOCK_SCALED = Executor(
-    "block-scaled",
-    covers=_block_scaled.covers,
-    chain=_block_scaled.gemm_bits,
-)
-XLA = Executor(
-    "xla",
-    covers=lambda cfg, scales: True,
-    chain=lambda cfg, A, B, C, scales: _chain.xla_gemm_bits(cfg, A, B, C, scales=scales),
-)
+NATIVE, PALLAS, BLOCK_SCALED, XLA = Native(), Pallas(), BlockScaled(), Xla()
 #: in the order :func:`choose` tries them; the last covers everything
-EXECUTORS = (NATIVE, PALLAS, BLOCK_SCALED, XLA)
+EXECUTORS: tuple[Executor, ...] = (NATIVE, PALLAS, BLOCK_SCALED, XLA)
 
 
 def choose(cfg: Config, shapes, scales=None) -> Executor:
@@ -113,9 +65,9 @@ def gemm_bits(cfg: Config, A, B, C=None, *, scales=None) -> jax.Array:
     ``scales``: ``(SA [..., M, K / block], SB [..., K / block, N])`` for block-scaled
     forms. For sparse forms A is the dense (structured) matrix.
     """
-    shapes = [jnp.shape(A), jnp.shape(B)] + ([] if C is None else [jnp.shape(C)])
-    ex = choose(cfg, shapes, scales)
+    shapes = [A.shape, B.shape] + ([] if C is None else [C.shape])
+    ex: Executor = choose(cfg, shapes, scales)
     if C is None and not ex.reads_no_c:
-        lead = jnp.broadcast_shapes(jnp.shape(A)[:-2], jnp.shape(B)[:-2])
-        C = zeros(cfg, lead + (jnp.shape(A)[-2], jnp.shape(B)[-1]))
+        lead = jnp.broadcast_shapes(A.shape[:-2], B.shape[:-2])
+        C = zeros(cfg, lead + (A.shape[-2], B.shape[-1]))
     return ex.chain(cfg, A, B, C, scales)

@@ -47,6 +47,7 @@ from jax.experimental.pallas import triton as plgpu
 
 from ..bits import CANONICAL_NAN, ELEMENT_DTYPES, FP8
 from . import _partition, _recipes, _tiling, _triton_ops
+from ._executor import Executor
 
 F32 = jnp.float32
 EXECUTORS = ("auto", "native", "emulate")
@@ -451,9 +452,10 @@ def scaled_bits(cfg, Ab, Bb, C, factors, *, interpret=None, tiles: Tiles | None 
 
 
 def block_bits(cfg, Ab, Bb, scale_a, scale_b, *, interpret=None, tiles: Tiles | None = None):
-    """The block recipe's f32 total (:func:`jaxmma.gemm._recipes.block_bits`) in one
-    kernel: per 128-wide K group the chain from +0, then ``total = fma(P_g, f32(sa[i, g]
-    * sb[g, j // 128]), total)`` (FMUL, then FFMA, each rounded once) from +0.
+    """The block recipe's f32 total (:func:`jaxmma.gemm._recipes.block_groups`, then
+    :func:`~jaxmma.gemm._recipes.block_total`) in one kernel: per 128-wide K group the
+    chain from +0, then ``total = fma(P_g, f32(sa[i, g] * sb[g, j // 128]), total)``
+    (FMUL, then FFMA, each rounded once) from +0.
 
     ``Ab [..., M, K]``, ``Bb [..., K, N]`` raw bits; ``scale_a [..., M, G]``, ``scale_b
     [..., G, ceil(N / 128)]`` float32 (G = ceil(K / 128)). K is padded with +0 to G * 128
@@ -467,3 +469,26 @@ def block_bits(cfg, Ab, Bb, scale_a, scale_b, *, interpret=None, tiles: Tiles | 
     sa = _recipes.bits(scale_a)
     sb = jnp.repeat(_recipes.bits(scale_b), GROUP, axis=-1)[..., :N]
     return gemm_bits(cfg, Ab, Bb, None, interpret=interpret, tiles=tiles, block_scales=(sa, sb))
+
+
+class Native(Executor):
+    """The native executor: its chain, and the scale stages fused into its kernel
+    (per-tensor and row-wise where :func:`fuses_scales`, the block recipe always)."""
+
+    name = "native"
+    reads_no_c = True
+
+    def covers(self, cfg, scales):
+        return cfg.native and scales is None
+
+    def chain(self, cfg, A, B, C, scales):
+        return gemm_bits(cfg, A, B, C)
+
+    def fuses(self, stage):
+        return stage == "block" or fuses_scales()
+
+    def scaled(self, cfg, A, B, C, factors):
+        return scaled_bits(cfg, A, B, C, factors)
+
+    def block(self, cfg, A, B, SA, SB):
+        return block_bits(cfg, A, B, SA, SB)

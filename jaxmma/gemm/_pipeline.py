@@ -11,9 +11,10 @@ that is here, the same for every configuration:
 2. the forward on raw bits (:func:`forward`, compiled once per configuration and shapes):
    *prepare* the bits the instruction reads (:func:`._prepare.operands`: input rounding,
    quantized elements and block scales), *execute* the chain on the executor
-   :func:`._executors.choose` picks (once, or per split-K slice or 128-wide block group:
-   :func:`_execute`), *finish* on raw bits (:func:`_finish`: the reduction's output, fp8
-   scales, alpha / beta, C, NVFP4's per-tensor scales, the output type) and decode;
+   :func:`._executors.choose` picks (once, or per batch of split-K slices or 128-wide
+   block groups: :func:`_execute`), *finish* on raw bits (:func:`_finish`: the
+   reduction's output, fp8 scales, alpha / beta, C, NVFP4's per-tensor scales, the
+   output type) and decode;
 3. the derivative around it (:func:`_differentiable`): the one straight-through rule,
    :func:`jaxmma.util.gemm_straight_through`, with the exact value of the configuration
    (:func:`_exact`), or the emulated gradient GEMMs of ``grad_instruction``
@@ -38,6 +39,7 @@ from .. import util
 from ..bits import from_bits, nearest_float32
 from ..models import zero_bits
 from . import _config, _epilogue, _executors, _prepare, _recipes, _split
+from ._executor import Executor
 from ._options import KernelOptions
 
 F32 = jnp.float32
@@ -75,25 +77,30 @@ def forward(cfg, opts, kind, A, B, C, SA, SB, key, q):
 def _execute(cfg, opts, kind, Ab, Bb, C0, SA, SB, scales, zero):
     """The chain on the executor :func:`._executors.choose` picks: ``(acc, acc_type,
     scale)``, the accumulator's bits and format, and the fp8 scale factors still to
-    multiply it (None where none are, or the executor fused them)."""
+    multiply it (None where none are, or the executor fused them). Split-K and the block
+    recipe cut K into batches of chains, which the executor runs, and combine their D."""
     ins = cfg.ins
     scale = _recipes.scale_bits(kind, SA, SB) if kind in ("tensor", "row") else None
     if kind is None and not opts.splits:  # one chain (C0 None: +0)
         return _executors.gemm_bits(cfg, Ab, Bb, C0, scales=scales), ins.dtype, None
-    run = lambda a, b, c: _executors.gemm_bits(cfg, a, b, c)  # noqa: E731
-    ex = _executors.choose(cfg, (Ab.shape, Bb.shape))
+    ex: Executor = _executors.choose(cfg, (Ab.shape, Bb.shape))
     if kind == "block" and ex.fuses("block"):
         return ex.block(cfg, Ab, Bb, SA, SB), "f32", None  # one kernel
     if scale is not None and not opts.splits and ex.fuses(kind):
         return ex.scaled(cfg, Ab, Bb, C0, scale), "f32", None
-    if kind == "block":
-        return _recipes.block_bits(run, Ab, Bb, zero, SA, SB), "f32", None
-    if opts.splits:
+    if kind == "block":  # per 128-wide K group a chain from +0, all in one batch
+        a, b, c = _recipes.block_groups(Ab, Bb, zero)
+        P = _executors.gemm_bits(cfg, a, b, c)
+        return _recipes.block_total(P, SA, SB), "f32", None
+    if opts.splits:  # per slice a chain (slice 0 from C), the f32 partials reduced
         T = opts.k_tile or ins.k
         plan = _split.slices(opts.split_rule, Ab.shape[-1], opts.split_k, T)
-        parts = _split.partials(run, Ab, Bb, zero if C0 is None else C0, zero, plan, T)
+        parts = []
+        for a, b, c in _split.batches(Ab, Bb, zero if C0 is None else C0, zero, plan, T):
+            D = _executors.gemm_bits(cfg, a, b, c)
+            parts += [D[s] for s in range(D.shape[0])]
         return _split.reduce(parts, opts.split_reduce), "f32", scale
-    return run(Ab, Bb, C0), ins.dtype, scale  # scales the executor does not fuse
+    return _executors.gemm_bits(cfg, Ab, Bb, C0), ins.dtype, scale  # scales not fused
 
 
 def _finish(ins, opts, acc, acc_type, C, scale, alpha):

@@ -95,11 +95,10 @@ def factor_b(kind: str, scale_b, K: int, N: int):
     return jnp.repeat(jnp.repeat(scale_b, GROUP, axis=-2), GROUP, axis=-1)[..., :K, :N]
 
 
-def block_bits(chain, Ab, Bb, zero, scale_a, scale_b):
-    """The block recipe's f32 total (raw bits ``[..., M, N]``) from operand bits.
-
-    ``chain(A, B, C)`` is the instruction chain; the groups run as one batched chain.
-    """
+def block_groups(Ab, Bb, zero):
+    """The block recipe's chains as one batch: K padded with +0 to whole 128-wide groups,
+    ``(a [G, ..., M, 128], b [G, ..., 128, N], c [G, ..., M, N])``, each group's chain
+    from ``zero`` (raw bits); :func:`block_total` takes their D."""
     K, N = Ab.shape[-1], Bb.shape[-1]
     G = _cdiv(K, GROUP)
     pad = G * GROUP - K
@@ -107,8 +106,15 @@ def block_bits(chain, Ab, Bb, zero, scale_a, scale_b):
     Bb = jnp.pad(Bb, [(0, 0)] * (Bb.ndim - 2) + [(0, pad), (0, 0)])
     a = jnp.moveaxis(Ab.reshape(Ab.shape[:-1] + (G, GROUP)), -2, 0)  # [G, ..., M, 128]
     b = jnp.moveaxis(Bb.reshape(Bb.shape[:-2] + (G, GROUP, N)), -3, 0)  # [G, ..., 128, N]
-    P = chain(a, b, jnp.broadcast_to(zero, (G,) + zero.shape))  # [G, ..., M, N]
-    lead = Ab.shape[:-2]  # scales with fewer batch dimensions than A and B: broadcast
+    return a, b, jnp.broadcast_to(zero, (G,) + zero.shape)
+
+
+def block_total(P, scale_a, scale_b):
+    """The block recipe's f32 total (raw bits ``[..., M, N]``) from the groups' chains
+    ``P [G, ..., M, N]`` (:func:`block_groups`; the leading dimensions those of A and B,
+    broadcast alike): per group one FMUL of the scales, one FFMA into the total."""
+    G, N = P.shape[0], P.shape[-1]
+    lead = P.shape[1:-2]  # scales with fewer batch dimensions than A and B: broadcast
     scale_a = jnp.broadcast_to(scale_a, lead + jnp.shape(scale_a)[-2:])
     scale_b = jnp.broadcast_to(scale_b, lead + jnp.shape(scale_b)[-2:])
     sa = jnp.moveaxis(bits(scale_a), -1, 0)[..., None]  # [G, ..., M, 1]

@@ -11,8 +11,9 @@ Three rules, as library kernels cut K (docs/gemm.md, "Split-K"; measured on an H
 * ``"xla"`` (XLA:GPU's split-K Triton fusions): S contiguous slices of K / S.
 
 Each slice is a chain of the instruction from +0 (its own promotion groups with
-``promote_every``); the partials are added with IEEE f32 adds (FADD) in the order the
-reduce kernel uses: ``"sequential"`` ``((p0 + p1) + p2) + ...``, ``"halving"``
+``promote_every``), which the executor runs between the cut (:func:`batches`) and the
+reduction (:func:`reduce`); the partials are added with IEEE f32 adds (FADD) in the
+order the reduce kernel uses: ``"sequential"`` ``((p0 + p1) + p2) + ...``, ``"halving"``
 ``p_i + p_(i + S/2)`` until one is left, or a nested pairing tree of slice indices.
 """
 
@@ -86,13 +87,11 @@ def lead_first(A, B, T: int):
     return a[0], b[0]
 
 
-def partials(chain, A, B, C0, zero, plan, T: int) -> list:
-    """The f32 partial of each slice of ``plan`` (:func:`slices`), raw bits.
-
-    ``chain(A, B, C) -> D`` runs the instruction's chain (batched over leading dims);
-    slice 0 starts from ``C0``, the others from ``zero``. Slices of the same shape run as
-    one batched chain.
-    """
+def batches(A, B, C0, zero, plan, T: int) -> list:
+    """The slices of ``plan`` (:func:`slices`) as chains to run: ``(a [count, ..., M,
+    n'], b [count, ..., n', N], c [count, ..., M, N])`` for each run of slices of the same
+    shape, which runs as one batched chain; slice 0 starts from ``C0``, the others from
+    ``zero``. The D of each batch holds the f32 partials of its slices, in order."""
     out = []
     i = 0
     while i < len(plan):
@@ -105,8 +104,7 @@ def partials(chain, A, B, C0, zero, plan, T: int) -> list:
         starts = [C0 if s == 0 else zero for s in range(i, j)]
         lead_shape = jnp.broadcast_shapes(*(x.shape for x in starts))
         c = jnp.stack([jnp.broadcast_to(x, lead_shape) for x in starts])
-        d = chain(a, b, c)
-        out += [d[s] for s in range(j - i)]
+        out.append((a, b, c))
         i = j
     return out
 
