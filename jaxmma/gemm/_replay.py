@@ -28,7 +28,7 @@ import jax.numpy as jnp
 from jax.extend import core as jcore
 
 from .. import arith, util
-from . import _gemm, _hlo, _hlo_flow, _hlo_text, _replay_ops, _xla_sum
+from . import _gemm, _hlo, _hlo_flow, _hlo_text, _replay_ieee, _replay_ops, _xla_sum
 
 #: numpy dtype names -> jaxmma format names
 FORMATS = {"bfloat16": "bf16", "float16": "f16", "float32": "f32",
@@ -43,24 +43,19 @@ def _has_dot(jaxpr) -> bool:
 def _replayed(jaxpr) -> bool:
     """Whether ``jaxpr`` holds an equation computed here rather than bound as it is."""
     names = ("dot_general", "reduce_sum", *_replay_ops.MINMAX_REDUCE, *_replay_ops.LIBDEVICE)
-    return util.contains(jaxpr, names)
+    return util.contains(jaxpr, names + tuple(_replay_ieee.NAMES))
 
 
 def ieee_minmax(eqn, x):
     """A float ``reduce_max`` / ``reduce_min`` by IEEE 754-2019 maximum / minimum (NaN
     if any element is NaN, -0 < +0): the one result of every summation order, which is
-    what XLA:GPU's MLIR emitters give; the backend's own reduction only supplies the
-    value of a result that is neither NaN nor zero."""
-    axes = tuple(eqn.params["axes"])
-    m = util.bind(eqn, [x])[0]
-    if not jnp.issubdtype(x.dtype, jnp.floating):
-        return m
-    is_max = eqn.primitive.name == "reduce_max"
-    zeros = (x == 0) & (jnp.signbit(x) != is_max)  # +0 for max, -0 for min
-    present = jnp.any(zeros, axis=axes)
-    zero = jnp.where(present, 0.0, -0.0) if is_max else jnp.where(present, -0.0, 0.0)
-    m = jnp.where(m == 0, zero.astype(m.dtype), m)
-    return jnp.where(jnp.any(jnp.isnan(x), axis=axes), jnp.asarray(jnp.nan, m.dtype), m)
+    what XLA:GPU's MLIR emitters give; on the bits' order (:func:`._replay_ieee.maximum`),
+    so that no subnormal is read as a zero."""
+    if _replay_ieee.float_format(x) is None:
+        return util.bind(eqn, [x])[0]
+    is_max, axes = eqn.primitive.name == "reduce_max", tuple(eqn.params["axes"])
+    fn = lambda v: _replay_ieee.maximum(v, axes, is_max, jnp.nan)  # noqa: E731
+    return _replay_ieee.with_derivative(eqn, fn, [x])
 
 
 def gpu_function(eqn, *xs):
@@ -369,17 +364,21 @@ def _eval(jaxpr, consts, args, plans: dict, facts=None):
             and _replay_ops.is_f32(e)
             and isinstance(plan := _replay_ops.sum_plan(e, facts), _xla_sum.SumPlan)
         ):
-            x = ins[0]
-            outs = [_xla_sum.reduce_sum(x, tuple(x.shape), tuple(e.params["axes"]), plan)]
+            x, axes = ins[0], tuple(e.params["axes"])
+            summed = lambda v, a=axes, p=plan: _xla_sum.reduce_sum(v, v.shape, a, p)  # noqa: E731
+            outs = [_replay_ieee.with_derivative(e, summed, [x])]
         elif (
             name == "div"
             and _replay_ops.is_f32(e)
             and isinstance(e.invars[1], jcore.Literal)
             and (r := _replay_ops.reciprocal(e, e.invars[1].val, facts)) is not None
         ):
-            outs = [jnp.asarray(ins[0], jnp.float32) * r]
+            scaled = lambda x, _, r=r: _replay_ieee.fmul(jnp.asarray(x, jnp.float32), r)  # noqa: E731
+            outs = [_replay_ieee.with_derivative(e, scaled, ins)]
         elif name in _replay_ops.LIBDEVICE and _replay_ops.is_f32(e):
             outs = [gpu_function(e, *ins)]
+        elif _replay_ieee.covers(e):
+            outs = _replay_ieee.evaluate(e, ins)
         elif (
             name in _CALLS
             and _CALLS[name] in e.params

@@ -45,8 +45,11 @@ from __future__ import annotations
 import dataclasses
 import math
 
+import jax
 import jax.numpy as jnp
 import numpy as np
+
+from .. import arith
 
 F32 = jnp.float32
 LANES = 32
@@ -66,6 +69,12 @@ class SumPlan:
     pad: int = 0
     inner: SumPlan | None = None
     outer: SumPlan | None = None
+
+
+def _add(a, b):
+    """f32 ``a + b`` (FADD) on the bits: subnormals kept, which the CPU's own add flushes."""
+    bits = lambda v: jax.lax.bitcast_convert_type(v, jnp.uint32)  # noqa: E731
+    return jax.lax.bitcast_convert_type(arith.ieee_add(bits(a), bits(b), "f32"), F32)
 
 
 def _pow2(x: int) -> bool:
@@ -119,7 +128,7 @@ def triton_plan(shape: tuple, axes: tuple, config: tuple, narrow: bool) -> SumPl
     rank = len(shape)
     n = shape[-1] if rank else 1
     row = tuple(a % rank for a in axes) == (rank - 1,)
-    if not row or narrow or warps != 1 or tma or tile[-1] != n or any(t != 1 for t in tile[:-1]):
+    if not row or narrow or warps != 1 or tma or tuple(tile[-1:]) != (n,) or set(tile[:-1]) - {1}:
         return (f"a Triton reduce of {list(shape)} over {list(axes)} with tile {list(tile)}, "
                 f"{warps} warps{' and TMA' if tma else ''}: not measured (f32 rows of 65 to "
                 "127 in a [1, n] tile with one warp are)")  # fmt: skip
@@ -133,7 +142,7 @@ def _triton_row(x):
     with +0 to 128; the lanes by the shuffle tree."""
     pad = jnp.zeros(x.shape[:-1] + (128 - x.shape[-1],), F32)
     q = jnp.concatenate([x, pad], axis=-1).reshape(x.shape[:-1] + (4, LANES))
-    lanes = (q[..., 0, :] + q[..., 1, :]) + (q[..., 2, :] + q[..., 3, :])
+    lanes = _add(_add(q[..., 0, :], q[..., 1, :]), _add(q[..., 2, :], q[..., 3, :]))
     return _tree(lanes)
 
 
@@ -176,7 +185,7 @@ def _tree(a):
     """The shuffle-down tree over the last axis (32): ``a[0]`` after ``a[i] += a[i + d]``
     for ``d = 16, 8, 4, 2, 1``."""
     for d in (16, 8, 4, 2, 1):
-        a = jnp.concatenate([a[..., :d] + a[..., d : 2 * d], a[..., d:]], axis=-1)
+        a = jnp.concatenate([_add(a[..., :d], a[..., d : 2 * d]), a[..., d:]], axis=-1)
     return a[..., 0]
 
 
@@ -190,7 +199,7 @@ def _row(x, p: SumPlan):
         valid = j < n // v
         for s2 in range(v):
             idx = np.where(valid, j * v + s2, 0)
-            acc = jnp.where(valid, acc + x[..., idx], acc)
+            acc = jnp.where(valid, _add(acc, x[..., idx]), acc)
     warps = _tree(acc.reshape(x.shape[:-1] + (T // LANES, LANES)))
     if T == LANES:
         return warps[..., 0]
@@ -203,7 +212,7 @@ def _column(x, p: SumPlan):
     for w in range(LANES):
         acc = jnp.zeros(x.shape[1:], F32)
         for r in range(w, p.R, LANES):
-            acc = acc + x[r]
+            acc = _add(acc, x[r])
         parts.append(acc)
     return _tree(jnp.stack(parts, axis=-1))
 
@@ -211,7 +220,7 @@ def _column(x, p: SumPlan):
 def _loop(x):  # over the last axis, in index order
     acc = jnp.zeros(x.shape[:-1], F32)
     for i in range(x.shape[-1]):
-        acc = acc + x[..., i]
+        acc = _add(acc, x[..., i])
     return acc
 
 
