@@ -31,7 +31,7 @@ import numpy as np
 from jax.extend import core as jcore
 
 from .. import arith, util
-from . import _xla_sum
+from . import _replay_ieee, _xla_sum
 
 #: equations that move, select, compare or reinterpret values without rounding: exact
 MOVE = frozenset({
@@ -56,6 +56,9 @@ MINMAX_REDUCE = frozenset({"reduce_max", "reduce_min"})
 LIBDEVICE = frozenset(arith.GPU_FUNCTIONS)
 #: float arithmetic checked for FMA contraction and excess precision
 ARITH = frozenset({"add", "sub", "mul", "add_any", "neg", "integer_pow"})
+#: float ops that gpu_replay computes on bits (the CPU flushes subnormals): inside a loop
+#: or conditional, which is bound as it is, they are refused
+ON_BITS = _replay_ieee.NAMES
 #: ops that commute with rounding: a bf16 / f16 value kept in f32 passes through them
 #: and is rounded at the end to the same bits
 COMMUTE = MOVE | {"max", "min", "clamp", "abs", "neg"}
@@ -264,12 +267,13 @@ def _walk(jaxpr, consts, st: _State, findings: list):
             inner_findings = []
             for j in sub:
                 _walk(j, [], _State(), inner_findings)
-                if any(_is_float(v.aval) and q.primitive.name in ARITH
-                       for q in j.eqns for v in q.outvars):  # fmt: skip
+                if any(_is_float(v.aval) and q.primitive.name in ARITH | ON_BITS
+                       for q in j.eqns for v in q.invars):  # fmt: skip
                     inner_findings.append("float arithmetic inside")
             if inner_findings:
                 reasons.append(
-                    f"{name} holds operations that are refused or float arithmetic; "
+                    f"{name} holds operations that are refused, float arithmetic or float "
+                    "comparisons (computed as the CPU computes them: subnormals flushed); "
                     "loops and conditionals are not inspected"
                 )
         elif name in EXACT:
