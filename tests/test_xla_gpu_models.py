@@ -104,12 +104,13 @@ COUNTS = {
     "model-ln-f32": (3, 0),  # a Triton layer-norm fusion: its sums, rsqrt and x / 72
     # process 3 reduces its split-K partials over a [2, 72] Triton tile (a [2, 128] block)
     "model-mlp-relu-bf16": (3, 0),
+    "model-mlp-gelu-f32": (3, 0),  # tanh and x**3 (two f32 multiplies, in MLIR emitters)
 }
 
 
 @pytest.mark.full  # make test within 5 minutes
 def test_model_output_counts():
-    """The counts of docs/xla_gpu.md: 18 of 135 outputs reproduced, 117 refused, 0
+    """The counts of docs/xla_gpu.md: 21 of 135 outputs reproduced, 114 refused, 0
     silently different."""
     if not RECORDS:
         pytest.skip("no captures")
@@ -121,7 +122,7 @@ def test_model_output_counts():
         n[1] += v.count("refused")
         n[2] += v.count("SILENT")
     total = [sum(n[i] for n in per_case.values()) for i in range(3)]
-    assert total == [18, 117, 0], per_case
+    assert total == [21, 114, 0], per_case
     for name, (same, refused) in COUNTS.items():
         assert per_case[name][:2] == [same, refused], name
 

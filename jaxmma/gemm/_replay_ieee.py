@@ -8,10 +8,10 @@ subnormal is read or produced. :func:`evaluate` computes the operations that
 ``gpu_replay`` otherwise binds and that a flushed subnormal changes, exactly as IEEE 754
 defines them, on integer bits:
 
-- ``add``, ``sub``, ``add_any``, ``mul``, ``integer_pow`` (``y >= 1``, the squarings and
-  products jax's own lowering forms): the f32 FADD / FMUL of :mod:`jaxmma.arith` (bf16 and
-  f16 widened to f32 exactly, the result rounded back to nearest even, as XLA computes
-  them);
+- ``add``, ``sub``, ``add_any``, ``mul``, ``square``, ``integer_pow`` (``y >= 1``, the
+  squarings and products jax's own lowering forms): the f32 FADD / FMUL of
+  :mod:`jaxmma.arith` (bf16 and f16 widened to f32 exactly, the result rounded back to
+  nearest even, as XLA computes them);
 - ``max``, ``min``, ``clamp``, comparisons: on the order of the bits (``-0`` and ``+0``
   compare equal, NaN as the bound operation gives it);
 - ``sign``, ``floor``, ``ceil``, ``round`` of a subnormal: +-1, ``+0`` / ``-1``,
@@ -33,7 +33,7 @@ from .. import arith, util
 
 F32, U32, I32 = jnp.float32, jnp.uint32, jnp.int32
 _FMT = {"float32": "f32", "bfloat16": "bf16", "float16": "f16"}
-ARITHMETIC = frozenset({"add", "sub", "add_any", "mul", "integer_pow"})
+ARITHMETIC = frozenset({"add", "sub", "add_any", "mul", "integer_pow", "square"})
 ORDER = frozenset({"max", "min", "clamp"})
 COMPARE = frozenset({"eq", "ne", "lt", "le", "gt", "ge"})
 ROUNDING = frozenset({"sign", "floor", "ceil", "round"})
@@ -185,6 +185,8 @@ def _value(eqn, ins):
         return fmul(*ins)
     if name == "integer_pow":
         return _integer_pow(ins[0], int(eqn.params["y"]))
+    if name == "square":
+        return fmul(ins[0], ins[0])
     bound = util.bind(eqn, ins)[0]
     if name in ("max", "min"):
         x, y = jnp.broadcast_arrays(*ins)

@@ -55,7 +55,7 @@ MINMAX_REDUCE = frozenset({"reduce_max", "reduce_min"})
 #: f32 functions reproduced as XLA:GPU computes them on an H100 (jaxmma.arith._gpu_math)
 LIBDEVICE = frozenset(arith.GPU_FUNCTIONS)
 #: float arithmetic checked for FMA contraction and excess precision
-ARITH = frozenset({"add", "sub", "mul", "add_any", "neg", "integer_pow"})
+ARITH = frozenset({"add", "sub", "mul", "add_any", "neg", "integer_pow", "square"})
 #: float ops that gpu_replay computes on bits (the CPU flushes subnormals): inside a loop
 #: or conditional, which is bound as it is, they are refused
 ON_BITS = _replay_ieee.NAMES
@@ -299,12 +299,15 @@ def _walk(jaxpr, consts, st: _State, findings: list):
                 exact_scale = any(_pow2(st.values(v)) for v in e.invars
                                   if st.values(v) is not None)  # fmt: skip
                 prod = not exact_scale
+            if name == "square":
+                prod = True
             if name == "integer_pow":
                 y = e.params["y"]
-                if y not in (0, 1, 2):
-                    reasons.append(f"x**{y} is several multiplies that XLA:GPU may fuse "
-                                   "into FMAs or keep in excess precision")  # fmt: skip
-                prod = y == 2
+                low = np.dtype(e.outvars[0].aval.dtype).name in LOWP
+                if y < 0 or (y > 2 and low):
+                    reasons.append(f"x**{y} is several multiplies (and for y < 0 a division) "
+                                   "that XLA:GPU may keep in excess precision")  # fmt: skip
+                prod = y >= 2  # its last multiply may be contracted with an add
             if name in ("add", "sub", "add_any") and not _uncontracted(st):
                 for v in e.invars:
                     m = st.get(st.prod, v)
