@@ -76,6 +76,7 @@ def test_the_orders_are_told_apart():
 TRITON_ROWS = ("row-200x72", "row_bf16-200x72")
 
 
+@pytest.mark.full  # make test within 5 minutes (the quick run replays a sample above)
 def test_triton_rows_are_contiguous_per_lane():
     """In a Triton reduce fusion of rows (its tile over the kept dimension) a lane holds
     four contiguous elements; the strided lanes of the normalization fusions give other
