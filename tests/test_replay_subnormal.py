@@ -128,7 +128,8 @@ def test_rounding_of_subnormals(op):
 
 
 def test_bf16_and_powers_and_reductions():
-    """bf16 add / mul (widened to f32 exactly, rounded back: ml_dtypes' own rule), x**2
+    """bf16 and f16 add / mul (widened to f32 exactly, rounded back: NumPy's and
+    ml_dtypes' own rule), x**2
     and x**4 as squarings, and a max reduction whose largest element is a subnormal."""
     x, y = _subnormal_heavy(4096, 4), _subnormal_heavy(4096, 5)
     bx = (x * 2.0**110).astype(ml_dtypes.bfloat16)  # bf16 subnormals are below 2**-126 too
@@ -138,6 +139,15 @@ def test_bf16_and_powers_and_reductions():
         want = ref(bx.astype(np.float32), by.astype(np.float32)).astype(ml_dtypes.bfloat16)
         keep = ~np.isnan(want.astype(np.float32))
         assert got.dtype == ml_dtypes.bfloat16
+        assert np.array_equal(_u(got)[keep], _u(want)[keep])
+    h = np.random.default_rng(6).integers(0, 2**16, 8192).astype(np.uint16).view(np.float16)
+    hy = np.roll(h, 3)  # every f16 pattern class, subnormals included
+    for fn, ref in ((lambda a, b: a + b, np.add), (lambda a, b: a * b, np.multiply)):
+        got = np.asarray(_replay_ieee.evaluate(_eqn(fn, h, hy), [h, hy])[0])
+        with np.errstate(all="ignore"):
+            want = ref(h.astype(np.float32), hy.astype(np.float32)).astype(np.float16)
+        keep = ~np.isnan(want)
+        assert got.dtype == np.float16
         assert np.array_equal(_u(got)[keep], _u(want)[keep])
     for p in (2, 4):
         got = np.asarray(_replay_ieee.evaluate(_eqn(lambda a, p=p: a**p, x), [x])[0])
