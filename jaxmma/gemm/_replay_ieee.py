@@ -29,10 +29,11 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from .. import arith, util
+from .. import arith, bits, util
 
 F32, U32, I32 = jnp.float32, jnp.uint32, jnp.int32
-_FMT = {"float32": "f32", "bfloat16": "bf16", "float16": "f16"}
+#: the float formats computed here (bits' dtype registry names them)
+_FLOATS = ("f32", "bf16", "f16")
 ARITHMETIC = frozenset({"add", "sub", "add_any", "mul", "integer_pow", "square"})
 ORDER = frozenset({"max", "min", "clamp"})
 COMPARE = frozenset({"eq", "ne", "lt", "le", "gt", "ge"})
@@ -41,8 +42,13 @@ ROUNDING = frozenset({"sign", "floor", "ceil", "round"})
 NAMES = ARITHMETIC | ORDER | COMPARE | ROUNDING
 
 
+def _format(dtype) -> str | None:
+    fmt = bits.FORMAT_OF_DTYPE.get(jnp.dtype(dtype).name)
+    return fmt if fmt in _FLOATS else None
+
+
 def _fmt(x) -> str | None:
-    return _FMT.get(jnp.dtype(x.dtype).name)
+    return _format(x.dtype)
 
 
 def _f32_bits(x):
@@ -56,7 +62,7 @@ def _f32_bits(x):
 
 def _from_f32_bits(bits, dtype):
     """``bits`` (f32) as ``dtype``, rounded to nearest even."""
-    fmt = _FMT[jnp.dtype(dtype).name]
+    fmt = _format(dtype)
     if fmt == "f32":
         return jax.lax.bitcast_convert_type(bits, F32)
     out = arith.convert(bits, "f32", fmt).astype(jnp.uint16)
@@ -169,7 +175,7 @@ def covers(eqn) -> bool:
     name = eqn.primitive.name
     if name not in NAMES or not eqn.invars:
         return False
-    if not all(_FMT.get(jnp.dtype(v.aval.dtype).name) for v in eqn.invars):
+    if not all(_format(v.aval.dtype) for v in eqn.invars):
         return False
     return name != "integer_pow" or eqn.params["y"] >= 1
 
