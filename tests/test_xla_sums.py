@@ -191,6 +191,8 @@ def arith_exp(x):
         ((200, 72), ((1, 72), 1, True), "not measured"),
         ((200, 128), ((1, 128), 1, False), "row of 128"),
         ((200, 40), ((1, 40), 1, False), "row of 40"),
+        ((200, 72), ((4,), 1, False), "not measured"),  # rows tiles: [1] and [2] measured
+        ((2, 200, 72), ((1, 1), 1, False), "not measured"),
     ],
 )
 def test_unmeasured_triton_reduces_are_refused(shape, config, why):

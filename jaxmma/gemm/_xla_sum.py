@@ -34,7 +34,7 @@ a *column* reduction over the major ``R`` (a prefix), a full reduction is a row 
   every element); other tiles, warps and row lengths are refused.
 - **Triton reduce fusion of rows** (the fusion's output is the row sums, its tile spans
   only the kept dimensions: ``[1]`` or ``[2]`` rows a program), one warp, no TMA, a row of
-  ``64 < n < 128``: padded with +0 to 128, lane ``l`` holds the *contiguous* elements
+  ``64 < n < 128``, a ``[R, n]`` input (other tiles and ranks refused): padded with +0 to 128, lane ``l`` holds the *contiguous* elements
   ``4 l ... 4 l + 3`` and adds them pairwise, then the shuffle tree. Measured on an H100:
   ``xla-sums.npz`` rows of 72 (tile ``[2]``; bf16 widened, tile ``[1]``), every row; the
   strided order of the normalization fusions gives 34 of 94 rows of 80.
@@ -51,11 +51,10 @@ from __future__ import annotations
 import dataclasses
 import math
 
-import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .. import arith
+from . import _replay_ieee
 
 F32 = jnp.float32
 LANES = 32
@@ -79,8 +78,7 @@ class SumPlan:
 
 def _add(a, b):
     """f32 ``a + b`` (FADD) on the bits: subnormals kept, which the CPU's own add flushes."""
-    bits = lambda v: jax.lax.bitcast_convert_type(v, jnp.uint32)  # noqa: E731
-    return jax.lax.bitcast_convert_type(arith.ieee_add(bits(a), bits(b), "f32"), F32)
+    return _replay_ieee.fadd(a, b)
 
 
 def _pow2(x: int) -> bool:
@@ -137,7 +135,7 @@ def triton_plan(shape: tuple, axes: tuple, config: tuple, narrow: bool) -> SumPl
     # measured: a [1, n] tile of a normalization's output (strided lanes), and a tile of
     # the row sums themselves, over the kept dimensions (contiguous lanes)
     norm_tile = tuple(tile[-1:]) == (n,) and not set(tile[:-1]) - {1}
-    rows_tile = rank >= 2 and len(tile) == rank - 1 and not norm_tile
+    rows_tile = rank == 2 and tuple(tile) in ((1,), (2,))  # the measured [1] and [2]
     if not row or warps != 1 or tma or not (norm_tile or rows_tile) or (narrow and norm_tile):
         return (f"a Triton reduce of {list(shape)} over {list(axes)} with tile {list(tile)}, "
                 f"{warps} warps{' and TMA' if tma else ''}: not measured (f32 rows of 65 to "
