@@ -34,8 +34,9 @@ a *column* reduction over the major ``R`` (a prefix), a full reduction is a row 
   every element); other tiles, warps and row lengths are refused.
 - **Triton reduce fusion of rows** (the fusion's output is the row sums, its tile spans
   only the kept dimensions: ``[1]`` or ``[2]`` rows a program), one warp, no TMA, a row of
-  ``64 < n < 128``, a ``[R, n]`` input (other tiles and ranks refused): padded with +0 to 128, lane ``l`` holds the *contiguous* elements
-  ``4 l ... 4 l + 3`` and adds them pairwise, then the shuffle tree. Measured on an H100:
+  ``64 < n < 128``, a ``[R, n]`` input (other tiles and ranks refused): padded with +0
+  to 128, lane ``l`` holds the *contiguous* elements ``4 l ... 4 l + 3`` and adds them
+  pairwise, then the shuffle tree. Measured on an H100:
   ``xla-sums.npz`` rows of 72 (tile ``[2]``; bf16 widened, tile ``[1]``), every row; the
   strided order of the normalization fusions gives 34 of 94 rows of 80.
 
