@@ -700,3 +700,13 @@ def test_merged_gemm_rows_and_columns_are_independent(route):
         alone = np.asarray(jaxmma.matmul(Ai, B, **opts))
         assert np.array_equal(rows[at : at + n].view(np.uint8), alone.view(np.uint8))
         at += n
+
+
+def test_jitted_replay_of_a_division_by_a_constant():
+    """``jax.jit(gpu_replay(...))`` of the layer norm (its ``x / 72`` read as XLA's
+    ``x * fl(1/72)``, whose reciprocal is computed while tracing) gives the GPU's bits;
+    it raised a TracerArrayConversionError."""
+    meta = _meta("1", "model-ln-f32")
+    case = CASES[meta["name"]]
+    out = jax.jit(jaxmma.gpu_replay(XM.function(case), meta["hlo"]))(*_args(case))
+    assert X.summary(X.output_bits(out))["sha256"] == meta["outputs"][0]["sha256"]

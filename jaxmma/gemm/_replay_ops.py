@@ -26,6 +26,7 @@ from __future__ import annotations
 import dataclasses
 import math
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 from jax.extend import core as jcore
@@ -439,7 +440,9 @@ def reciprocal(e, c, facts) -> np.float32 | None:
     if not np.isfinite(r) or abs(r) < 2.0**-126:
         return None
     fn = arith.GPU_FUNCTIONS["div"][1]
-    approx = np.asarray(fn(np.float32(1).view(np.uint32), c.view(np.uint32))).view(np.float32)
+    with jax.ensure_compile_time_eval():  # a constant, also while gpu_replay is jitted
+        approx = np.asarray(fn(np.float32(1).view(np.uint32), c.view(np.uint32)))
+    approx = approx.view(np.float32)
     if facts.libdevice:  # a divide in a fusion whose lowering is not measured
         return None
     return r if approx == r or "divide" not in facts.in_mlir else None
