@@ -24,7 +24,8 @@ A call runs these stages in order, each in one module (docs/gemm.md, "The pipeli
    groups scaled, scales, alpha / beta, C, NVFP4's per-tensor scales, the output type;
    decode.
    Kernel options and scales are optional stages of this one forward;
-5. the derivative around it (``_pipeline._differentiable``), below.
+5. the derivative around it (``_pipeline._differentiable``): ``_pipeline._straight_through``,
+   a ``jax.custom_jvp`` of the forward, or the ``grad_instruction`` GEMMs, below.
 
 ``_gemm`` holds the public faces; ``_scaled_dot`` (``jax.nn``'s block-scaled API),
 ``_hlo`` (XLA:GPU's plans) and ``_replay`` build options for ``matmul``.
@@ -32,8 +33,10 @@ A call runs these stages in order, each in one module (docs/gemm.md, "The pipeli
 Derivatives: one straight-through module, ``jaxmma.util._ste`` (floor 0, so that
 ``ins.mma`` below shares it), around every entry point: ``util.gemm_straight_through``
 takes the forward on bits, the values the instruction reads and the entry point's exact
-value (``util.GemmExact``: ``alpha * (A * SA) @ (B * SB) + beta * C``). ``_pipeline``
-passes it one of two exact values (``A @ B + C`` from +0 without kernel options or
+value (``util.GemmExact``: ``alpha * (A * SA) @ (B * SB) + beta * C``), and
+``util.gemm_tangent`` is its tangent alone, for an entry point that names its forward in
+its own ``custom_jvp`` (``_pipeline._straight_through``, so that the forward is called by
+name). ``_pipeline`` takes one of two exact values (``A @ B + C`` from +0 without kernel options or
 scales; with them the epilogue's alpha and beta and the recipe's scales, by ``jax.jvp``:
 each keeps the bits of its tangents), ``_scaled_dot.scaled_matmul`` its own, and
 ``util.with_gemm_gradients`` runs the ``grad_instruction`` GEMMs. jax.nn's

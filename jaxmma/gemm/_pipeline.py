@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import functools
 
+import jax
 import jax.numpy as jnp
 
 from .. import util
@@ -56,51 +57,60 @@ def forward(cfg, opts, kind, A, B, C, SA, SB, key, q):
     the quantized A and B of a block-scaled form (None otherwise)."""
     ins = cfg.ins
     opts = DEFAULT if opts is None else opts
-    Ab, Bb, scales = _prepare.operands(cfg, opts, A, B, q, key)
+    # A and B from here on: the raw bits the instruction reads
+    A, B, scales = _prepare.operands(cfg, opts, A, B, q, key)
     alpha = _prepare.global_scale(q)  # NVFP4: the per-tensor scales multiply the result
     # the batch broadcast (the slices and groups cut the operands; the executors broadcast
     # the same way); the partial k-tile first for CUTLASS's one slice, then +0s, the rest
-    lead = jnp.broadcast_shapes(Ab.shape[:-2], Bb.shape[:-2])
-    shape = lead + (Ab.shape[-2], Bb.shape[-1])
-    Ab = jnp.broadcast_to(Ab, lead + Ab.shape[-2:])
-    Bb = jnp.broadcast_to(Bb, lead + Bb.shape[-2:])
+    lead = jnp.broadcast_shapes(A.shape[:-2], B.shape[:-2])
+    shape = lead + (A.shape[-2], B.shape[-1])
+    A = jnp.broadcast_to(A, lead + A.shape[-2:])
+    B = jnp.broadcast_to(B, lead + B.shape[-2:])
     if opts.lead_first:
-        Ab, Bb = _split.lead_first(Ab, Bb, opts.k_tile)
+        A, B = _split.lead_first(A, B, opts.k_tile)
     zero = zero_bits(shape)
     # C starts the chain, unless an epilogue or NVFP4's per-tensor scales take it after
     in_chain = C is not None and opts.epilogue is None and alpha is None
     C0 = jnp.broadcast_to(_prepare.c_bits(ins, C), shape) if in_chain else None
-    acc, acc_type, scale = _execute(cfg, opts, kind, Ab, Bb, C0, SA, SB, scales, zero)
+    acc, acc_type, scale = _execute(cfg, opts, kind, A, B, C0, SA, SB, scales, zero)
     return _finish(ins, opts, acc, acc_type, C, scale, alpha)
 
 
-def _execute(cfg, opts, kind, Ab, Bb, C0, SA, SB, scales, zero):
+def _execute(cfg, opts, kind, A, B, C0, SA, SB, scales, zero):
     """The chain on the executor :func:`._executors.choose` picks: ``(acc, acc_type,
     scale)``, the accumulator's bits and format, and the fp8 scale factors still to
     multiply it (None where none are, or the executor fused them). Split-K and the block
-    recipe cut K into batches of chains, which the executor runs, and combine their D."""
+    recipe cut K into batches of chains (:func:`_runs`), which the executor runs, and
+    combine their D."""
     ins = cfg.ins
     scale = _recipes.scale_bits(kind, SA, SB) if kind in ("tensor", "row") else None
-    if kind is None and not opts.splits:  # one chain (C0 None: +0)
-        return _executors.gemm_bits(cfg, Ab, Bb, C0, scales=scales), ins.dtype, None
-    ex: Executor = _executors.choose(cfg, (Ab.shape, Bb.shape))
+    ex: Executor | None = None if kind is None else _executors.choose(cfg, (A.shape, B.shape))
     if kind == "block" and ex.fuses("block"):
-        return ex.block(cfg, Ab, Bb, SA, SB), "f32", None  # one kernel
+        return ex.block(cfg, A, B, SA, SB), "f32", None  # one kernel
     if scale is not None and not opts.splits and ex.fuses(kind):
-        return ex.scaled(cfg, Ab, Bb, C0, scale), "f32", None
-    if kind == "block":  # per 128-wide K group a chain from +0, all in one batch
-        a, b, c = _recipes.block_groups(Ab, Bb, zero)
-        P = _executors.gemm_bits(cfg, a, b, c)
-        return _recipes.block_total(P, SA, SB), "f32", None
-    if opts.splits:  # per slice a chain (slice 0 from C), the f32 partials reduced
-        T = opts.k_tile or ins.k
-        plan = _split.slices(opts.split_rule, Ab.shape[-1], opts.split_k, T)
-        parts = []
-        for a, b, c in _split.batches(Ab, Bb, zero if C0 is None else C0, zero, plan, T):
-            D = _executors.gemm_bits(cfg, a, b, c)
-            parts += [D[s] for s in range(D.shape[0])]
+        return ex.scaled(cfg, A, B, C0, scale), "f32", None
+    runs = _runs(cfg, opts, kind, A, B, C0, zero)  # each run's A, B and C, as bits
+    D = [_executors.gemm_bits(cfg, A, B, C, scales=scales) for A, B, C in runs]
+    if kind == "block":  # the groups' chains, scaled and summed
+        return _recipes.block_total(D[0], SA, SB), "f32", None
+    if opts.splits:  # the slices' f32 partials, in order, reduced
+        parts = [d[s] for d in D for s in range(d.shape[0])]
         return _split.reduce(parts, opts.split_reduce), "f32", scale
-    return _executors.gemm_bits(cfg, Ab, Bb, C0), ins.dtype, scale  # scales not fused
+    return D[0], ins.dtype, scale  # fp8 scales not fused: multiplied by the epilogue
+
+
+def _runs(cfg, opts, kind, A, B, C0, zero) -> list:
+    """The chains :func:`_execute` runs, ``[(a, b, c), ...]``: per 128-wide K group of
+    the block recipe a chain from +0, all in one batch (:func:`._recipes.block_groups`);
+    per split-K slice a chain, slice 0 from C (:func:`._split.batches`); otherwise the
+    one chain from C (None: +0)."""
+    if kind == "block":
+        return [_recipes.block_groups(A, B, zero)]
+    if opts.splits:
+        T = opts.k_tile or cfg.ins.k
+        plan = _split.slices(opts.split_rule, A.shape[-1], opts.split_k, T)
+        return list(_split.batches(A, B, zero if C0 is None else C0, zero, plan, T))
+    return [(A, B, C0)]
 
 
 def _finish(ins, opts, acc, acc_type, C, scale, alpha):
@@ -119,11 +129,40 @@ def _finish(ins, opts, acc, acc_type, C, scale, alpha):
     return from_bits(fmt, bits)
 
 
-#: the emulation itself, compiled once per configuration and shapes; called eagerly (and
-#: by the derivative rules under an eager ``jax.grad``) it reuses that compilation
-_forward_jit = util.jit(
-    lambda cfg, opts, kind, *args: forward(cfg, opts, kind, *args), static_argnums=(0, 1, 2)
-)
+@functools.partial(util.jit, static_argnums=(0, 1, 2))
+def _forward_jit(cfg, opts, kind, A, B, C, SA, SB, key, q):
+    """:func:`forward`, compiled once per configuration and shapes; called eagerly (and
+    by the derivative rules under an eager ``jax.grad``) it reuses that compilation."""
+    return forward(cfg, opts, kind, A, B, C, SA, SB, key, q)
+
+
+@functools.partial(jax.custom_jvp, nondiff_argnums=(0, 1, 2))
+def _straight_through(cfg, opts, kind, A, B, C, SA, SB, aux):
+    """:func:`forward` with the one straight-through tangent (:func:`_tangent`);
+    ``aux``: the quantized operands and the key, which take no tangent."""
+    return _forward_jit(cfg, opts, kind, A, B, C, SA, SB, aux[1], aux[0])
+
+
+# symbolic zeros: an operand without a tangent adds no term (as in
+# :func:`jaxmma.util.gemm_straight_through`)
+@functools.partial(_straight_through.defjvp, symbolic_zeros=True)
+def _tangent(cfg, opts, kind, primals, tangents):
+    """The tangent of the exact value (:func:`_exact`) at the values the instruction
+    reads (:func:`_values`): :func:`jaxmma.util.gemm_tangent`, the rule of every GEMM."""
+    out = _straight_through(cfg, opts, kind, *primals)
+    A, B = primals[:2]
+
+    def values(A, B, SA, SB, aux):
+        return _values(cfg, opts, A, B, SA, SB, aux)
+
+    exact = _exact(cfg, opts, kind, A, B)
+    return out, util.gemm_tangent(values, exact, out, primals, tangents)
+
+
+def _values(cfg, opts, A, B, SA, SB, aux):
+    """What the instruction reads, float32: A's and B's values and the scales."""
+    va, vb = _prepare.operand_values(cfg, opts, A, B, *aux)
+    return va, vb, *(None if s is None else jnp.asarray(s, F32) for s in (SA, SB))
 
 
 def _exact(cfg, opts, kind, A, B):
@@ -144,32 +183,37 @@ def _exact(cfg, opts, kind, A, B):
 
 
 def _differentiable(cfg, opts, kind, A, B, C, SA, SB, key, q, grad_matmul):
-    """:func:`forward` with its derivative: straight-through, or the gradient GEMMs of
-    ``grad_instruction`` (``grad_matmul(x, y, instruction=...)``: the public ``matmul``)."""
-
-    def fwd(A, B, C, SA, SB, aux):
-        return _forward_jit(cfg, opts, kind, A, B, C, SA, SB, aux[1], aux[0])
-
-    def values(A, B, SA, SB, aux):
-        va, vb = _prepare.operand_values(cfg, opts, A, B, *aux)
-        return va, vb, *(None if s is None else jnp.asarray(s, F32) for s in (SA, SB))
-
+    """:func:`forward` with its derivative: the gradient GEMMs of ``grad_instruction``
+    (:func:`_with_gradients`), or straight-through (:func:`_straight_through`)."""
     aux = (q, key)
-    if cfg.grad_ins is None:
-        exact = _exact(cfg, opts, kind, A, B)
-        return util.gemm_straight_through(fwd, values, A, B, C, SA, SB, aux, exact=exact)
+    if cfg.grad_ins is not None:
+        return _with_gradients(cfg, opts, kind, A, B, C, aux, grad_matmul)
+    return _straight_through(cfg, opts, kind, A, B, C, SA, SB, aux)
 
-    # the gradient GEMMs (kernel options and scales are refused with them: the one rule)
+
+def _with_gradients(cfg, opts, kind, A, B, C, aux, grad_matmul):
+    """:func:`forward` whose reverse pass runs the gradient GEMMs of ``grad_instruction``
+    (``grad_matmul(x, y, instruction=...)``: the public ``matmul``); kernel options and
+    scales are refused with them (the one rule)."""
+
     def grad(ins):
         return None if ins is None else functools.partial(grad_matmul, instruction=ins)
 
     named = (("dgrad_instruction", cfg.dgrad_ins), ("wgrad_instruction", cfg.wgrad_ins))
     option = "/".join(n for n, i in named if i is not None) + " (or grad_instruction)"
     return util.with_gemm_gradients(
-        lambda A, B, C, aux: fwd(A, B, C, None, None, aux),
-        lambda A, B, aux: values(A, B, None, None, aux)[:2],
+        functools.partial(_unscaled_forward, cfg, opts, kind),
+        functools.partial(_unscaled_values, cfg, opts),
         grad(cfg.dgrad_ins), grad(cfg.wgrad_ins), A, B, C, aux, option=option,
     )  # fmt: skip
+
+
+def _unscaled_forward(cfg, opts, kind, A, B, C, aux):
+    return _forward_jit(cfg, opts, kind, A, B, C, None, None, aux[1], aux[0])
+
+
+def _unscaled_values(cfg, opts, A, B, aux):
+    return _values(cfg, opts, A, B, None, None, aux)[:2]
 
 
 def matmul(

@@ -132,7 +132,6 @@ def gemm(forward, values, A, B, C=None, SA=None, SB=None, aux=None, *, exact=PLA
         (the compressed A of ``mma.sp``, elements with separate block scales, a scale
         whose sign the instruction ignores); linear in ``d``.
     """
-    lifts = lifts or (None,) * 4
 
     @jax.custom_jvp
     def f(A, B, C, SA, SB, aux):
@@ -145,47 +144,57 @@ def gemm(forward, values, A, B, C=None, SA=None, SB=None, aux=None, *, exact=PLA
     @functools.partial(f.defjvp, symbolic_zeros=True)
     def f_jvp(primals, tangents):
         out = f(*primals)
-        if not jnp.issubdtype(out.dtype, jnp.floating):
-            return out, jnp.zeros(out.shape, jax.dtypes.float0)
-        A, B, C, SA, SB, aux = primals
-        vals = _straight(values, (A, B, SA, SB), aux)
-
-        def tangent(i, x, d):  # the tangent of operand i's value, or None (no term)
-            if vals[i] is None or not (_is_float(x) and has_tangent(d)):
-                return None
-            return jnp.asarray(d if lifts[i] is None else lifts[i](d, x, aux), F32)
-
-        dA, dB, dC, dSA, dSB, _ = tangents
-        dA, dB, dSA, dSB = (
-            tangent(i, x, d) for i, (x, d) in enumerate(((A, dA), (B, dB), (SA, dSA), (SB, dSB)))
-        )
-        if exact.by_jvp:
-            dC = jnp.asarray(dC, F32) if _is_float(C) and has_tangent(dC) else None
-            t = _jvp(exact, (vals[0], vals[1], C, vals[2], vals[3]), (dA, dB, dC, dSA, dSB))
-            if t is None:
-                return out, jnp.zeros(out.shape, out.dtype)
-            return out, jnp.broadcast_to(t, out.shape).astype(out.dtype)
-        VA, dVA = _scaled(vals[0], dA, vals[2], dSA, exact.scale_a)
-        VB, dVB = _scaled(vals[1], dB, vals[3], dSB, exact.scale_b)
-        t = _add(
-            None if dVA is None else exact.product(dVA, VB),
-            None if dVB is None else exact.product(VA, dVB),
-        )
-        if t is not None and exact.alpha is not None:
-            t = t * F32(exact.alpha)
-        dC = tangents[2]
-        if _is_float(C) and has_tangent(dC):
-            dC = dC.astype(F32)
-            if exact.beta is not None:
-                dC = F32(exact.beta) * dC
-            t = _add(t, jnp.broadcast_to(dC, out.shape))
-        if t is None:
-            return out, jnp.zeros(out.shape, out.dtype)
-        if exact.from_zero:
-            t = jnp.zeros(out.shape, F32) + t
-        return out, jnp.broadcast_to(t, out.shape).astype(out.dtype)
+        return out, gemm_tangent(values, exact, out, primals, tangents, lifts=lifts)
 
     return f(A, B, C, SA, SB, aux)
+
+
+def gemm_tangent(values, exact, out, primals, tangents, *, lifts=None):
+    """The straight-through tangent of :func:`gemm` at ``primals`` (``A, B, C, SA, SB,
+    aux``) for ``tangents`` (symbolic zeros where an operand has none), ``out`` the
+    primal output: the body of :func:`gemm`'s JVP rule, for an entry point that defines
+    its own ``jax.custom_jvp`` (with ``symbolic_zeros=True``) around a forward it names.
+    ``values``, ``exact`` and ``lifts`` as in :func:`gemm`."""
+    lifts = lifts or (None,) * 4
+    if not jnp.issubdtype(out.dtype, jnp.floating):
+        return jnp.zeros(out.shape, jax.dtypes.float0)
+    A, B, C, SA, SB, aux = primals
+    vals = _straight(values, (A, B, SA, SB), aux)
+
+    def tangent(i, x, d):  # the tangent of operand i's value, or None (no term)
+        if vals[i] is None or not (_is_float(x) and has_tangent(d)):
+            return None
+        return jnp.asarray(d if lifts[i] is None else lifts[i](d, x, aux), F32)
+
+    dA, dB, dC, dSA, dSB, _ = tangents
+    dA, dB, dSA, dSB = (
+        tangent(i, x, d) for i, (x, d) in enumerate(((A, dA), (B, dB), (SA, dSA), (SB, dSB)))
+    )
+    if exact.by_jvp:
+        dC = jnp.asarray(dC, F32) if _is_float(C) and has_tangent(dC) else None
+        t = _jvp(exact, (vals[0], vals[1], C, vals[2], vals[3]), (dA, dB, dC, dSA, dSB))
+        if t is None:
+            return jnp.zeros(out.shape, out.dtype)
+        return jnp.broadcast_to(t, out.shape).astype(out.dtype)
+    VA, dVA = _scaled(vals[0], dA, vals[2], dSA, exact.scale_a)
+    VB, dVB = _scaled(vals[1], dB, vals[3], dSB, exact.scale_b)
+    t = _add(
+        None if dVA is None else exact.product(dVA, VB),
+        None if dVB is None else exact.product(VA, dVB),
+    )
+    if t is not None and exact.alpha is not None:
+        t = t * F32(exact.alpha)
+    dC = tangents[2]
+    if _is_float(C) and has_tangent(dC):
+        dC = dC.astype(F32)
+        if exact.beta is not None:
+            dC = F32(exact.beta) * dC
+        t = _add(t, jnp.broadcast_to(dC, out.shape))
+    if t is None:
+        return jnp.zeros(out.shape, out.dtype)
+    if exact.from_zero:
+        t = jnp.zeros(out.shape, F32) + t
+    return jnp.broadcast_to(t, out.shape).astype(out.dtype)
 
 
 def _jvp(exact, primals, tangents):
