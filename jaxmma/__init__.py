@@ -9,18 +9,18 @@ from . import recipes as recipes
 from . import sparse as sparse
 from .gemm import DefaultArchWarning as DefaultArchWarning
 from .gemm import GemmOptions as GemmOptions
-from .gemm import Unverified as Unverified
 from .gemm import dot_general as dot_general
-from .gemm import gpu_replay as gpu_replay
 from .gemm import matmul as matmul
 from .gemm import scaled_dot_general as scaled_dot_general
 from .gemm import scaled_matmul as scaled_matmul
-from .gemm import xla_gpu_dots as xla_gpu_dots
 from .instructions import Instruction as Instruction
 from .instructions import all_instructions as all_instructions
 from .instructions import instruction as instruction
 from .instructions import tcgen05_instruction as tcgen05_instruction
 from .intercept import with_policy as with_policy
+from .xla_gpu import Unverified as Unverified
+from .xla_gpu import gpu_replay as gpu_replay
+from .xla_gpu import xla_gpu_dots as xla_gpu_dots
 
 __version__ = "0.1.0"
 

@@ -18,6 +18,7 @@ FLOORS = (
     "operands",
     "instructions",
     "gemm",
+    "xla_gpu",
     "training",
     "intercept",
     "",  # the public faces: jaxmma/*.py

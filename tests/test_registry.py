@@ -101,13 +101,13 @@ FAMILY_HOMES = {
     "training/_recipes.py": "the public typing Literal of the fp8 recipe formats",
 }
 #: files that still write them (to move to the registry)
-FAMILY_PENDING = {"gemm/_hlo.py"}
+FAMILY_PENDING = {"xla_gpu/_hlo.py"}
 #: files that still map dtypes to format names by hand (to move to the registry; the
 #: capture script runs alone on the GPU machine, the library harness maps torch dtypes)
 DTYPE_MAP_PENDING = {
-    "gemm/_hlo.py",
-    "gemm/_hlo_text.py",
-    "gemm/_replay.py",
+    "xla_gpu/_hlo.py",
+    "xla_gpu/_hlo_text.py",
+    "xla_gpu/_replay.py",
     "gemm/_scaled_dot.py",
     "conformance/_library.py",
     "conformance/_xla_capture.py",

@@ -2,7 +2,7 @@
 
 The GPU's bits are the capture ``tests/golden/xla/xla-subnormal.npz``
 (``jaxmma/conformance/_xla_subnormal.py`` on an H100); the operations on bits
-(``jaxmma.gemm._replay_ieee``) are also checked against NumPy, whose float32 and
+(``jaxmma.xla_gpu._replay_ieee``) are also checked against NumPy, whose float32 and
 bfloat16 (ml_dtypes) arithmetic runs on the host without flushing."""
 
 import json
@@ -16,7 +16,7 @@ import pytest
 
 import jaxmma
 from jaxmma.conformance import _xla_subnormal as S
-from jaxmma.gemm import _replay_ieee, _xla_sum
+from jaxmma.xla_gpu import _replay_ieee, _xla_sum
 
 GOLDEN = os.path.join(os.path.dirname(__file__), "golden", "xla", "xla-subnormal.npz")
 

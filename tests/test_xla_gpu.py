@@ -25,7 +25,7 @@ import pytest
 
 import jaxmma
 from jaxmma.conformance import _xla_capture as X
-from jaxmma.gemm import _xla_reduce, xla_gpu_dots
+from jaxmma.xla_gpu import _xla_reduce, xla_gpu_dots
 
 GOLDEN = os.path.join(os.path.dirname(__file__), "golden", "xla")
 RUNS = ("pinned", "auto1", "auto2", "auto3")

@@ -16,8 +16,8 @@ import pytest
 import jaxmma
 from jaxmma.conformance import _xla_capture as X
 from jaxmma.conformance import _xla_models as XM
-from jaxmma.gemm import _hlo, _hlo_flow, _hlo_reduce, _hlo_text, _replay_ops, _xla_reduce
-from jaxmma.gemm import _replay as R
+from jaxmma.xla_gpu import _hlo, _hlo_flow, _hlo_reduce, _hlo_text, _replay_ops, _xla_reduce
+from jaxmma.xla_gpu import _replay as R
 
 GOLDEN = os.path.join(os.path.dirname(__file__), "golden", "xla")
 FILES = sorted(glob.glob(os.path.join(GOLDEN, "xla-models-*.npz")))

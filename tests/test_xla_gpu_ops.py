@@ -10,7 +10,7 @@ from test_xla_gpu import CASES, record
 
 import jaxmma
 from jaxmma.conformance import _xla_capture as X
-from jaxmma.gemm import _hlo, _replay_ops
+from jaxmma.xla_gpu import _hlo, _replay_ops
 
 F32 = jnp.ones((4, 8), jnp.float32)
 BF16 = jnp.ones((4, 8), jnp.bfloat16)
@@ -151,7 +151,7 @@ def test_module_facts_lift_contraction_and_minmax():
     """With a module whose fusions are all XLA's MLIR loop / reduction emitters, a
     product added to something and a float max / min reduction are reproduced; with a
     Triton softmax fusion in the module they stay refused, naming it."""
-    from jaxmma.gemm import _hlo
+    from jaxmma.xla_gpu import _hlo
 
     mlir, triton = (_hlo.emitters(_module(k)) for k in ("mlir", "triton"))
     assert not mlir.contract and not mlir.minmax and triton.minmax
@@ -171,7 +171,7 @@ def test_ieee_minmax_reduction():
     drops NaNs in long rows)."""
     import numpy as np
 
-    from jaxmma.gemm import _replay
+    from jaxmma.xla_gpu import _replay
 
     text = _module("mlir")  # f32[200, 72] -> f32[200]: gpu_replay at that shape
     for n in (3, 72, 1000, 4099):

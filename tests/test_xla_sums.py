@@ -1,4 +1,4 @@
-"""XLA:GPU's f32 sums (jaxmma.gemm._xla_sum, read from XLA's reduction emitters) against
+"""XLA:GPU's f32 sums (jaxmma.xla_gpu._xla_sum, read from XLA's reduction emitters) against
 an H100's: tests/golden/xla/xla-sums.npz (`python -m jaxmma.conformance._xla_sums`,
 jax 0.11.2), random data whose every other order of adds gives other bits."""
 
@@ -13,7 +13,7 @@ import pytest
 
 import jaxmma
 from jaxmma.conformance import _xla_sums as XS
-from jaxmma.gemm import _hlo, _xla_sum
+from jaxmma.xla_gpu import _hlo, _xla_sum
 
 PATH = os.path.join(os.path.dirname(__file__), "golden", "xla", "xla-sums.npz")
 

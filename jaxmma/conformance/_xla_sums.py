@@ -1,4 +1,4 @@
-"""Capture XLA:GPU's f32 sums of random data, for :mod:`jaxmma.gemm._xla_sum`.
+"""Capture XLA:GPU's f32 sums of random data, for :mod:`jaxmma.xla_gpu._xla_sum`.
 
 Run on a GPU: ``python -m jaxmma.conformance._xla_sums --save DIR`` writes
 ``DIR/xla-triton-norm.npz`` (a layer norm and a softmax that XLA puts in Triton

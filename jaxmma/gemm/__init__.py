@@ -27,8 +27,8 @@ A call runs these stages in order, each in one module (docs/gemm.md, "The pipeli
 5. the derivative around it (``_pipeline._differentiable``): ``_pipeline._straight_through``,
    a ``jax.custom_jvp`` of the forward, or the ``grad_instruction`` GEMMs, below.
 
-``_gemm`` holds the public faces; ``_scaled_dot`` (``jax.nn``'s block-scaled API),
-``_hlo`` (XLA:GPU's plans) and ``_replay`` build options for ``matmul``.
+``_gemm`` holds the public faces; ``_scaled_dot`` (``jax.nn``'s block-scaled API) builds
+options for ``matmul``, as the floor above does for XLA:GPU's dots (``jaxmma.xla_gpu``).
 
 Derivatives: one straight-through module, ``jaxmma.util._ste`` (floor 0, so that
 ``ins.mma`` below shares it), around every entry point: ``util.gemm_straight_through``
@@ -53,24 +53,18 @@ from ._config import resolve as resolve
 from ._gemm import DefaultArchWarning as DefaultArchWarning
 from ._gemm import dot_general as dot_general
 from ._gemm import matmul as matmul
-from ._hlo import dots as xla_gpu_dots
-from ._replay import Unverified as Unverified
-from ._replay import gpu_replay as gpu_replay
 from ._scaled_dot import FORMS as SCALED_FORMS
 from ._scaled_dot import scaled_dot_general as scaled_dot_general
 from ._scaled_dot import scaled_matmul as scaled_matmul
 
 __all__ = [
     "SCALED_FORMS",
-    "Unverified",
     "DefaultArchWarning",
     "GemmOptions",
     "config",
     "dot_general",
-    "gpu_replay",
     "matmul",
     "resolve",
     "scaled_dot_general",
     "scaled_matmul",
-    "xla_gpu_dots",
 ]

@@ -124,7 +124,7 @@ REFUSED = {
     "pow": "XLA:GPU computes pow with libdevice; the CPU's own pow differs",
     "reduce_sum": "XLA:GPU's reduction emitters add in their own order (threads, vector "
     "width, warps): f32 sums are reproduced where the module shows them in its MLIR "
-    "emitters (jaxmma.gemm._xla_sum); this one is not f32, or there is no module to read",
+    "emitters (jaxmma.xla_gpu._xla_sum); this one is not f32, or there is no module to read",
     "reduce_max": "a max reduction outside XLA's MLIR emitters (a Triton fusion, or no "
     "GPU module to read): its NaN and signed-zero rules are not measured",
     "reduce_min": "a min reduction outside XLA's MLIR emitters (a Triton fusion, or no "

@@ -27,8 +27,8 @@ import jax
 import jax.numpy as jnp
 from jax.extend import core as jcore
 
-from .. import arith, util
-from . import _gemm, _hlo, _hlo_flow, _hlo_text, _replay_ieee, _replay_ops, _xla_sum
+from .. import arith, gemm, util
+from . import _hlo, _hlo_flow, _hlo_text, _replay_ieee, _replay_ops, _xla_sum
 
 #: numpy dtype names -> jaxmma format names
 FORMATS = {"bfloat16": "bf16", "float16": "f16", "float32": "f32",
@@ -334,7 +334,7 @@ def replay_dot(eqn, plan, lhs, rhs):
     if opts["instruction"].startswith("wgmma"):  # the operands' own order (same products)
         fa, fb = FORMATS[lhs.dtype.name], FORMATS[rhs.dtype.name]
         opts["instruction"] = _hlo.WGMMA8.format(a=fa, b=fb)
-    D = _gemm.matmul(L, R, **opts)
+    D = gemm.matmul(L, R, **opts)
     shape = batch + tuple(lhs.shape[d] for d in lf) + tuple(rhs.shape[d] for d in rf)
     return D.reshape(shape).astype(out_aval.dtype)
 
