@@ -148,20 +148,26 @@ def _module(kind):
 
 
 def test_module_facts_lift_contraction_and_minmax():
-    """With a module whose fusions are all XLA's MLIR loop / reduction emitters, a
-    product added to something and a float max / min reduction are reproduced; with a
-    Triton softmax fusion in the module they stay refused, naming it."""
+    """With a module whose fusions are all XLA's MLIR loop / reduction emitters, or a
+    Triton softmax fusion of a measured kind ([1, 100], one warp, no TMA), a product added
+    to something and a float max / min reduction are reproduced; the same softmax fusion
+    with TMA allowed (not measured) keeps the reductions refused, naming it."""
     from jaxmma.xla_gpu import _hlo
 
-    mlir, triton = (_hlo.emitters(_module(k)) for k in ("mlir", "triton"))
-    assert not mlir.contract and not mlir.minmax and triton.minmax
+    text = _module("triton")
+    tma = text.replace('"is_tma_allowed":false', '"is_tma_allowed":true')
+    assert tma != text
+    mlir, triton, unmeasured = (_hlo.emitters(t) for t in (_module("mlir"), text, tma))
+    assert not mlir.contract and not mlir.minmax and not triton.minmax
+    assert unmeasured.minmax and unmeasured.libdevice  # its max and its exp
 
     def fn(x, y):
         return x * y + 1.0, jnp.max(x, 1), jnp.min(x * y, 0)
 
     closed = jax.make_jaxpr(fn)(F32, F32)
     assert not any(_replay_ops.check(closed, mlir)[1])
-    fs, per_output = _replay_ops.check(closed, triton)
+    assert not any(_replay_ops.check(closed, triton)[1])
+    fs, per_output = _replay_ops.check(closed, unmeasured)
     assert per_output[1] and any("%triton_softmax" in f.reason for f in fs if "reduce" in f.op)
 
 

@@ -394,7 +394,12 @@ class Emitters:
     ``contract``: fusions outside XLA's MLIR loop and reduction emitters that hold a
     multiply and an add or subtract (their lowering may contract them into one FMA);
     ``minmax``: fusions outside those emitters that reduce with ``maximum`` /
-    ``minimum`` (their NaN and signed-zero rules are not measured); ``libdevice``:
+    ``minimum`` (their NaN and signed-zero rules are not measured), except the f32 and
+    bf16 ones of Triton normalization fusions without TMA, which reduce as the MLIR
+    emitters do:
+    IEEE maximum / minimum, ``-0 < +0``, the canonical NaN (tests/golden/xla/
+    xla-triton-max.npz: tiles of [1, 72] and [1, 1000], rows tiles, one and two warps,
+    every NaN payload and sign, signed zeros, infinities, subnormals); ``libdevice``:
     fusions outside those emitters that hold one of the functions below (their
     lowering is not established; XLA's MLIR emitters call libdevice). Empty: not a
     concern for this module. ``in_mlir``: which of those functions the MLIR emitters'
@@ -406,7 +411,7 @@ class Emitters:
     ``libdevice``: on an H100 their multiplies and adds round one by one
     and their ``exp``, ``rsqrt`` and division are libdevice's and ``div.full``
     (tests/golden/xla/xla-triton-norm.npz: a layer norm and a softmax, every element);
-    their max / min reductions stay in ``minmax``."""
+    their f32 and bf16 max / min reductions are IEEE's (above)."""
 
     contract: tuple
     minmax: tuple
@@ -479,7 +484,10 @@ def emitters(text: str) -> Emitters:
                     red = (i.attr("to_apply") or "").lstrip("%")
                     if i.opcode == "reduce" and red in comps:
                         body = {j.opcode for j in comps[red].order}
-                        if body & set(_MINMAX):
+                        measured = (  # no TMA, as captured
+                            triton and not triton[2] and i.type.split("[")[0] in ("f32", "bf16")
+                        )
+                        if body & set(_MINMAX) and not measured:
                             minmax.append(f"%{ins.name} ({tkind})")
 
     def once(x: list) -> tuple:

@@ -47,14 +47,15 @@ def _replayed(jaxpr) -> bool:
 
 
 def ieee_minmax(eqn, x):
-    """A float ``reduce_max`` / ``reduce_min`` by IEEE 754-2019 maximum / minimum (NaN
-    if any element is NaN, -0 < +0): the one result of every summation order, which is
-    what XLA:GPU's MLIR emitters give; on the bits' order (:func:`._replay_ieee.maximum`),
-    so that no subnormal is read as a zero."""
+    """A float ``reduce_max`` / ``reduce_min`` by IEEE 754-2019 maximum / minimum (the
+    canonical NaN if any element is NaN, -0 < +0): the one result of every reduction
+    order, which is what XLA:GPU's MLIR emitters and its Triton normalization fusions
+    give; on the bits' order (:func:`._replay_ieee.maximum`), so that no subnormal is
+    read as a zero."""
     if _replay_ieee.float_format(x) is None:
         return util.bind(eqn, [x])[0]
     is_max, axes = eqn.primitive.name == "reduce_max", tuple(eqn.params["axes"])
-    fn = lambda v: _replay_ieee.maximum(v, axes, is_max, jnp.nan)  # noqa: E731
+    fn = lambda v: _replay_ieee.maximum(v, axes, is_max)  # noqa: E731
     return _replay_ieee.with_derivative(eqn, fn, [x])
 
 

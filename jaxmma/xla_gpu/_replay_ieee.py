@@ -105,22 +105,45 @@ def _is_subnormal(x):
     return ((b & U32(0x7F800000)) == 0) & ((b & U32(0x7FFFFF)) != 0)
 
 
-def maximum(x, axes: tuple, is_max: bool, nan):
-    """The IEEE 754-2019 maximum (``is_max``) or minimum of ``x`` over ``axes``: ``nan``
-    where any element is NaN, ``-0 < +0``."""
+def maximum(x, axes: tuple, is_max: bool):
+    """The IEEE 754-2019 maximum (``is_max``) or minimum of ``x`` over ``axes``, ``-0 <
+    +0``, as XLA:GPU reduces: where any element is NaN, the canonical NaN of the format
+    (:func:`canonical_nan`), whatever the NaNs' payloads and signs."""
     k = _key(x)
     k = jnp.max(k, axis=axes) if is_max else jnp.min(k, axis=axes)
     out = _from_key(k, x.dtype)
-    return jnp.where(jnp.any(_is_nan(x), axis=axes), jnp.asarray(nan, x.dtype), out)
+    return _select(jnp.any(_is_nan(x), axis=axes), canonical_nan(out), out)
+
+
+def canonical_nan(like):
+    """XLA:GPU's NaN of ``like``'s format, in ``like``'s shape: sign clear, every payload
+    bit set (f32 ``0x7FFFFFFF``, bf16 / f16 ``0x7FFF``), what its max, min and clamp
+    give for any NaN operand, as do its reductions (tests/golden/xla/xla-triton-max.npz:
+    every NaN payload and sign, quiet and signaling, f32 and bf16)."""
+    uint = _uint(like)
+    nan = jnp.full(like.shape, bits.CANONICAL_NAN[_fmt(like)], uint)
+    return jax.lax.bitcast_convert_type(nan, like.dtype)
+
+
+def _uint(x):
+    return U32 if x.dtype.itemsize == 4 else jnp.uint16
+
+
+def _select(c, a, b):
+    """``where(c, a, b)`` on the bits: XLA:CPU selects narrow floats through float32 and
+    back, which turns every bf16 / f16 NaN into its own quiet NaN."""
+    dtype, uint = a.dtype, _uint(a)
+    a, b = (jax.lax.bitcast_convert_type(v, uint) for v in (a, b))
+    return jax.lax.bitcast_convert_type(jnp.where(c, a, b), dtype)
 
 
 def _pick(bound, x, y, is_max: bool):
-    """``max`` / ``min`` of two operands by the order of their bits, where neither is NaN
-    and they are not both zeros; elsewhere the bound operation's own result."""
+    """``max`` / ``min`` of two operands by the order of their bits; the bound
+    operation's own result where both are zeros; the canonical NaN where either is NaN."""
     kx, ky = _key(x), _key(y)
-    pick = jnp.where((kx >= ky) == is_max, x, y)
-    own = _is_nan(x) | _is_nan(y) | (_is_zero(x) & _is_zero(y))
-    return jnp.where(own, bound, pick)
+    out = _select((kx >= ky) == is_max, x, y)
+    out = _select(_is_zero(x) & _is_zero(y), bound, out)
+    return _select(_is_nan(x) | _is_nan(y), canonical_nan(out), out)
 
 
 def _compare(name: str, x, y):
