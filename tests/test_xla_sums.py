@@ -184,14 +184,110 @@ def arith_exp(x):
 @pytest.mark.parametrize(
     "shape,config,why",
     [
-        ((200, 72), ((1, 72), 2, False), "not measured"),
-        ((200, 72), ((2, 72), 1, False), "not measured"),
-        ((200, 72), ((1, 72), 1, True), "not measured"),
-        ((200, 128), ((1, 128), 1, False), "row of 128"),
-        ((200, 40), ((1, 40), 1, False), "row of 40"),
+        ((200, 72), ((1, 72), 8, False), "not measured"),  # 8 warps
+        ((200, 72), ((2, 72), 1, False), "not measured"),  # two rows a program
+        ((200, 72), ((1, 72), 1, True), "not measured"),  # TMA
+        ((200, 72), ((1, 16), 1, False), "not measured"),  # part of a row a program
+        ((200, 32), ((1, 32), 1, False), "row of 32"),
+        ((200, 5000), ((1, 5000), 4, False), "row of 5000"),
+        ((200, 100), ((1, 100), 4, False), "row of 100"),  # 64 elements a warp at least
+        ((200, 200), ((1,), 1, False), "not measured"),  # rows tiles: rows of 65 to 127
         ((200, 72), ((4,), 1, False), "not measured"),  # rows tiles: [1] and [2] measured
         ((2, 200, 72), ((1, 1), 1, False), "not measured"),
     ],
 )
 def test_unmeasured_triton_reduces_are_refused(shape, config, why):
     assert why in _xla_sum.triton_plan(shape, (1,), config, False)
+
+
+ROWS = os.path.join(os.path.dirname(__file__), "golden", "xla", "xla-triton-rows.npz")
+
+
+def _row_cases():
+    with np.load(ROWS) as z:
+        keys = sorted({int(k.split(".")[0]) for k in z.files})
+        return [(json.loads(str(z[f"{k}.meta"][()])), z[f"{k}.y"]) for k in keys]
+
+
+ROW_RECORDS = _row_cases()
+
+
+def _tile(hlo):
+    """(output tile, warps) of the module's Triton normalization fusion."""
+    (s,) = {s.triton for s in _hlo.emitters(hlo).sums if s.triton}
+    return tuple(s[0]), s[1]
+
+
+@pytest.mark.parametrize("rec", ROW_RECORDS, ids=lambda r: r[0]["name"])
+def test_triton_rows_replay_or_refuse(rec):
+    """Softmaxes, layer norms and ``x / sum(x)`` of rows of 33 to 16384 in XLA's Triton
+    normalization fusions (two H100 processes): where the fusion's tile is the whole row
+    ([1, n]) with 1, 2 or 4 warps, every kept row of the output is the GPU's; a tile of
+    part of a row, two rows or 8 warps is refused."""
+    meta, gpu = rec
+    R, n = meta["shape"]
+    x = XS.row_input(R, n, meta["seed"])
+    out = jaxmma.gpu_replay(XS.row_function(meta["function"]), meta["hlo"], unverified="omit")(
+        jnp.asarray(x)
+    )
+    tile, warps = _tile(meta["hlo"])
+    read = tile == (1, n) and warps in (1, 2, 4) and n <= 4096
+    assert isinstance(out, jaxmma.Unverified) == (not read), (meta["name"], tile, warps)
+    if read:
+        got = np.asarray(out).view(np.uint32)[: len(gpu)]
+        assert np.array_equal(got, gpu), (meta["name"], int((got != gpu).any(-1).sum()))
+    else:
+        assert any("not measured" in r for r in out.reasons), out.reasons
+
+
+def _lane_tree_sum(e, warps, within):
+    """A NumPy model of a Triton row sum, written apart from _xla_sum: the row padded to a
+    power of two, element ``l + 32 w + 32 W r`` in lane ``l`` of warp ``w``; each lane's
+    elements added ``within`` ("tree": pairwise, or "seq": in order), the lanes by the
+    shuffle tree, the warps' results by the same tree."""
+    R, n = e.shape
+    P = 1 << (n - 1).bit_length()
+    x = np.zeros((R, P), np.float32)
+    x[:, :n] = e
+    regs = list(x.reshape(R, P // (32 * warps), warps, 32).transpose(1, 0, 2, 3))
+    if within == "seq":
+        acc = regs[0]
+        for r in regs[1:]:
+            acc = acc + r
+    else:
+        while len(regs) > 1:
+            regs = [regs[i] + regs[i + 1] for i in range(0, len(regs), 2)]
+        acc = regs[0]
+    for d in (16, 8, 4, 2, 1):
+        acc = acc + acc[..., np.arange(32) ^ d]
+    part = acc[..., 0]  # [R, warps]
+    while part.shape[-1] > 1:
+        h = part.shape[-1] // 2
+        part = part[..., :h] + part[..., h:]
+    return part[:, 0]
+
+
+def test_triton_row_order_is_told_apart():
+    """The captured softmaxes in whole-row tiles against a NumPy model of the order:
+    pairwise in each lane gives every kept row; a sequential sum in each lane gives other
+    bits on many rows, so the replay test above can fail."""
+    div = jaxmma.arith.GPU_FUNCTIONS["div"][1]
+    same = other = 0
+    for meta, gpu in ROW_RECORDS:
+        R, n = meta["shape"]
+        tile, warps = _tile(meta["hlo"])
+        if meta["function"] != "softmax" or tile != (1, n) or n > 4096:
+            continue
+        x = XS.row_input(R, n, meta["seed"])[: len(gpu)]
+        e = arith_exp(x - x.max(-1, keepdims=True))
+        for within in ("tree", "seq"):
+            s = _lane_tree_sum(e, warps, within)
+            s = np.broadcast_to(s[:, None], e.shape)
+            y = np.asarray(div(e.view(np.uint32), s.view(np.uint32)))
+            rows = int((y != gpu).any(-1).sum())
+            if within == "tree":
+                assert rows == 0, meta["name"]
+                same += 1
+            else:
+                other += rows
+    assert same >= 12 and other >= 20, (same, other)

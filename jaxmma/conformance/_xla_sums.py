@@ -2,7 +2,10 @@
 
 Run on a GPU: ``python -m jaxmma.conformance._xla_sums --save DIR`` writes
 ``DIR/xla-triton-norm.npz`` (a layer norm and a softmax that XLA puts in Triton
-normalization fusions: :func:`norm_functions`) and ``DIR/xla-sums.npz``: for each case
+normalization fusions: :func:`norm_functions`), ``DIR/xla-triton-rows.npz`` (softmaxes,
+layer norms and ``x / sum(x)`` of rows of 33 to 16384: :data:`ROW_CASES`, the compiled
+module text and the bits of the first :data:`ROWS_KEPT` rows of the output) and
+``DIR/xla-sums.npz``: for each case
 (:data:`CASES`) the compiled module text and the output bits of ``jnp.sum`` over rows,
 columns or everything, of f32 inputs (and of bf16 inputs widened to f32 inside the
 fusion). The inputs are rebuilt from their seeds by :func:`data` (NumPy's PCG64, the
@@ -81,6 +84,54 @@ def norm_inputs() -> dict:
     return {"ln": ln, "softmax": (rng.standard_normal((200, 100)).astype(np.float32) * 3,)}
 
 
+#: (function, rows, row length) of ``xla-triton-rows.npz``: XLA's Triton normalization
+#: fusions of rows of many lengths (tiles of one, two, four and more warps), and ``x /
+#: sum(x)``, which XLA also tiles by parts of a row
+ROW_CASES = (
+    tuple(("softmax", 16, n) for n in (33, 40, 64, 72, 100, 128, 200, 256, 500, 513, 1000,
+                                       1024, 2048, 3000, 4096))
+    + tuple(("softmax", 4, n) for n in (8192, 16384))
+    + tuple(("layer_norm", 16, n) for n in (33, 100, 500, 1000, 2048, 4096))
+    + tuple(("over_sum", 16, n) for n in (33, 72, 200, 1000))
+)  # fmt: skip
+
+
+#: the rows of each output kept in the file (each row is computed on its own)
+ROWS_KEPT = 8
+
+
+def row_function(name: str):
+    """The function of a :data:`ROW_CASES` case (not jitted)."""
+    import jax
+    import jax.numpy as jnp
+
+    if name == "softmax":
+        return lambda x: jax.nn.softmax(x, axis=-1)
+    if name == "layer_norm":
+
+        def ln(x):
+            m = jnp.mean(x, -1, keepdims=True)
+            return (x - m) * jax.lax.rsqrt(jnp.mean((x - m) ** 2, -1, keepdims=True) + 1e-5)
+
+        return ln
+    if name == "layer_norm_inline":  # the mean written twice, as a user might
+
+        def ln2(x):
+            d = x - jnp.mean(x, -1, keepdims=True)
+            m2 = jnp.mean((x - jnp.mean(x, -1, keepdims=True)) ** 2, -1, keepdims=True)
+            return d * jax.lax.rsqrt(m2 + 1e-5)
+
+        return ln2
+    if name == "over_sum":
+        return lambda x: x / jnp.sum(x, -1, keepdims=True)
+    raise ValueError(f"name: unknown case {name!r}")
+
+
+def row_input(rows: int, n: int, seed: int) -> np.ndarray:
+    """Standard normal values times 3, from NumPy's PCG64 (the same on every machine)."""
+    return (np.random.default_rng(seed).standard_normal((rows, n)) * 3).astype(np.float32)
+
+
 def main(argv=None) -> int:
     import jax
     import jax.numpy as jnp
@@ -109,6 +160,16 @@ def main(argv=None) -> int:
         for i, a in enumerate(xs):
             norm[f"{key}.in{i}"] = a
     np.savez_compressed(os.path.join(args.save, "xla-triton-norm.npz"), **norm)
+    rows: dict = {}
+    for k, (fname, R, n) in enumerate(ROW_CASES):
+        x = jnp.asarray(row_input(R, n, 7000 + n))
+        compiled = jax.jit(row_function(fname)).lower(x).compile()
+        meta = {"name": f"{fname}-{R}x{n}", "function": fname, "shape": [R, n], "seed": 7000 + n}
+        meta["hlo"] = compiled.as_text()
+        meta["device"] = str(jax.devices()[0].device_kind)
+        rows[f"{k}.meta"] = np.array(json.dumps(meta))
+        rows[f"{k}.y"] = np.asarray(compiled(x)).view(np.uint32)[:ROWS_KEPT]
+    np.savez_compressed(os.path.join(args.save, "xla-triton-rows.npz"), **rows)
     print("wrote", len(CASES), "cases and", len(norm_functions()), "normalizations")
     return 0
 

@@ -34,6 +34,7 @@ import dataclasses
 import math
 import re
 
+from . import _xla_sum
 from ._hlo_flow import Merge, merges, sources
 from ._hlo_known import _consistent, _known
 from ._hlo_reduce import (
@@ -514,12 +515,16 @@ def _norm_config(cfg: dict) -> tuple | None:
 
 
 def _measured_norm(config: tuple | None) -> bool:
-    """A Triton normalization fusion of the measured kind: a ``[1, n]`` tile with
-    ``64 < n < 128``, one warp, no TMA (tests/golden/xla/xla-triton-norm.npz)."""
+    """A Triton normalization fusion of the measured kind: a ``[1, n]`` tile of a row
+    whose sum :func:`._xla_sum.triton_plan` reads (``32 < n <= 4096``, 1, 2 or 4 warps,
+    no TMA; tests/golden/xla/xla-triton-norm.npz, xla-triton-rows.npz)."""
     if config is None:
         return False
     tile, warps, tma = config
-    return len(tile) == 2 and tile[0] == 1 and 64 < tile[1] < 128 and warps == 1 and not tma
+    if len(tile) != 2 or tile[0] != 1:
+        return False
+    plan = _xla_sum.triton_plan((1, tile[1]), (1,), config, False)
+    return not isinstance(plan, str) and plan.kind == "triton_row"
 
 
 def _sums(

@@ -27,11 +27,17 @@ a *column* reduction over the major ``R`` (a prefix), a full reduction is a row 
   in one kernel and the ``k1`` results in a second (:func:`split_plan`).
 
 - **Triton normalization fusion** (``__triton``: XLA's softmax and layer-norm fusions),
-  a row of ``n`` with ``64 < n < 128`` in a ``[1, n]`` tile with one warp and no TMA
-  (:func:`triton_plan`): the row padded with +0 to 128; lane ``l`` holds elements ``l,
-  l + 32, l + 64, l + 96`` and adds them pairwise (``(e0 + e1) + (e2 + e3)``), then the
-  lanes by the shuffle tree. Measured on an H100 (a layer norm of 72 and a softmax of 100:
-  every element); other tiles, warps and row lengths are refused.
+  a row of ``n`` in a ``[1, n]`` tile with ``W`` warps and no TMA (:func:`triton_plan`):
+  the row padded with +0 to the power of two ``P >= n``; lane ``l`` of warp ``w`` holds
+  the elements ``l + 32 w + 32 W r`` for ``r = 0 ... P / 32 W - 1`` (Triton's blocked
+  layout, one element per lane and repetition) and adds them as a pairwise tree in that
+  order (``(e0 + e1) + (e2 + e3)``, ...), then the lanes by the shuffle tree and the
+  warps' results by the same tree. Measured on an H100: a layer norm of 72 and a softmax
+  of 100 (``xla-triton-norm.npz``), every element; softmaxes of rows of 33 to 4096 with
+  1, 2 and 4 warps (``xla-triton-rows.npz``), every row (a sequential sum in each lane
+  gives other bits on up to 27 % of the rows, a sequential sum of four warps' results on
+  25 %). Rows of at most 32, other warp counts, rows longer than 4096 and rows of fewer
+  than 64 elements a warp are refused.
 - **Triton reduce fusion of rows** (the fusion's output is the row sums, its tile spans
   only the kept dimensions: ``[1]`` or ``[2]`` rows a program), one warp, no TMA, a row of
   ``64 < n < 128``, a ``[R, n]`` input (other tiles and ranks refused): padded with +0
@@ -64,7 +70,7 @@ LANES = 32
 @dataclasses.dataclass(frozen=True)
 class SumPlan:
     """How one ``reduce_sum`` is added (module docstring), over ``x`` viewed as
-    ``[R, n]``; ``v`` the load width (rows)."""
+    ``[R, n]``; ``v`` the load width (rows), or the warps (Triton rows)."""
 
     kind: str  # "row", "loop_row", "column", "triton_row", "triton_rows" or "split"
     R: int
@@ -126,6 +132,11 @@ def split_plan(N: int, narrow: bool) -> SumPlan | str:
     return SumPlan("split", 1, N, pad=pad, inner=inner, outer=outer)
 
 
+#: the warp counts of the measured Triton normalization tiles, and their longest row
+TRITON_WARPS = (1, 2, 4)
+TRITON_LONGEST = 4096
+
+
 def triton_plan(shape: tuple, axes: tuple, config: tuple, narrow: bool) -> SumPlan | str:
     """The :class:`SumPlan` of an f32 sum in a Triton normalization fusion of ``config``
     (``(tile sizes, warps, TMA)``), or why it is refused (module docstring)."""
@@ -137,22 +148,45 @@ def triton_plan(shape: tuple, axes: tuple, config: tuple, narrow: bool) -> SumPl
     # the row sums themselves, over the kept dimensions (contiguous lanes)
     norm_tile = tuple(tile[-1:]) == (n,) and not set(tile[:-1]) - {1}
     rows_tile = rank == 2 and tuple(tile) in ((1,), (2,))  # the measured [1] and [2]
-    if not row or warps != 1 or tma or not (norm_tile or rows_tile) or (narrow and norm_tile):
+    if not row or tma or not (norm_tile or rows_tile) or (narrow and norm_tile):
         return (f"a Triton reduce of {list(shape)} over {list(axes)} with tile {list(tile)}, "
-                f"{warps} warps{' and TMA' if tma else ''}: not measured (f32 rows of 65 to "
-                "127 in a [1, n] tile with one warp are)")  # fmt: skip
-    if not 64 < n < 128:
-        return f"a Triton reduce of a row of {n}: not measured (rows of 65 to 127 are)"
-    return SumPlan("triton_row" if norm_tile else "triton_rows", math.prod(shape[:-1]), n)
+                f"{warps} warps{' and TMA' if tma else ''}: not measured (f32 rows in a "
+                "[1, n] tile are)")  # fmt: skip
+    if norm_tile:
+        pad = _next_pow2(n)
+        if warps not in TRITON_WARPS or not 32 < n <= TRITON_LONGEST or pad < 64 * warps:
+            return (f"a Triton reduce of a row of {n} in a [1, {n}] tile with {warps} warps: "
+                    f"not measured (rows of 33 to {TRITON_LONGEST}, padded to a power of two "
+                    "of at least 64 per warp, with 1, 2 or 4 warps are)")  # fmt: skip
+        return SumPlan("triton_row", math.prod(shape[:-1]), n, warps)
+    if warps != 1 or not 64 < n < 128:
+        return (f"a Triton reduce fusion of rows of {n} with {warps} warps: not measured "
+                "(rows of 65 to 127 with one warp are)")  # fmt: skip
+    return SumPlan("triton_rows", math.prod(shape[:-1]), n)
 
 
-def _triton_row(x):
-    """Lane ``l`` adds ``(x[l] + x[l + 32]) + (x[l + 64] + x[l + 96])`` of the row padded
-    with +0 to 128; the lanes by the shuffle tree."""
-    pad = jnp.zeros(x.shape[:-1] + (128 - x.shape[-1],), F32)
-    q = jnp.concatenate([x, pad], axis=-1).reshape(x.shape[:-1] + (4, LANES))
-    lanes = _add(_add(q[..., 0, :], q[..., 1, :]), _add(q[..., 2, :], q[..., 3, :]))
-    return _tree(lanes)
+def _next_pow2(n: int) -> int:
+    return 1 << (n - 1).bit_length()
+
+
+def _triton_row(x, warps: int):
+    """The row padded with +0 to a power of two ``P``; lane ``l`` of warp ``w`` holds the
+    elements ``l + 32 w + 32 W r`` (``W`` warps, ``r = 0 ... P / 32 W - 1``) and adds them
+    as a pairwise tree in that order (``(e0 + e1) + (e2 + e3)``, ...); the lanes by the
+    shuffle tree, then the warps' results by the same tree."""
+    P = _next_pow2(x.shape[-1])
+    pad = jnp.zeros(x.shape[:-1] + (P - x.shape[-1],), F32)
+    q = jnp.concatenate([x, pad], axis=-1).reshape(
+        x.shape[:-1] + (P // (LANES * warps), warps, LANES)
+    )
+    regs = [q[..., r, :, :] for r in range(q.shape[-3])]
+    while len(regs) > 1:  # pairwise, neighbours first
+        regs = [_add(regs[i], regs[i + 1]) for i in range(0, len(regs), 2)]
+    per_warp = _tree(regs[0])  # [..., warps]
+    while per_warp.shape[-1] > 1:  # the warps' results: the same tree (half apart first)
+        h = per_warp.shape[-1] // 2
+        per_warp = _add(per_warp[..., :h], per_warp[..., h:])
+    return per_warp[..., 0]
 
 
 def _triton_rows(x):
@@ -253,7 +287,7 @@ def reduce_sum(x, shape: tuple, axes: tuple, p: SumPlan):
         return reduce_sum(rows, (p.inner.R,), (0,), p.outer).reshape(kept)
     x = jnp.asarray(x, F32).reshape(p.R, p.n)
     if p.kind == "triton_row":
-        return _triton_row(x).reshape(kept)
+        return _triton_row(x, p.v).reshape(kept)
     if p.kind == "triton_rows":
         return _triton_rows(x).reshape(kept)
     if p.kind == "row":
