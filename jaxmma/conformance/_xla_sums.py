@@ -3,8 +3,9 @@
 Run on a GPU: ``python -m jaxmma.conformance._xla_sums --save DIR`` writes
 ``DIR/xla-triton-norm.npz`` (a layer norm and a softmax that XLA puts in Triton
 normalization fusions: :func:`norm_functions`), ``DIR/xla-triton-rows.npz`` (softmaxes,
-layer norms and ``x / sum(x)`` of rows of 33 to 16384: :data:`ROW_CASES`, the compiled
-module text and the bits of the first :data:`ROWS_KEPT` rows of the output) and
+layer norms and ``x / sum(x)`` of rows of 33 to 16384, batched or not:
+:data:`ROW_CASES`, the compiled module text and the bits of the first :data:`ROWS_KEPT`
+rows of the output, its leading dimensions flattened) and
 ``DIR/xla-sums.npz``: for each case
 (:data:`CASES`) the compiled module text and the output bits of ``jnp.sum`` over rows,
 columns or everything, of f32 inputs (and of bf16 inputs widened to f32 inside the
@@ -84,15 +85,19 @@ def norm_inputs() -> dict:
     return {"ln": ln, "softmax": (rng.standard_normal((200, 100)).astype(np.float32) * 3,)}
 
 
-#: (function, rows, row length) of ``xla-triton-rows.npz``: XLA's Triton normalization
-#: fusions of rows of many lengths (tiles of one, two, four and more warps), and ``x /
-#: sum(x)``, which XLA also tiles by parts of a row
+#: (function, shape, seed) of ``xla-triton-rows.npz``: XLA's Triton normalization fusions
+#: of rows of many lengths (tiles of one row or several, of one to eight warps), batched
+#: as attention's are, and ``x / sum(x)``, which XLA also tiles by parts of a row
 ROW_CASES = (
-    tuple(("softmax", 16, n) for n in (33, 40, 64, 72, 100, 128, 200, 256, 500, 513, 1000,
-                                       1024, 2048, 3000, 4096))
-    + tuple(("softmax", 4, n) for n in (8192, 16384))
-    + tuple(("layer_norm", 16, n) for n in (33, 100, 500, 1000, 2048, 4096))
-    + tuple(("over_sum", 16, n) for n in (33, 72, 200, 1000))
+    tuple(("softmax", (16, n), 7000 + n) for n in (33, 40, 64, 72, 100, 128, 200, 256, 500,
+                                                   513, 1000, 1024, 2048, 3000, 4096))
+    + tuple(("softmax", (4, n), 7000 + n) for n in (8192, 16384))
+    + tuple(("layer_norm", (16, n), 7000 + n) for n in (33, 100, 500, 1000, 2048, 4096))
+    + tuple(("over_sum", (16, n), 7000 + n) for n in (33, 72, 200, 1000))
+    + tuple((fn, shape, sum(shape)) for shape in (
+        (2, 200, 72), (2, 200, 100), (2, 200, 200), (2, 200, 256), (2, 200, 500),
+        (2, 200, 1000), (400, 72), (400, 200), (400, 1000), (4, 16, 100), (4, 16, 1000),
+        (8, 128, 128), (16, 64, 64), (2, 8, 200, 200)) for fn in ("softmax", "layer_norm"))
 )  # fmt: skip
 
 
@@ -127,9 +132,9 @@ def row_function(name: str):
     raise ValueError(f"name: unknown case {name!r}")
 
 
-def row_input(rows: int, n: int, seed: int) -> np.ndarray:
+def row_input(shape: tuple, seed: int) -> np.ndarray:
     """Standard normal values times 3, from NumPy's PCG64 (the same on every machine)."""
-    return (np.random.default_rng(seed).standard_normal((rows, n)) * 3).astype(np.float32)
+    return (np.random.default_rng(seed).standard_normal(shape) * 3).astype(np.float32)
 
 
 def main(argv=None) -> int:
@@ -161,14 +166,15 @@ def main(argv=None) -> int:
             norm[f"{key}.in{i}"] = a
     np.savez_compressed(os.path.join(args.save, "xla-triton-norm.npz"), **norm)
     rows: dict = {}
-    for k, (fname, R, n) in enumerate(ROW_CASES):
-        x = jnp.asarray(row_input(R, n, 7000 + n))
+    for k, (fname, shape, seed) in enumerate(ROW_CASES):
+        x = jnp.asarray(row_input(shape, seed))
         compiled = jax.jit(row_function(fname)).lower(x).compile()
-        meta = {"name": f"{fname}-{R}x{n}", "function": fname, "shape": [R, n], "seed": 7000 + n}
-        meta["hlo"] = compiled.as_text()
+        meta = {"name": f"{fname}-{'x'.join(map(str, shape))}", "function": fname}
+        meta.update(shape=list(shape), seed=seed, hlo=compiled.as_text())
         meta["device"] = str(jax.devices()[0].device_kind)
         rows[f"{k}.meta"] = np.array(json.dumps(meta))
-        rows[f"{k}.y"] = np.asarray(compiled(x)).view(np.uint32)[:ROWS_KEPT]
+        y = np.asarray(compiled(x)).view(np.uint32)
+        rows[f"{k}.y"] = y.reshape(-1, shape[-1])[:ROWS_KEPT]
     np.savez_compressed(os.path.join(args.save, "xla-triton-rows.npz"), **rows)
     print("wrote", len(CASES), "cases and", len(norm_functions()), "normalizations")
     return 0

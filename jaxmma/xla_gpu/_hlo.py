@@ -515,15 +515,16 @@ def _norm_config(cfg: dict) -> tuple | None:
 
 
 def _measured_norm(config: tuple | None) -> bool:
-    """A Triton normalization fusion of the measured kind: a ``[1, n]`` tile of a row
-    whose sum :func:`._xla_sum.triton_plan` reads (``32 < n <= 4096``, 1, 2 or 4 warps,
-    no TMA; tests/golden/xla/xla-triton-norm.npz, xla-triton-rows.npz)."""
+    """A Triton normalization fusion of the measured kind: a tile of whole rows whose
+    sums :func:`._xla_sum.triton_plan` reads (tests/golden/xla/xla-triton-norm.npz,
+    xla-triton-rows.npz)."""
     if config is None:
         return False
     tile, warps, tma = config
-    if len(tile) != 2 or tile[0] != 1:
+    if len(tile) < 2:
         return False
-    plan = _xla_sum.triton_plan((1, tile[1]), (1,), config, False)
+    rows = math.prod(tile[:-1])
+    plan = _xla_sum.triton_plan((rows, tile[-1]), (1,), ((rows, tile[-1]), warps, tma), False)
     return not isinstance(plan, str) and plan.kind == "triton_row"
 
 

@@ -26,18 +26,23 @@ a *column* reduction over the major ``R`` (a prefix), a full reduction is a row 
   ``[k1, k2]`` (:func:`split_params`), sums each row of ``k2`` (a row reduction, above)
   in one kernel and the ``k1`` results in a second (:func:`split_plan`).
 
-- **Triton normalization fusion** (``__triton``: XLA's softmax and layer-norm fusions),
-  a row of ``n`` in a ``[1, n]`` tile with ``W`` warps and no TMA (:func:`triton_plan`):
-  the row padded with +0 to the power of two ``P >= n``; lane ``l`` of warp ``w`` holds
-  the elements ``l + 32 w + 32 W r`` for ``r = 0 ... P / 32 W - 1`` (Triton's blocked
-  layout, one element per lane and repetition) and adds them as a pairwise tree in that
-  order (``(e0 + e1) + (e2 + e3)``, ...), then the lanes by the shuffle tree and the
-  warps' results by the same tree. Measured on an H100: a layer norm of 72 and a softmax
-  of 100 (``xla-triton-norm.npz``), every element; softmaxes of rows of 33 to 4096 with
-  1, 2 and 4 warps (``xla-triton-rows.npz``), every row (a sequential sum in each lane
-  gives other bits on up to 27 % of the rows, a sequential sum of four warps' results on
-  25 %). Rows of at most 32, other warp counts, rows longer than 4096 and rows of fewer
-  than 64 elements a warp are refused.
+- **Triton normalization fusion** (``__triton``: XLA's softmax and layer-norm fusions)
+  whose tile holds whole rows of ``n``, no TMA (:func:`triton_plan`); the row padded
+  with +0 to the power of two ``P >= n``. *One row a program* (1, 2 or 4 warps ``W``):
+  lane ``l`` of warp ``w`` holds the elements ``l + 32 w + 32 W r`` for ``r = 0 ... P /
+  32 W - 1`` (one element a lane and repetition) and adds them as a pairwise tree in
+  that order (``(e0 + e1) + (e2 + e3)``, ...), then the lanes by the shuffle tree and
+  the warps' results by the same tree. *Several rows a program* (2 or 4 warps): four
+  contiguous elements a lane (Triton's vectorized layout), ``L = min(32, P / 4)`` lanes
+  and then ``min(W, P / 4 L)`` warps along the row, the others on other rows; a lane
+  adds its elements ``4 (l + L w + L W' r) + s`` pairwise in the order of ``(r, s)``,
+  then the ``L`` lanes and the warps as above. Measured on an H100 (three processes,
+  ``xla-triton-norm.npz``, ``xla-triton-rows.npz``): softmaxes, layer norms and ``x /
+  sum(x)`` of rows of 33 to 4096 in one-row tiles and of 64 to 1000 in tiles of 2 to 8
+  rows (batched as attention's are), every kept row; a sequential sum in each lane gives
+  other bits on a quarter of the rows. Tiles of part of a row (other orders, measured to
+  differ), 8 warps, rows of 32 or fewer or longer than 4096 (1024 in tiles of several
+  rows), one-warp tiles of several rows and fewer than 64 elements a warp are refused.
 - **Triton reduce fusion of rows** (the fusion's output is the row sums, its tile spans
   only the kept dimensions: ``[1]`` or ``[2]`` rows a program), one warp, no TMA, a row of
   ``64 < n < 128``, a ``[R, n]`` input (other tiles and ranks refused): padded with +0
@@ -79,6 +84,9 @@ class SumPlan:
     #: ``"split"`` (a full sum XLA's tree rewriter cut in two kernels): the zeros padded
     #: at the end, the row reduction of the ``[k1, k2]`` view and the sum of its results
     pad: int = 0
+    #: Triton rows: lanes along the row and contiguous elements a lane
+    lanes: int = 32
+    spt: int = 1
     inner: SumPlan | None = None
     outer: SumPlan | None = None
 
@@ -135,6 +143,8 @@ def split_plan(N: int, narrow: bool) -> SumPlan | str:
 #: the warp counts of the measured Triton normalization tiles, and their longest row
 TRITON_WARPS = (1, 2, 4)
 TRITON_LONGEST = 4096
+#: the longest row measured in a tile of several rows
+TRITON_MULTI_LONGEST = 1024
 
 
 def triton_plan(shape: tuple, axes: tuple, config: tuple, narrow: bool) -> SumPlan | str:
@@ -146,43 +156,60 @@ def triton_plan(shape: tuple, axes: tuple, config: tuple, narrow: bool) -> SumPl
     row = tuple(a % rank for a in axes) == (rank - 1,)
     # measured: a [1, n] tile of a normalization's output (strided lanes), and a tile of
     # the row sums themselves, over the kept dimensions (contiguous lanes)
-    norm_tile = tuple(tile[-1:]) == (n,) and not set(tile[:-1]) - {1}
+    norm_tile = tuple(tile[-1:]) == (n,)  # whole rows, one or several a program
     rows_tile = rank == 2 and tuple(tile) in ((1,), (2,))  # the measured [1] and [2]
     if not row or tma or not (norm_tile or rows_tile) or (narrow and norm_tile):
         return (f"a Triton reduce of {list(shape)} over {list(axes)} with tile {list(tile)}, "
                 f"{warps} warps{' and TMA' if tma else ''}: not measured (f32 rows in a "
                 "[1, n] tile are)")  # fmt: skip
     if norm_tile:
-        pad = _next_pow2(n)
-        if warps not in TRITON_WARPS or not 32 < n <= TRITON_LONGEST or pad < 64 * warps:
-            return (f"a Triton reduce of a row of {n} in a [1, {n}] tile with {warps} warps: "
-                    f"not measured (rows of 33 to {TRITON_LONGEST}, padded to a power of two "
-                    "of at least 64 per warp, with 1, 2 or 4 warps are)")  # fmt: skip
-        return SumPlan("triton_row", math.prod(shape[:-1]), n, warps)
+        return _norm_plan(math.prod(shape[:-1]), n, math.prod(tile[:-1]), warps)
     if warps != 1 or not 64 < n < 128:
         return (f"a Triton reduce fusion of rows of {n} with {warps} warps: not measured "
                 "(rows of 65 to 127 with one warp are)")  # fmt: skip
     return SumPlan("triton_rows", math.prod(shape[:-1]), n)
 
 
+def _norm_plan(R: int, n: int, rows: int, warps: int) -> SumPlan | str:
+    """The order of a Triton normalization tile of ``rows`` whole rows of ``n`` (module
+    docstring), or why it is refused."""
+    P = _next_pow2(n)
+    if rows == 1:
+        if warps not in TRITON_WARPS or not 32 < n <= TRITON_LONGEST or P < 64 * warps:
+            return (f"a Triton reduce of a row of {n} in a [1, {n}] tile with {warps} warps: "
+                    f"not measured (rows of 33 to {TRITON_LONGEST}, padded to a power of two "
+                    "of at least 64 per warp, with 1, 2 or 4 warps are)")  # fmt: skip
+        return SumPlan("triton_row", R, n, warps)
+    # several rows a program: 4 contiguous elements a lane (Triton's vectorized layout),
+    # lanes and then warps along the row as far as it reaches, the rest across rows
+    lanes = min(LANES, P // 4)
+    along = min(warps, max(1, P // (4 * lanes)))
+    if (warps not in (2, 4) or not 32 < n <= TRITON_MULTI_LONGEST or not _pow2(rows)
+            or (LANES // lanes) * (warps // along) > rows):  # fmt: skip
+        return (f"a Triton reduce of rows of {n} in a [{rows}, {n}] tile with {warps} warps: "
+                f"not measured (tiles of 2 to 8 rows of 33 to {TRITON_MULTI_LONGEST} with 2 "
+                "or 4 warps, every thread on one row, are)")  # fmt: skip
+    return SumPlan("triton_row", R, n, along, lanes=lanes, spt=4)
+
+
 def _next_pow2(n: int) -> int:
     return 1 << (n - 1).bit_length()
 
 
-def _triton_row(x, warps: int):
-    """The row padded with +0 to a power of two ``P``; lane ``l`` of warp ``w`` holds the
-    elements ``l + 32 w + 32 W r`` (``W`` warps, ``r = 0 ... P / 32 W - 1``) and adds them
-    as a pairwise tree in that order (``(e0 + e1) + (e2 + e3)``, ...); the lanes by the
-    shuffle tree, then the warps' results by the same tree."""
+def _triton_row(x, warps: int, lanes: int = LANES, spt: int = 1):
+    """The row padded with +0 to a power of two ``P``; lane ``l`` of warp ``w`` (``W``
+    warps and ``L`` lanes along the row) holds the elements ``spt (l + L w + L W r) + s``
+    (``s < spt``, ``r = 0 ... P / (spt L W) - 1``) and adds them as a pairwise tree in the
+    order of ``(r, s)`` (``(e0 + e1) + (e2 + e3)``, ...); the lanes by the shuffle tree,
+    then the warps' results by the same tree."""
     P = _next_pow2(x.shape[-1])
     pad = jnp.zeros(x.shape[:-1] + (P - x.shape[-1],), F32)
-    q = jnp.concatenate([x, pad], axis=-1).reshape(
-        x.shape[:-1] + (P // (LANES * warps), warps, LANES)
-    )
-    regs = [q[..., r, :, :] for r in range(q.shape[-3])]
+    reps = P // (spt * lanes * warps)
+    q = jnp.concatenate([x, pad], axis=-1).reshape(x.shape[:-1] + (reps, warps, lanes, spt))
+    regs = [q[..., r, :, :, s] for r in range(reps) for s in range(spt)]
     while len(regs) > 1:  # pairwise, neighbours first
         regs = [_add(regs[i], regs[i + 1]) for i in range(0, len(regs), 2)]
-    per_warp = _tree(regs[0])  # [..., warps]
+    per_warp = _tree(regs[0], lanes)  # [..., warps]
     while per_warp.shape[-1] > 1:  # the warps' results: the same tree (half apart first)
         h = per_warp.shape[-1] // 2
         per_warp = _add(per_warp[..., :h], per_warp[..., h:])
@@ -233,10 +260,12 @@ def plan(shape: tuple, axes: tuple, narrow: bool) -> SumPlan | str:
     return f"a reduce over axes {axes} of a rank-{rank} array (neither rows nor columns)"
 
 
-def _tree(a):
-    """The shuffle-down tree over the last axis (32): ``a[0]`` after ``a[i] += a[i + d]``
-    for ``d = 16, 8, 4, 2, 1``."""
+def _tree(a, lanes: int = LANES):
+    """The shuffle-down tree over the last axis (``lanes``, 32 unless told): ``a[0]``
+    after ``a[i] += a[i + d]`` for ``d = 16, 8, 4, 2, 1`` (from ``lanes / 2``)."""
     for d in (16, 8, 4, 2, 1):
+        if d >= lanes:
+            continue
         a = jnp.concatenate([_add(a[..., :d], a[..., d : 2 * d]), a[..., d:]], axis=-1)
     return a[..., 0]
 
@@ -287,7 +316,7 @@ def reduce_sum(x, shape: tuple, axes: tuple, p: SumPlan):
         return reduce_sum(rows, (p.inner.R,), (0,), p.outer).reshape(kept)
     x = jnp.asarray(x, F32).reshape(p.R, p.n)
     if p.kind == "triton_row":
-        return _triton_row(x, p.v).reshape(kept)
+        return _triton_row(x, p.v, p.lanes, p.spt).reshape(kept)
     if p.kind == "triton_rows":
         return _triton_rows(x).reshape(kept)
     if p.kind == "row":
