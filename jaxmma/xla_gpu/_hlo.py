@@ -473,22 +473,23 @@ def emitters(text: str) -> Emitters:
                 continue
             tkind = _fusion_config(ins).get("kind", kind)
             ops = {i.opcode for k in inner for i in k.order}
-            if _measured_norm(triton):  # rounds and calls libdevice as the MLIR emitters do
+            measured = _measured_norm(triton)
+            if measured:  # calls libdevice as the MLIR emitters do
                 in_mlir |= ops & set(_LIBDEVICE)
-            else:
+            if measured != "row":  # one row a program: rounds one operation at a time
                 if "multiply" in ops and ops & set(_ARITH_ADD):
                     contract.append(f"%{ins.name} ({tkind})")
-                if ops & set(_LIBDEVICE):
+                if not measured and ops & set(_LIBDEVICE):
                     libdevice.append(f"%{ins.name} ({tkind})")
             for k in inner:
                 for i in k.order:
                     red = (i.attr("to_apply") or "").lstrip("%")
                     if i.opcode == "reduce" and red in comps:
                         body = {j.opcode for j in comps[red].order}
-                        measured = (  # no TMA, as captured
+                        ieee = (  # no TMA, as captured
                             triton and not triton[2] and i.type.split("[")[0] in ("f32", "bf16")
                         )
-                        if body & set(_MINMAX) and not measured:
+                        if body & set(_MINMAX) and not ieee:
                             minmax.append(f"%{ins.name} ({tkind})")
 
     def once(x: list) -> tuple:
@@ -514,18 +515,24 @@ def _norm_config(cfg: dict) -> tuple | None:
     return tile, int(blc.get("num_warps", 0)), bool(blc.get("is_tma_allowed", False))
 
 
-def _measured_norm(config: tuple | None) -> bool:
-    """A Triton normalization fusion of the measured kind: a tile of whole rows whose
-    sums :func:`._xla_sum.triton_plan` reads (tests/golden/xla/xla-triton-norm.npz,
-    xla-triton-rows.npz)."""
+def _measured_norm(config: tuple | None) -> str | None:
+    """``"row"`` or ``"rows"`` for a Triton normalization fusion of a measured kind: a
+    tile of one whole row, or of several, whose sums :func:`._xla_sum.triton_plan` reads
+    (tests/golden/xla/xla-triton-norm.npz, xla-triton-rows.npz); else None. In both,
+    ``exp``, ``rsqrt`` and division are libdevice's and ``div.full``; only in the
+    one-row tiles was it seen that no multiply and add are contracted (a layer norm with
+    an affine ``* g + b`` in tiles of several rows differed as an FMA would: held-out
+    captures, RESULTS.md), so there a multiply feeding an add stays refused."""
     if config is None:
-        return False
+        return None
     tile, warps, tma = config
     if len(tile) < 2:
-        return False
+        return None
     rows = math.prod(tile[:-1])
     plan = _xla_sum.triton_plan((rows, tile[-1]), (1,), ((rows, tile[-1]), warps, tma), False)
-    return not isinstance(plan, str) and plan.kind == "triton_row"
+    if isinstance(plan, str) or plan.kind != "triton_row":
+        return None
+    return "row" if rows == 1 else "rows"
 
 
 def _sums(

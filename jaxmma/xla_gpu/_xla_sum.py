@@ -32,11 +32,14 @@ a *column* reduction over the major ``R`` (a prefix), a full reduction is a row 
   lane ``l`` of warp ``w`` holds the elements ``l + 32 w + 32 W r`` for ``r = 0 ... P /
   32 W - 1`` (one element a lane and repetition) and adds them as a pairwise tree in
   that order (``(e0 + e1) + (e2 + e3)``, ...), then the lanes by the shuffle tree and
-  the warps' results by the same tree. *Several rows a program* (2 or 4 warps): four
-  contiguous elements a lane (Triton's vectorized layout), ``L = min(32, P / 4)`` lanes
-  and then ``min(W, P / 4 L)`` warps along the row, the others on other rows; a lane
-  adds its elements ``4 (l + L w + L W' r) + s`` pairwise in the order of ``(r, s)``,
-  then the ``L`` lanes and the warps as above. Measured on an H100 (three processes,
+  the warps' results by the same tree. *Several rows a program* (2 or 4 warps): ``v``
+  contiguous elements a lane (Triton's vectorized layout: 4, 2 or 1, the largest that
+  divides ``n``), ``L = min(32, P / v)`` lanes and then ``min(W, P / v L)`` warps along
+  the row, the others on other rows; a lane adds its elements ``v (l + L w + L W' r) +
+  s`` pairwise in the order of ``(r, s)``, then the ``L`` lanes and the warps as above
+  (read for ``v = 4`` only: rows whose length is a multiple of 4; the others were seen
+  with ``v`` 2 and 1 in held-out captures but are not kept). Measured on an H100
+  (three processes,
   ``xla-triton-norm.npz``, ``xla-triton-rows.npz``): softmaxes, layer norms and ``x /
   sum(x)`` of rows of 33 to 4096 in one-row tiles and of 64 to 1000 in tiles of 2 to 8
   rows (batched as attention's are), every kept row; a sequential sum in each lane gives
@@ -180,16 +183,18 @@ def _norm_plan(R: int, n: int, rows: int, warps: int) -> SumPlan | str:
                     f"not measured (rows of 33 to {TRITON_LONGEST}, padded to a power of two "
                     "of at least 64 per warp, with 1, 2 or 4 warps are)")  # fmt: skip
         return SumPlan("triton_row", R, n, warps)
-    # several rows a program: 4 contiguous elements a lane (Triton's vectorized layout),
-    # lanes and then warps along the row as far as it reaches, the rest across rows
-    lanes = min(LANES, P // 4)
-    along = min(warps, max(1, P // (4 * lanes)))
-    if (warps not in (2, 4) or not 32 < n <= TRITON_MULTI_LONGEST or not _pow2(rows)
+    # several rows a program: v contiguous elements a lane (Triton's vectorized layout:
+    # 4, 2 or 1, as the row's length is a multiple of), lanes and then warps along the
+    # row as far as it reaches, the rest across rows
+    v = 4 if n % 4 == 0 else 2 if n % 2 == 0 else 1
+    lanes = min(LANES, P // v)
+    along = min(warps, max(1, P // (v * lanes)))
+    if (warps not in (2, 4) or not 32 < n <= TRITON_MULTI_LONGEST or not _pow2(rows) or v != 4
             or (LANES // lanes) * (warps // along) > rows):  # fmt: skip
         return (f"a Triton reduce of rows of {n} in a [{rows}, {n}] tile with {warps} warps: "
-                f"not measured (tiles of 2 to 8 rows of 33 to {TRITON_MULTI_LONGEST} with 2 "
-                "or 4 warps, every thread on one row, are)")  # fmt: skip
-    return SumPlan("triton_row", R, n, along, lanes=lanes, spt=4)
+                f"not measured (tiles of 2 to 8 rows of 36 to {TRITON_MULTI_LONGEST} elements, "
+                "a multiple of 4, with 2 or 4 warps, every thread on one row, are)")  # fmt: skip
+    return SumPlan("triton_row", R, n, along, lanes=lanes, spt=v)
 
 
 def _next_pow2(n: int) -> int:
