@@ -18,13 +18,14 @@ from jaxmma.xla_gpu import _hlo, _xla_sum
 PATH = os.path.join(os.path.dirname(__file__), "golden", "xla", "xla-sums.npz")
 
 
-def _records():
-    with np.load(PATH) as z:
+def _records(path):
+    """``(meta, output bits)`` of each case of a capture file."""
+    with np.load(path) as z:
         keys = sorted({int(k.split(".")[0]) for k in z.files})
         return [(json.loads(str(z[f"{k}.meta"][()])), z[f"{k}.y"]) for k in keys]
 
 
-RECORDS = _records()
+RECORDS = _records(PATH)
 
 
 def _input(meta):
@@ -203,13 +204,7 @@ def test_unmeasured_triton_reduces_are_refused(shape, config, why):
 ROWS = os.path.join(os.path.dirname(__file__), "golden", "xla", "xla-triton-rows.npz")
 
 
-def _row_cases():
-    with np.load(ROWS) as z:
-        keys = sorted({int(k.split(".")[0]) for k in z.files})
-        return [(json.loads(str(z[f"{k}.meta"][()])), z[f"{k}.y"]) for k in keys]
-
-
-ROW_RECORDS = _row_cases()
+ROW_RECORDS = _records(ROWS)
 
 
 def _tile(hlo):
