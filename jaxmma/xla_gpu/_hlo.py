@@ -36,7 +36,7 @@ import re
 
 from . import _xla_sum
 from ._hlo_flow import Merge, merges, sources
-from ._hlo_known import _consistent, _known
+from ._hlo_known import _consistent, _epilogue, _known
 from ._hlo_reduce import (
     _k_padding,
     _reduce_order,
@@ -47,13 +47,11 @@ from ._hlo_reduce import (
 )
 from ._hlo_text import (
     GEMM_KINDS,
-    LAYOUT_OPS,
     TYPES,
     Computation,
     Instr,
     _called,
     _fusion_config,
-    _reachable,
     parse,
 )
 
@@ -343,13 +341,12 @@ def _plan(comps, parent: Computation, fusion: Instr, cfg: dict) -> DotPlan:
         K = padded[0]
     sig = (tuple(sorted((a, b))), batch, tuple(sorted((M, N))), K)
     try:
-        after = [u for u in _reachable(comp, dot.name) if u.opcode not in LAYOUT_OPS]
-        if after:
+        _known(fusion, cfg, comp, dot, where)  # its prologue and epilogue too
+        if found and _epilogue(comp, dot, where):
             raise ValueError(
-                f"{where}: {', '.join(f'%{u.name} ({u.opcode})' for u in after)} computes "
-                f"on %{dot.name}'s result inside the GEMM fusion (an epilogue): not covered"
+                f"{where}: K split, and arithmetic on %{dot.name}'s partials inside the "
+                "GEMM fusion (an epilogue before the reduce): not covered"
             )
-        _known(fusion, cfg, comp, dot, where)
         if found:
             reads = []
             for user, red, rcomp in found:
@@ -393,7 +390,9 @@ class Emitters:
     """What the non-dot fusions of a module let ``gpu_replay`` reproduce.
 
     ``contract``: fusions outside XLA's MLIR loop and reduction emitters that hold a
-    multiply and an add or subtract (their lowering may contract them into one FMA);
+    multiply and an add or subtract (their lowering may contract them into one FMA),
+    except GEMM fusions, whose prologues and epilogues round each operation
+    (:data:`._hlo_known.ROUNDED`; the arithmetic they may hold is checked there);
     ``minmax``: fusions outside those emitters that reduce with ``maximum`` /
     ``minimum`` (their NaN and signed-zero rules are not measured), except the f32 and
     bf16 ones of Triton normalization fusions without TMA, which reduce as the MLIR
@@ -476,7 +475,9 @@ def emitters(text: str) -> Emitters:
             measured = _measured_norm(triton)
             if measured:  # calls libdevice as the MLIR emitters do
                 in_mlir |= ops & set(_LIBDEVICE)
-            if measured != "row":  # one row a program: rounds one operation at a time
+            # one row a program, and GEMM fusions (their prologues and epilogues,
+            # _hlo_known.ROUNDED): one rounding per operation
+            if measured != "row" and tkind not in GEMM_KINDS:
                 if "multiply" in ops and ops & set(_ARITH_ADD):
                     contract.append(f"%{ins.name} ({tkind})")
                 if not measured and ops & set(_LIBDEVICE):

@@ -8,7 +8,7 @@ import math
 import re
 
 from . import _xla_reduce
-from ._hlo_known import _config_extra
+from ._hlo_known import ROUNDED, _config_extra
 from ._hlo_text import (
     LAYOUT_OPS,
     TYPES,
@@ -21,6 +21,7 @@ from ._hlo_text import (
     _is_zero,
     _layout_ok,
     _physical,
+    _reachable,
 )
 
 
@@ -111,11 +112,20 @@ def _root_dims(comp: Computation, dot: Instr):
     root = comp.instrs.get(comp.root) if comp.root else (comp.order[-1] if comp.order else None)
     if root is None:
         return None
+    chain = {u.name for u in _reachable(comp, dot.name)} | {dot.name}
     out: list = []
     for d in range(len(root.shape)):
         at: tuple | None = (root, d)
         while at is not None and at[0].name != dot.name:
-            at = _back(comp, at[0], at[1]) if at[0].opcode in LAYOUT_OPS else None
+            ins = at[0]
+            if ins.opcode in LAYOUT_OPS:
+                at = _back(comp, ins, at[1])
+                continue
+            # an elementwise epilogue (ROUNDED): the one operand carried from the dot
+            carried = [comp.instrs.get(o) for o in ins.operands if o in chain]
+            keep = len(carried) == 1 and carried[0] is not None
+            keep = keep and (ins.opcode, ins.dtype) in ROUNDED["epilogue"]
+            at = (carried[0], at[1]) if keep and carried[0].shape == ins.shape else None
         out.append(at[1] if at is not None else None)
     return out
 
