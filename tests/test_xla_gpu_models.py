@@ -108,12 +108,14 @@ COUNTS = {
     # the layer norm's scale and shift in its GEMM's prologue, the attention scale in
     # the score GEMM's epilogue (tests/test_xla_gemm_fused.py)
     "model-attn-f32": (3, 0),
+    # the loss's mean: a Triton reduce of the whole vector (tests/test_xla_scalar_sums.py)
+    "model-xent-f32": (3, 0),
 }
 
 
 @pytest.mark.full  # make test within 5 minutes
 def test_model_output_counts():
-    """The counts of docs/xla_gpu.md: 24 of 135 outputs reproduced, 111 refused, 0
+    """The counts of docs/xla_gpu.md: 27 of 135 outputs reproduced, 108 refused, 0
     silently different."""
     if not RECORDS:
         pytest.skip("no captures")
@@ -125,7 +127,7 @@ def test_model_output_counts():
         n[1] += v.count("refused")
         n[2] += v.count("SILENT")
     total = [sum(n[i] for n in per_case.values()) for i in range(3)]
-    assert total == [24, 111, 0], per_case
+    assert total == [27, 108, 0], per_case
     for name, (same, refused) in COUNTS.items():
         assert per_case[name][:2] == [same, refused], name
 
