@@ -435,6 +435,8 @@ class Sum:
     where: str
     #: in a Triton normalization fusion (``__triton``): ``(tile sizes, warps, TMA)``
     triton: tuple | None = None
+    #: some inputs of the fusion narrower than 32 bits, others not
+    mixed: bool = False
 
 
 def _nested(comps: dict, comp: Computation, seen: set) -> list:
@@ -543,6 +545,7 @@ def _sums(
     ``fused``: the fusion's own computation, whose parameters are its inputs."""
     widths = [_width(i.type) for i in fused.order if i.opcode == "parameter"]
     narrow = bool(widths) and min(widths) < 32
+    mixed = narrow and max(widths) >= 32
     out = []
     for k in inner:
         for i in k.order:
@@ -558,5 +561,7 @@ def _sums(
             layout = "{" + ",".join(str(d) for d in reversed(range(rank))) + "}"
             plain = len(i.operands) == 2 and src.type.endswith(layout)
             norm = triton if plain else None
-            out.append(Sum(src.shape, i.dims("dimensions"), mlir and plain, narrow, where, norm))
+            out.append(
+                Sum(src.shape, i.dims("dimensions"), mlir and plain, narrow, where, norm, mixed)
+            )
     return out

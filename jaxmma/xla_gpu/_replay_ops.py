@@ -411,8 +411,11 @@ def sum_plan(e, facts):
     if not found:
         return (f"no f32 add-reduce of {list(shape)} over {list(axes)} in the module "
                 "(XLA rewrote it, or split it in two kernels)")  # fmt: skip
-    if all(s.triton is not None for s in found) and len({s.triton for s in found}) == 1:
-        return _xla_sum.triton_plan(shape, axes, found[0].triton, found[0].narrow)
+    if all(s.triton is not None for s in found) and (
+        len({(s.triton, s.narrow, s.mixed) for s in found}) == 1
+    ):
+        s0 = found[0]
+        return _xla_sum.triton_plan(shape, axes, s0.triton, s0.narrow, s0.mixed)
     other = [s.where for s in found if not s.mlir]
     if other:
         where = ", ".join(dict.fromkeys(other))

@@ -38,7 +38,10 @@ a *column* reduction over the major ``R`` (a prefix), a full reduction is a row 
   the row, the others on other rows; a lane adds its elements ``v (l + L w + L W' r) +
   s`` pairwise in the order of ``(r, s)``, then the ``L`` lanes and the warps as above
   (read for ``v = 4`` only: rows whose length is a multiple of 4; the others were seen
-  with ``v`` 2 and 1 in held-out captures but are not kept). Measured on an H100
+  with ``v`` 2 and 1 in held-out captures but are not kept). Of 16-bit inputs (bf16
+  widened in the fusion, every input of it 16-bit): one-row tiles as above; tiles of
+  several rows with ``v = 8`` (16 bytes a lane), read for rows a multiple of 8
+  (``xla-narrow-rows-*.npz``: FPRev probes and log-softmaxes, rows of 100 to 1000). Measured on an H100
   (three processes,
   ``xla-triton-norm.npz``, ``xla-triton-rows.npz``): softmaxes, layer norms and ``x /
   sum(x)`` of rows of 33 to 4096 in one-row tiles and of 64 to 1000 in tiles of 2 to 8
@@ -160,9 +163,13 @@ TRITON_LONGEST = 4096
 TRITON_MULTI_LONGEST = 1024
 
 
-def triton_plan(shape: tuple, axes: tuple, config: tuple, narrow: bool) -> SumPlan | str:
+def triton_plan(
+    shape: tuple, axes: tuple, config: tuple, narrow: bool, mixed: bool = False
+) -> SumPlan | str:
     """The :class:`SumPlan` of an f32 sum in a Triton normalization fusion of ``config``
-    (``(tile sizes, warps, TMA)``), or why it is refused (module docstring)."""
+    (``(tile sizes, warps, TMA)``), or why it is refused (module docstring); ``narrow``:
+    the fusion's inputs are narrower than 32 bits (bf16 widened inside it), ``mixed``:
+    some of them are and some are not."""
     tile, warps, tma = config
     rank = len(shape)
     n = shape[-1] if rank else 1
@@ -173,12 +180,12 @@ def triton_plan(shape: tuple, axes: tuple, config: tuple, narrow: bool) -> SumPl
     # the row sums themselves, over the kept dimensions (contiguous lanes)
     norm_tile = tuple(tile[-1:]) == (n,)  # whole rows, one or several a program
     rows_tile = rank == 2 and tuple(tile) in ((1,), (2,))  # the measured [1] and [2]
-    if not row or tma or not (norm_tile or rows_tile) or (narrow and norm_tile):
+    if not row or tma or not (norm_tile or rows_tile) or (mixed and norm_tile):
         return (f"a Triton reduce of {list(shape)} over {list(axes)} with tile {list(tile)}, "
                 f"{warps} warps{' and TMA' if tma else ''}: not measured (f32 rows in a "
                 "[1, n] tile are)")  # fmt: skip
     if norm_tile:
-        return _norm_plan(math.prod(shape[:-1]), n, math.prod(tile[:-1]), warps)
+        return _norm_plan(math.prod(shape[:-1]), n, math.prod(tile[:-1]), warps, narrow)
     if warps != 1 or not 64 < n < 128:
         return (f"a Triton reduce fusion of rows of {n} with {warps} warps: not measured "
                 "(rows of 65 to 127 with one warp are)")  # fmt: skip
@@ -198,9 +205,9 @@ def _vector_plan(n: int, warps: int, narrow: bool) -> SumPlan | str:
     return SumPlan("triton_row", 1, n, warps, lanes=LANES, spt=spt)
 
 
-def _norm_plan(R: int, n: int, rows: int, warps: int) -> SumPlan | str:
+def _norm_plan(R: int, n: int, rows: int, warps: int, narrow: bool = False) -> SumPlan | str:
     """The order of a Triton normalization tile of ``rows`` whole rows of ``n`` (module
-    docstring), or why it is refused."""
+    docstring), or why it is refused; ``narrow``: of 16-bit inputs."""
     P = _next_pow2(n)
     if rows == 1:
         if warps not in TRITON_WARPS or not 32 < n <= TRITON_LONGEST or P < 64 * warps:
@@ -211,14 +218,17 @@ def _norm_plan(R: int, n: int, rows: int, warps: int) -> SumPlan | str:
     # several rows a program: v contiguous elements a lane (Triton's vectorized layout:
     # 4, 2 or 1, as the row's length is a multiple of), lanes and then warps along the
     # row as far as it reaches, the rest across rows
-    v = 4 if n % 4 == 0 else 2 if n % 2 == 0 else 1
+    # (16 bytes a lane: 8 elements of 16-bit inputs, read where the length is a multiple)
+    vec = 8 if narrow else 4
+    v = vec if n % vec == 0 else 2 if n % 2 == 0 else 1
     lanes = min(LANES, P // v)
     along = min(warps, max(1, P // (v * lanes)))
-    if (warps not in (2, 4) or not 32 < n <= TRITON_MULTI_LONGEST or not _pow2(rows) or v != 4
-            or (LANES // lanes) * (warps // along) > rows):  # fmt: skip
-        return (f"a Triton reduce of rows of {n} in a [{rows}, {n}] tile with {warps} warps: "
-                f"not measured (tiles of 2 to 8 rows of 36 to {TRITON_MULTI_LONGEST} elements, "
-                "a multiple of 4, with 2 or 4 warps, every thread on one row, are)")  # fmt: skip
+    if (warps not in (2, 4) or not 32 < n <= TRITON_MULTI_LONGEST or not _pow2(rows)
+            or v != vec or (LANES // lanes) * (warps // along) > rows):  # fmt: skip
+        return (f"a Triton reduce of rows of {n} in a [{rows}, {n}] tile with {warps} warps"
+                f"{' of 16-bit inputs' if narrow else ''}: not measured (tiles of 2 to 8 rows "
+                f"of 36 to {TRITON_MULTI_LONGEST} elements, a multiple of 4 (of 8 for 16-bit "
+                "inputs), with 2 or 4 warps, every thread on one row, are)")  # fmt: skip
     return SumPlan("triton_row", R, n, along, lanes=lanes, spt=v)
 
 
