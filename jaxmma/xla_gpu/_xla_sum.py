@@ -41,9 +41,9 @@ a *column* reduction over the major ``R`` (a prefix), a full reduction is a row 
   with ``v`` 2 and 1 in held-out captures but are not kept). Of 16-bit inputs (bf16
   widened in the fusion, every input of it 16-bit): one-row tiles as above; tiles of
   several rows with ``v = 8`` (16 bytes a lane), read for rows a multiple of 8
-  (``xla-narrow-rows-*.npz``: FPRev probes and log-softmaxes, rows of 100 to 1000). Measured on an H100
-  (three processes,
-  ``xla-triton-norm.npz``, ``xla-triton-rows.npz``): softmaxes, layer norms and ``x /
+  (``xla-narrow-rows-*.npz``: FPRev probes and log-softmaxes, rows of 100 to 1000).
+  Measured on an H100 (three processes, ``xla-triton-norm.npz``,
+  ``xla-triton-rows.npz``): softmaxes, layer norms and ``x /
   sum(x)`` of rows of 33 to 4096 in one-row tiles and of 64 to 1000 in tiles of 2 to 8
   rows (batched as attention's are), every kept row; a sequential sum in each lane gives
   other bits on a quarter of the rows. Tiles of part of a row (other orders, measured to
