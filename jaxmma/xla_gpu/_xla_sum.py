@@ -39,11 +39,11 @@ a *column* reduction over the major ``R`` (a prefix), a full reduction is a row 
   s`` pairwise in the order of ``(r, s)``, then the ``L`` lanes and the warps as above
   (read for ``v = 4`` only: rows whose length is a multiple of 4; the others were seen
   with ``v`` 2 and 1 in held-out captures but are not kept). Of 16-bit inputs (bf16
-  widened in the fusion, every input of it 16-bit): one-row tiles as above; tiles of
-  several rows with ``v = 8`` (16 bytes a lane), read for rows a multiple of 8
-  (``xla-narrow-rows-*.npz``: FPRev probes and log-softmaxes, rows of 100 to 1000).
-  Measured on an H100 (three processes, ``xla-triton-norm.npz``,
-  ``xla-triton-rows.npz``): softmaxes, layer norms and ``x /
+  widened in the fusion, every input of it 16-bit): one-row tiles as above (1 and 2
+  warps); tiles of several rows with ``v = 8`` (16 bytes a lane), read for rows a
+  multiple of 8 with all 32 lanes along the row (``xla-narrow-rows-*.npz``: FPRev probes
+  and log-softmaxes, rows of 100 to 1000). Measured on an H100 (three processes,
+  ``xla-triton-norm.npz``, ``xla-triton-rows.npz``): softmaxes, layer norms and ``x /
   sum(x)`` of rows of 33 to 4096 in one-row tiles and of 64 to 1000 in tiles of 2 to 8
   rows (batched as attention's are), every kept row; a sequential sum in each lane gives
   other bits on a quarter of the rows. Tiles of part of a row (other orders, measured to
@@ -57,8 +57,8 @@ a *column* reduction over the major ``R`` (a prefix), a full reduction is a row 
   (half apart first). Read from FPRev probes (``xla-scalar-sums-*.npz``: every pair of
   an anchor at 0, 1, 5 or the last element and any other element, vectors of 33 to
   4096, 1, 2 and 4 warps, with and without TMA; an H100 and an H200) and checked on 256
-  random vectors of each; vectors of 32 or fewer, longer than 4096, or of narrow inputs
-  are refused.
+  random vectors of each; vectors of 32 or fewer, longer than 4096, or of narrow inputs,
+  and 2 elements a lane with 2 or 4 warps (not seen) are refused.
 - **Triton reduce fusion of rows** (the fusion's output is the row sums, its tile spans
   only the kept dimensions: ``[1]`` or ``[2]`` rows a program), one warp, no TMA, a row of
   ``64 < n < 128``, a ``[R, n]`` input (other tiles and ranks refused): padded with +0
@@ -197,11 +197,13 @@ def _vector_plan(n: int, warps: int, narrow: bool) -> SumPlan | str:
     ``[]``, one program; module docstring), or why it is refused."""
     P = _next_pow2(n)
     spt = min(4, P // (LANES * warps))
-    if narrow or warps not in TRITON_WARPS or not 32 < n <= TRITON_LONGEST or spt not in (2, 4):
+    # measured: 2 or 4 elements a lane with one warp, 4 with two and four
+    if (narrow or warps not in TRITON_WARPS or not 32 < n <= TRITON_LONGEST
+            or spt not in ((2, 4) if warps == 1 else (4,))):  # fmt: skip
         return (f"a Triton reduce of a vector of {n} to one value with {warps} warps"
                 f"{' (a narrow input)' if narrow else ''}: not measured (f32 vectors of 33 "
-                f"to {TRITON_LONGEST}, with 1, 2 or 4 warps and 2 or 4 elements a lane, "
-                "are)")  # fmt: skip
+                f"to {TRITON_LONGEST}, with 1 warp and 2 or 4 elements a lane or 2 or 4 warps "
+                "and 4, are)")  # fmt: skip
     return SumPlan("triton_row", 1, n, warps, lanes=LANES, spt=spt)
 
 
@@ -210,10 +212,15 @@ def _norm_plan(R: int, n: int, rows: int, warps: int, narrow: bool = False) -> S
     docstring), or why it is refused; ``narrow``: of 16-bit inputs."""
     P = _next_pow2(n)
     if rows == 1:
-        if warps not in TRITON_WARPS or not 32 < n <= TRITON_LONGEST or P < 64 * warps:
-            return (f"a Triton reduce of a row of {n} in a [1, {n}] tile with {warps} warps: "
-                    f"not measured (rows of 33 to {TRITON_LONGEST}, padded to a power of two "
-                    "of at least 64 per warp, with 1, 2 or 4 warps are)")  # fmt: skip
+        if (
+            warps not in ((1, 2) if narrow else TRITON_WARPS)  # 16-bit: 1 and 2 measured
+            or not 32 < n <= TRITON_LONGEST
+            or P < 64 * warps
+        ):
+            return (f"a Triton reduce of a row of {n} in a [1, {n}] tile with {warps} warps"
+                    f"{' of 16-bit inputs' if narrow else ''}: not measured (rows of 33 to "
+                    f"{TRITON_LONGEST}, padded to a power of two of at least 64 per warp, with "
+                    "1, 2 or 4 warps (1 or 2 for 16-bit inputs) are)")  # fmt: skip
         return SumPlan("triton_row", R, n, warps)
     # several rows a program: v contiguous elements a lane (Triton's vectorized layout:
     # 4, 2 or 1, as the row's length is a multiple of), lanes and then warps along the
@@ -223,8 +230,14 @@ def _norm_plan(R: int, n: int, rows: int, warps: int, narrow: bool = False) -> S
     v = vec if n % vec == 0 else 2 if n % 2 == 0 else 1
     lanes = min(LANES, P // v)
     along = min(warps, max(1, P // (v * lanes)))
-    if (warps not in (2, 4) or not 32 < n <= TRITON_MULTI_LONGEST or not _pow2(rows)
-            or v != vec or (LANES // lanes) * (warps // along) > rows):  # fmt: skip
+    if (
+        warps not in (2, 4)
+        or not 32 < n <= TRITON_MULTI_LONGEST
+        or not _pow2(rows)
+        or v != vec
+        or (LANES // lanes) * (warps // along) > rows
+        or (narrow and lanes != LANES)  # 16-bit inputs: measured with 32 lanes
+    ):
         return (f"a Triton reduce of rows of {n} in a [{rows}, {n}] tile with {warps} warps"
                 f"{' of 16-bit inputs' if narrow else ''}: not measured (tiles of 2 to 8 rows "
                 f"of 36 to {TRITON_MULTI_LONGEST} elements, a multiple of 4 (of 8 for 16-bit "
