@@ -73,7 +73,7 @@ def test_replay_gives_the_gpus_sums(case):
     order is not derived is refused."""
     meta, fprev, rand = case
     n = meta["n"]
-    one = jaxmma.gpu_replay(C.function(), meta["hlo"], unverified="omit")(jnp.zeros(n))
+    one = jaxmma.gpu_replay(C.function(), meta["hlo"], unverified="omit")(jnp.zeros(n, jnp.float32))
     if isinstance(one, jaxmma.Unverified):  # only XLA's MLIR multi-row emitter (n = 64)
         assert _config(meta["hlo"]) is None and n == 64, one.reasons
         assert any("multi-row emitter: not derived" in r for r in one.reasons), one.reasons

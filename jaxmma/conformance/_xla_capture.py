@@ -353,11 +353,37 @@ def main(argv=None) -> int:
     return 0
 
 
-def _write(directory: str, run: str, entries: dict) -> None:
+def capture_args(argv, description: str):
+    """``--save DIR --run NAME``, the arguments of every capture script."""
+    ap = argparse.ArgumentParser(description=description)
+    ap.add_argument("--save", required=True)
+    ap.add_argument("--run", required=True)
+    return ap.parse_args(argv)
+
+
+def process_meta(run: str) -> dict:
+    """What every capture records of the process that ran it: the run's name, jax's
+    version, the device and ``XLA_FLAGS``."""
+    import jax
+
+    return {
+        "run": run,
+        "jax": jax.__version__,
+        "device": str(jax.devices()[0].device_kind),
+        "xla_flags": os.environ.get("XLA_FLAGS", ""),
+    }
+
+
+def write_npz(directory: str, name: str, entries: dict) -> None:
+    """``DIR/NAME.npz``, compressed, written whole or not at all."""
     os.makedirs(directory, exist_ok=True)
-    tmp = os.path.join(directory, f".xla-{run}.tmp.npz")
+    tmp = os.path.join(directory, f".{name}.tmp.npz")
     np.savez_compressed(tmp, **entries)
-    os.replace(tmp, os.path.join(directory, f"xla-{run}.npz"))
+    os.replace(tmp, os.path.join(directory, f"{name}.npz"))
+
+
+def _write(directory: str, run: str, entries: dict) -> None:
+    write_npz(directory, f"xla-{run}", entries)
 
 
 if __name__ == "__main__":

@@ -21,12 +21,15 @@ processes on an H200: XLA's default autotuning (``gf1``) and
 
 from __future__ import annotations
 
-import argparse
 import json
-import os
 import re
 
 import numpy as np
+
+try:
+    from . import _xla_capture as X
+except ImportError:  # run as a script from this folder
+    import _xla_capture as X
 
 #: (name, function, dtype, M, K, N, seed): ragged sizes of the model captures (200
 #: tokens, 72 features, 216 = three merged projections), and one larger size
@@ -115,10 +118,7 @@ def arrays(dtype: str, arrs):
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--save", required=True)
-    ap.add_argument("--run", required=True)
-    args = ap.parse_args(argv)
+    args = X.capture_args(argv, __doc__.split("\n")[0])
     import jax
 
     out = {}
@@ -134,18 +134,14 @@ def main(argv=None) -> int:
             "dtype": dtype,
             "shape": [M, K, N],
             "seed": seed,
-            "run": args.run,
-            "jax": jax.__version__,
-            "device": str(jax.devices()[0].device_kind),
-            "xla_flags": os.environ.get("XLA_FLAGS", ""),
+            **X.process_meta(args.run),
             "hlo": compiled.as_text(),
         }
         out[f"{k}.meta"] = np.array(json.dumps(meta))
         out[f"{k}.y"] = y.view(np.uint16 if y.dtype.itemsize == 2 else np.uint32)
         fusions = re.findall(r"kind=kCustom, calls=%(\S+?)_computation", meta["hlo"])
         print(name, fusions, flush=True)
-    os.makedirs(args.save, exist_ok=True)
-    np.savez_compressed(os.path.join(args.save, f"xla-gemm-fused-{args.run}.npz"), **out)
+    X.write_npz(args.save, f"xla-gemm-fused-{args.run}", out)
     print("wrote", len(CASES), "cases")
     return 0
 

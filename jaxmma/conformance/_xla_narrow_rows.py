@@ -20,11 +20,14 @@ text, versions, device) and the outputs' bits, whole; :func:`probe_rows` and
 
 from __future__ import annotations
 
-import argparse
 import json
-import os
 
 import numpy as np
+
+try:
+    from . import _xla_capture as X
+except ImportError:  # run as a script from this folder
+    import _xla_capture as X
 
 #: row lengths (the cross-entropy's 100 classes among them)
 LENGTHS = (100, 72, 200, 333, 1000)
@@ -66,10 +69,7 @@ def main(argv=None) -> int:
     import jax
     import jax.numpy as jnp
 
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--save", required=True)
-    ap.add_argument("--run", required=True)
-    args = ap.parse_args(argv)
+    args = X.capture_args(argv, __doc__.split("\n")[0])
     out = {}
     k = 0
     for n in LENGTHS:
@@ -86,10 +86,7 @@ def main(argv=None) -> int:
                 "n": n,
                 "anchors": [a % n for a in ANCHORS] if name == "centered_sum" else [],
                 "seed": 4000 + n,
-                "run": args.run,
-                "jax": jax.__version__,
-                "device": str(jax.devices()[0].device_kind),
-                "xla_flags": os.environ.get("XLA_FLAGS", ""),
+                **X.process_meta(args.run),
                 "hlo": compiled.as_text(),
             }
             out[f"{k}.meta"] = np.array(json.dumps(meta))
@@ -104,8 +101,7 @@ def main(argv=None) -> int:
             ]
             print(meta["name"], cfg, flush=True)
             k += 1
-    os.makedirs(args.save, exist_ok=True)
-    np.savez_compressed(os.path.join(args.save, f"xla-narrow-rows-{args.run}.npz"), **out)
+    X.write_npz(args.save, f"xla-narrow-rows-{args.run}", out)
     print("wrote", k, "cases")
     return 0
 

@@ -21,11 +21,14 @@ inputs :func:`random_vectors` rebuilds.
 
 from __future__ import annotations
 
-import argparse
 import json
-import os
 
 import numpy as np
+
+try:
+    from . import _xla_capture as X
+except ImportError:  # run as a script from this folder
+    import _xla_capture as X
 
 #: vector lengths: the captured losses' 200, and lengths around the warp and tile sizes
 SIZES = (200, 100, 72, 33, 64, 129, 333, 1000, 2048, 4096)
@@ -65,10 +68,7 @@ def main(argv=None) -> int:
     import jax
     import jax.numpy as jnp
 
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--save", required=True)
-    ap.add_argument("--run", required=True)
-    args = ap.parse_args(argv)
+    args = X.capture_args(argv, __doc__.split("\n")[0])
     out = {}
     for k, n in enumerate(SIZES):
         v0 = jnp.zeros(n, jnp.float32)
@@ -86,10 +86,7 @@ def main(argv=None) -> int:
             "n": n,
             "anchors": [a % n for a in ANCHORS],
             "seed": seed,
-            "run": args.run,
-            "jax": jax.__version__,
-            "device": str(jax.devices()[0].device_kind),
-            "xla_flags": os.environ.get("XLA_FLAGS", ""),
+            **X.process_meta(args.run),
             "hlo": compiled.as_text(),
         }
         out[f"{k}.meta"] = np.array(json.dumps(meta))
@@ -97,8 +94,7 @@ def main(argv=None) -> int:
         out[f"{k}.random"] = rand.astype(np.float32).view(np.uint32)
         cfg = [ln for ln in meta["hlo"].splitlines() if "fusion(" in ln]
         print(n, [c.split("backend_config=")[-1][:260] for c in cfg], flush=True)
-    os.makedirs(args.save, exist_ok=True)
-    np.savez_compressed(os.path.join(args.save, f"xla-scalar-sums-{args.run}.npz"), **out)
+    X.write_npz(args.save, f"xla-scalar-sums-{args.run}", out)
     print("wrote", len(SIZES), "sizes")
     return 0
 
