@@ -113,12 +113,15 @@ COUNTS = {
     # the log-softmax of bf16 logits: a one-row Triton tile of 16-bit inputs
     # (tests/test_xla_narrow_rows.py), then the mean as in f32
     "model-xent-bf16": (3, 0),
+    # the whole block's loss: its sums, adds, dots and the output projection's two values
+    # placed in their fusions by the module's stack frames (tests/test_xla_frames.py)
+    "model-block-loss-f32": (3, 0),
 }
 
 
 @pytest.mark.full  # make test within 5 minutes
 def test_model_output_counts():
-    """The counts of docs/xla_gpu.md: 30 of 135 outputs reproduced, 105 refused, 0
+    """The counts of docs/xla_gpu.md: 33 of 135 outputs reproduced, 102 refused, 0
     silently different."""
     if not RECORDS:
         pytest.skip("no captures")
@@ -130,7 +133,7 @@ def test_model_output_counts():
         n[1] += v.count("refused")
         n[2] += v.count("SILENT")
     total = [sum(n[i] for n in per_case.values()) for i in range(3)]
-    assert total == [30, 105, 0], per_case
+    assert total == [33, 102, 0], per_case
     for name, (same, refused) in COUNTS.items():
         assert per_case[name][:2] == [same, refused], name
 
@@ -631,17 +634,19 @@ def test_merged_weight_gradients_are_paired(run, fmt):
     output gradients (padded in K), and the three projections as one 200 x 216 GEMM of
     concat(wv, wq, wk). Each of the three wgrad dots is paired with a part of the first
     (its data flow: h, and values of every argument), wo's with its own GEMM; the
-    projections are parts of the second, whose fusion is refused, so they are refused
-    with its reason: in bf16 the layer norm's scale and shift in its prologue (bf16
-    arithmetic there is not measured); in f32 (whose prologue is read) XLA reduces that
-    GEMM's split-K partials in five fusions, two loop fusions and three Triton reduces of
-    another order: one dot with two values."""
+    projections are parts of the second. In bf16 that fusion is refused (the layer
+    norm's scale and shift in its prologue: bf16 arithmetic there is not measured), so
+    they are refused with its reason; in f32 (whose prologue is read) they are paired
+    with its parts by data flow. The output projection, of the same signature, is told
+    from them by its source line (the stack frames of the module's metadata) and
+    paired with its own GEMM, whose split-K partials XLA reduces in several fusions in
+    two orders: one plan with a value per fusion (``variants``)."""
     meta, text = _text(f"model-block-step-{fmt}", run)
     case = CASES[meta["name"]]
     merged = {k: m for k, m in _hlo_flow.merges(text).items() if isinstance(m, _hlo_flow.Merge)}
     assert sorted((m.sizes, m.total, m.other) for m in merged.values()) == [
         ((72, 72, 72), 216, 72), ((72, 72, 72), 216, 200)]  # fmt: skip
-    fwd = next(m for m in merged.values() if m.other == 200)
+    fwd_name, fwd = next((k, m) for k, m in merged.items() if m.other == 200)
     assert fwd.sources == ({5}, {3}, {4})  # concat(wv, wq, wk): the text's order
     closed = jax.make_jaxpr(XM.function(case))(*_args(case))
     eqns = R._dot_eqns(closed.jaxpr, [])
@@ -662,8 +667,15 @@ def test_merged_weight_gradients_are_paired(run, fmt):
     assert len(proj) == 3
     if fmt == "bf16":
         assert all("part of a merged GEMM" in p and "(a prologue)" in p for p in proj), proj
-    else:  # named among the fusions their signature may be computed by, with its reason
-        assert all("gemm_fusion_dot.21" in p and "one dot, two values" in p for p in proj), proj
+    else:
+        assert all(isinstance(p, _hlo.DotPlan) and p.fusion == fwd_name for p in proj), proj
+        assert sorted(p.sources[1] for p in proj) == [{3}, {4}, {5}]
+        out = [p for e, p in zip(eqns, paired, strict=True)
+               if deps[id(e)] == (frozenset(range(6)), {6})]  # fmt: skip
+        assert len(out) == 1 and isinstance(out[0], _hlo.DotPlan), out
+        assert out[0].fusion == "gemm_fusion_dot.21"  # its own fusion, by its source line
+        assert len(out[0].variants) >= 2  # partials reduced in several fusions
+        assert len({str(o) for _, o, _ in out[0].variants}) == 2  # in two orders
 
 
 #: the routes _hlo reads (chain, split, reduce, K padding, conversions): name -> (format,

@@ -13,8 +13,11 @@ Two entry points, each over the GEMM floor's ``matmul``:
   computes it, and every other operation as XLA:GPU does where that is established
   (``_replay_ops``: which operations, the refusals; ``_xla_sum``: the reduction
   emitters' summation orders; ``_replay_ieee``: IEEE arithmetic on raw bits, since
-  XLA:CPU flushes subnormals and XLA:GPU does not); anything else an output depends on
-  is refused at trace time, naming why (or, where asked, replaced by an ``Unverified``).
+  XLA:CPU flushes subnormals and XLA:GPU does not; ``_hlo_frames``: the stack frames of
+  the module's metadata, which place an equation in its fusion; ``_versions``: a dot
+  whose split-K partials two fusions reduce in two orders, a value per fusion); anything
+  else an output depends on is refused at trace time, naming why (or, where asked,
+  replaced by an ``Unverified``).
 
 docs/xla_gpu.md says what is covered, what is refused, and the evidence for each rule.
 What other floors may use is re-exported below (``tests/test_layers.py`` checks it).

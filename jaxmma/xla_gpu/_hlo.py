@@ -34,7 +34,7 @@ import dataclasses
 import math
 import re
 
-from . import _xla_sum
+from . import _hlo_frames, _xla_sum
 from ._hlo_flow import Merge, merges, sources
 from ._hlo_known import _consistent, _epilogue, _known
 from ._hlo_reduce import (
@@ -103,6 +103,22 @@ class DotPlan:
     #: for one dot's part of a merged GEMM (:meth:`pieces`): ``(index, start, stop)``
     #: of its rows (the lhs merged) or columns (the rhs merged) in the merged GEMM
     piece: tuple | None = dataclasses.field(default=None, compare=False)
+    #: the stack frames of its dot's metadata (:mod:`._hlo_frames`), innermost first
+    frames: tuple = dataclasses.field(default=(), compare=False)
+    #: where XLA reduces the split-K partials in several fusions in different orders
+    #: (one dot, a value per fusion): ``((fusion, reduce order, emitter), ...)``; the
+    #: options hold the first. Empty: one value.
+    variants: tuple = ()
+
+    def variant(self, fusion: str) -> DotPlan:
+        """The plan of the value the fusion ``fusion`` computes (one of :attr:`variants`)."""
+        for name, order, emitter in self.variants:
+            if name == fusion:
+                opts = dict(self.options, split_reduce=order)
+                return dataclasses.replace(
+                    self, reduce=order, emitter=emitter, options=opts, variants=()
+                )
+        raise KeyError(fusion)
 
     def signature(self) -> tuple:
         return (tuple(sorted(self.types)), self.batch, tuple(sorted((self.M, self.N))), self.K)
@@ -113,7 +129,7 @@ class DotPlan:
         opts = dict(self.options)
         if str(opts.get("instruction", "")).startswith("wgmma"):
             opts["instruction"] = "wgmma k32"  # formatted with the function's own operands
-        return (self.signature(), self.out, repr(sorted(opts.items())))
+        return (self.signature(), self.out, repr(sorted(opts.items())), repr(self.variants))
 
     def pieces(self) -> list:
         """One plan per dot of a merged GEMM (:attr:`merge`): its rows or columns, the
@@ -192,6 +208,8 @@ class Refusal:
     signature: tuple | None = None
     #: as DotPlan's: the :class:`Merge` its operands show, or why not one, or None
     merge: object = None
+    #: as DotPlan's: the stack frames of its dot's metadata
+    frames: tuple = dataclasses.field(default=(), compare=False)
 
     def pieces(self) -> list:
         """One refusal per dot of a merged GEMM (:attr:`merge`), each with its part's
@@ -235,6 +253,7 @@ def read(text: str) -> list:
     gemm_comps = set()
     flow = sources(text)
     merged = merges(text)
+    chains = _hlo_frames.table(text)
     for c in comps.values():
         for ins in c.order:
             if ins.opcode == "custom-call":
@@ -242,7 +261,8 @@ def read(text: str) -> list:
                 if "gemm" in target.lower() or "matmul" in target.lower():
                     out.append(Refusal(ins.name, ins.op_name(), (
                         f"%{ins.name}: a library GEMM call ({target}) is not covered: only "
-                        "XLA's Triton GEMM fusions are"), None))  # fmt: skip
+                        "XLA's Triton GEMM fusions are"), None,
+                        frames=_hlo_frames.of(ins, chains)))  # fmt: skip
     for c in comps.values():
         for ins in c.order:
             if ins.opcode != "fusion":
@@ -250,8 +270,11 @@ def read(text: str) -> list:
             cfg = _fusion_config(ins)
             if cfg.get("kind") in GEMM_KINDS:
                 gemm_comps.add((ins.attr("calls") or "").lstrip("%"))
+                called = comps.get((ins.attr("calls") or "").lstrip("%"))
+                ds = [i for i in called.order if i.opcode == "dot"] if called else []
+                fr = _hlo_frames.of(ds[0] if len(ds) == 1 else ins, chains)
                 try:
-                    plan = _plan(comps, c, ins, cfg)
+                    plan = dataclasses.replace(_plan(comps, c, ins, cfg), frames=fr)
                     if c.name == entry and ins.name in flow:
                         plan = dataclasses.replace(plan, sources=flow[ins.name])
                     if c.name == entry and ins.name in merged:
@@ -259,12 +282,10 @@ def read(text: str) -> list:
                     out.append(plan)
                 except Unread as e:
                     m = merged.get(ins.name) if c.name == entry else None
-                    out.append(Refusal(ins.name, ins.op_name(), str(e), None, e.signature, m))
+                    out.append(Refusal(ins.name, ins.op_name(), str(e), None, e.signature, m, fr))
                 except ValueError as e:
-                    called = comps.get((ins.attr("calls") or "").lstrip("%"))
-                    ds = [i for i in called.order if i.opcode == "dot"] if called else []
                     mn = _mn(ds[0], called) if len(ds) == 1 else None
-                    out.append(Refusal(ins.name, ins.op_name(), str(e), mn))
+                    out.append(Refusal(ins.name, ins.op_name(), str(e), mn, frames=fr))
     for c in comps.values():
         for ins in c.order:
             if ins.opcode == "dot" and c.name not in gemm_comps:
@@ -272,7 +293,8 @@ def read(text: str) -> list:
                     f"%{ins.name} (in {c.name}): a dot outside a Triton GEMM fusion is "
                     "not covered (its emitter's arithmetic is not modelled)"
                 )
-                out.append(Refusal(ins.name, ins.op_name(), why, _mn(ins, c)))
+                fr = _hlo_frames.of(ins, chains)
+                out.append(Refusal(ins.name, ins.op_name(), why, _mn(ins, c), frames=fr))
     return out
 
 
@@ -340,6 +362,7 @@ def _plan(comps, parent: Computation, fusion: Instr, cfg: dict) -> DotPlan:
             raise ValueError(f"{where}: K padded to {padded[1]}, the dot reads {K}: not understood")
         K = padded[0]
     sig = (tuple(sorted((a, b))), batch, tuple(sorted((M, N))), K)
+    variants: tuple = ()
     try:
         _known(fusion, cfg, comp, dot, where)  # its prologue and epilogue too
         if found and _epilogue(comp, dot, where):
@@ -352,12 +375,17 @@ def _plan(comps, parent: Computation, fusion: Instr, cfg: dict) -> DotPlan:
             for user, red, rcomp in found:
                 order_i, emitter_i = _reduce_order(comps, user, red, rcomp, S, where)
                 reads.append((order_i, emitter_i, _reduced_type(red, rcomp, where)))
-            if len({(str(o), t) for o, _, t in reads}) != 1:
+            if len({t for _, _, t in reads}) != 1 or len({u.name for u, _, _ in found}) != len(
+                found
+            ):
                 raise ValueError(
                     f"{where}: its split-K partials are reduced by "
-                    f"{[f'%{r.name} in %{u.name}' for u, r, _ in found]} in different "
-                    f"orders or to different types ({[(e, t) for _, e, t in reads]}): one "
-                    "dot, two values, not covered"
+                    f"{[f'%{r.name} in %{u.name}' for u, r, _ in found]} to different types "
+                    f"or twice in one fusion ({[(e, t) for _, e, t in reads]}): not covered"
+                )
+            if len({str(o) for o, _, _ in reads}) != 1:  # one dot, a value per fusion
+                variants = tuple(
+                    (u.name, o, e) for (u, _, _), (o, e, _) in zip(found, reads, strict=True)
                 )
             order, emitter, out = reads[0]
             emitter = " and ".join(dict.fromkeys(e for _, e, _ in reads))
@@ -373,7 +401,7 @@ def _plan(comps, parent: Computation, fusion: Instr, cfg: dict) -> DotPlan:
         raise Unread(f"{where}: an output of type {out} is not covered", sig)
     return DotPlan(
         fusion.name, dot.op_name() or fusion.op_name(), (a, b), batch, M, N, K, S, order,
-        emitter, warps, out, opts,
+        emitter, warps, out, opts, variants=variants,
     )  # fmt: skip
 
 
@@ -408,16 +436,34 @@ class Emitters:
     ``divide`` (:data:`jaxmma.arith.GPU_FUNCTIONS`). XLA's Triton normalization fusions
     (``__triton``, its softmax and layer-norm fusions) of the measured kind
     (:func:`_measured_norm`) count with the MLIR emitters for ``contract`` and
-    ``libdevice``: on an H100 their multiplies and adds round one by one
-    and their ``exp``, ``rsqrt`` and division are libdevice's and ``div.full``
+    ``libdevice``: on an H100 their multiplies and adds round one by one, in tiles of
+    one row and of several (tests/golden/xla/xla-contract-*.npz), and their ``exp``,
+    ``rsqrt`` and division are libdevice's and ``div.full``
     (tests/golden/xla/xla-triton-norm.npz: a layer norm and a softmax, every element);
-    their f32 and bf16 max / min reductions are IEEE's (above)."""
+    their f32 and bf16 max / min reductions are IEEE's (above). ``sites``: the fusions'
+    instructions with their stack frames, so that the fusions an equation runs in can be
+    found (:mod:`._hlo_frames`)."""
 
     contract: tuple
     minmax: tuple
     libdevice: tuple = ()
     in_mlir: frozenset = frozenset()
     sums: tuple = ()  # every f32 add-reduce of the module: _hlo.Sum
+    #: every instruction of the fusions that shows stack frames: :class:`Site`
+    sites: tuple = ()
+
+
+@dataclasses.dataclass(frozen=True)
+class Site:
+    """One instruction of a fusion: its stack frames (:mod:`._hlo_frames`), the jax
+    primitive its metadata names, ``where`` (the fusion, as :class:`Emitters` names it),
+    its ``opcode`` and the fusion's name."""
+
+    frames: tuple
+    prim: str
+    where: str
+    opcode: str = ""
+    fusion: str = ""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -437,6 +483,9 @@ class Sum:
     triton: tuple | None = None
     #: some inputs of the fusion narrower than 32 bits, others not
     mixed: bool = False
+    #: the reduce's stack frames and the jax primitive its metadata names
+    frames: tuple = dataclasses.field(default=(), compare=False)
+    prim: str = dataclasses.field(default="", compare=False)
 
 
 def _nested(comps: dict, comp: Computation, seen: set) -> list:
@@ -456,11 +505,12 @@ def _nested(comps: dict, comp: Computation, seen: set) -> list:
 def emitters(text: str) -> Emitters:
     """The :class:`Emitters` facts of the compiled module ``text``."""
     comps, entry = parse(text)
-    contract, minmax, libdevice, in_mlir, sums = [], [], [], set(), []
+    chains = _hlo_frames.table(text)
+    contract, minmax, libdevice, in_mlir, sums, sites = [], [], [], set(), [], []
     for c in comps.values():
         for ins in c.order:
             if ins.opcode == "reduce" and c.name == entry:  # unfused
-                sums += _sums(comps, c, [c], f"%{ins.name} (unfused)", False)
+                sums += _sums(comps, c, [c], f"%{ins.name} (unfused)", False, chains=chains)
             if ins.opcode != "fusion":
                 continue
             kind = ins.attr("kind")
@@ -468,21 +518,31 @@ def emitters(text: str) -> Emitters:
             cfg = _fusion_config(ins)
             where = f"%{ins.name} ({cfg.get('kind', kind)})"
             triton = _norm_config(cfg)
-            sums += _sums(comps, _called(ins, comps), inner, where, kind in MLIR_KINDS, triton)
+            fused = _called(ins, comps)
+            own = _sums(comps, fused, inner, where, kind in MLIR_KINDS, triton, chains)
+            sums += own
+            for k in inner:
+                for i in k.order:
+                    fr = _hlo_frames.of(i, chains)
+                    if fr:
+                        prim = _hlo_frames.primitive(i)
+                        sites.append(Site(fr, prim, where, i.opcode, ins.name))
             if kind in MLIR_KINDS:
                 in_mlir |= {i.opcode for k in inner for i in k.order} & set(_LIBDEVICE)
                 continue
             tkind = _fusion_config(ins).get("kind", kind)
             ops = {i.opcode for k in inner for i in k.order}
-            measured = _measured_norm(triton)
+            rows = {x.shape[-1] for x in own if x.triton and x.dims == (len(x.shape) - 1,)}
+            measured = _measured_norm(triton, rows)
             if measured:  # calls libdevice as the MLIR emitters do
                 in_mlir |= ops & set(_LIBDEVICE)
-            # one row a program, and GEMM fusions (their prologues and epilogues,
-            # _hlo_known.ROUNDED): one rounding per operation
-            if measured != "row" and tkind not in GEMM_KINDS:
+            # the measured normalization tiles (one row or several a program) and GEMM
+            # fusions (their prologues and epilogues, _hlo_known.ROUNDED): one rounding
+            # per operation (tests/golden/xla/xla-contract-*.npz)
+            if not measured and tkind not in GEMM_KINDS:
                 if "multiply" in ops and ops & set(_ARITH_ADD):
                     contract.append(f"%{ins.name} ({tkind})")
-                if not measured and ops & set(_LIBDEVICE):
+                if ops & set(_LIBDEVICE):
                     libdevice.append(f"%{ins.name} ({tkind})")
             for k in inner:
                 for i in k.order:
@@ -498,7 +558,10 @@ def emitters(text: str) -> Emitters:
     def once(x: list) -> tuple:
         return tuple(dict.fromkeys(x))
 
-    return Emitters(once(contract), once(minmax), once(libdevice), frozenset(in_mlir), tuple(sums))
+    return Emitters(
+        once(contract), once(minmax), once(libdevice), frozenset(in_mlir), tuple(sums),
+        tuple(sites),
+    )  # fmt: skip
 
 
 def _width(type_: str) -> int:
@@ -518,18 +581,21 @@ def _norm_config(cfg: dict) -> tuple | None:
     return tile, int(blc.get("num_warps", 0)), bool(blc.get("is_tma_allowed", False))
 
 
-def _measured_norm(config: tuple | None) -> str | None:
+def _measured_norm(config: tuple | None, lengths: set | None = None) -> str | None:
     """``"row"`` or ``"rows"`` for a Triton normalization fusion of a measured kind: a
     tile of one whole row, or of several, whose sums :func:`._xla_sum.triton_plan` reads
     (tests/golden/xla/xla-triton-norm.npz, xla-triton-rows.npz); else None. In both,
-    ``exp``, ``rsqrt`` and division are libdevice's and ``div.full``; only in the
-    one-row tiles was it seen that no multiply and add are contracted (a layer norm with
-    an affine ``* g + b`` in tiles of several rows differed as an FMA would: held-out
-    captures, RESULTS.md), so there a multiply feeding an add stays refused."""
+    ``exp``, ``rsqrt`` and division are libdevice's and ``div.full``, and every multiply
+    and add is rounded on its own, never contracted into an FMA
+    (tests/golden/xla/xla-contract-*.npz: affine layer norms, centerings and row
+    scalings in tiles of one to eight rows match one rounding per operation on every
+    element, while an FMA in any of their multiply-adds differs on 744 to 38,652).
+    ``lengths``: the lengths of the rows the fusion reduces; a tile shorter than one of
+    them (part of a row a program) is not of a measured kind."""
     if config is None:
         return None
     tile, warps, tma = config
-    if len(tile) < 2:
+    if len(tile) < 2 or any(n != tile[-1] for n in lengths or ()):
         return None
     rows = math.prod(tile[:-1])
     plan = _xla_sum.triton_plan((rows, tile[-1]), (1,), ((rows, tile[-1]), warps, tma), False)
@@ -539,7 +605,13 @@ def _measured_norm(config: tuple | None) -> str | None:
 
 
 def _sums(
-    comps: dict, fused: Computation, inner: list, where: str, mlir: bool, triton=None
+    comps: dict,
+    fused: Computation,
+    inner: list,
+    where: str,
+    mlir: bool,
+    triton=None,
+    chains=None,
 ) -> list:
     """The f32 add-reduces among ``inner`` (the fusion's computations) as :class:`Sum`;
     ``fused``: the fusion's own computation, whose parameters are its inputs."""
@@ -561,7 +633,18 @@ def _sums(
             layout = "{" + ",".join(str(d) for d in reversed(range(rank))) + "}"
             plain = len(i.operands) == 2 and src.type.endswith(layout)
             norm = triton if plain else None
+            fr = _hlo_frames.of(i, chains or {})
             out.append(
-                Sum(src.shape, i.dims("dimensions"), mlir and plain, narrow, where, norm, mixed)
+                Sum(
+                    src.shape,
+                    i.dims("dimensions"),
+                    mlir and plain,
+                    narrow,
+                    where,
+                    norm,
+                    mixed,
+                    fr,
+                    _hlo_frames.primitive(i),
+                )  # fmt: skip
             )
     return out

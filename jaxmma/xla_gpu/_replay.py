@@ -21,14 +21,23 @@ from __future__ import annotations
 import math
 import warnings
 from collections.abc import Callable
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 import jax
 import jax.numpy as jnp
 from jax.extend import core as jcore
 
 from .. import arith, gemm, util
-from . import _hlo, _hlo_flow, _hlo_text, _replay_ieee, _replay_ops, _xla_sum
+from . import (
+    _hlo,
+    _hlo_flow,
+    _hlo_frames,
+    _hlo_text,
+    _replay_ieee,
+    _replay_ops,
+    _versions,
+    _xla_sum,
+)
 
 #: numpy dtype names -> jaxmma format names
 FORMATS = {"bfloat16": "bf16", "float16": "f16", "float32": "f32",
@@ -198,38 +207,67 @@ def pair(eqns: list, entries: list, deps: dict | None = None) -> list:
         idx = [i for i, s in enumerate(sigs) if s == sig]
         cand = [p for p in plans if p.signature() == sig]
         maybe = [r for r in refused if r.could_be(sig)]
-        shown = f"(formats {sig[0]}, batch {sig[1]}, M x N {sig[2]}, K = {sig[3]})"
-        if maybe:
-            why = "; ".join(dict.fromkeys(r.reason for r in maybe))
-            if not cand and len(maybe) == len(idx) and all(r.signature == sig for r in maybe):
-                reason = f"its GEMM fusion is refused: {why}"
-            else:
-                reason = (
-                    f"a dot {shown} that the GEMM fusions {[p.label() for p in cand]} or the "
-                    f"refused {[_refused_label(r) for r in maybe]} may compute; which is not "
-                    f"known, and the refused are not read: {why}"
-                )
-        elif len(cand) != len(idx):
-            reason = (
-                f"{len(idx)} dot(s) of fn {shown} and {len(cand)} GEMM fusion(s) of the "
-                f"module with that signature {[p.label() for p in cand]}: not paired (the "
-                "module was not compiled from this function and these shapes, or XLA "
-                "merged or removed dots)"
-            )
-            notes = [e.merge for e in entries if isinstance(e.merge, str)]
-            if notes:
-                reason += "; not read as merged dots: " + "; ".join(dict.fromkeys(notes))
-        elif len({p.bits() for p in cand}) == 1 and all(p.piece is None for p in cand):
-            for i, p in zip(idx, cand, strict=True):  # any pairing: the same bits
-                out[i] = p
-            continue
-        else:
-            for i, p in _by_flow(idx, eqns, cand, deps, shown).items():
-                out[i] = p
-            continue
-        for i in idx:
-            out[i] = reason
+        for g_idx, g_cand, g_maybe in _by_frames(idx, eqns, cand, maybe):
+            _pair_group(sig, g_idx, g_cand, g_maybe, eqns, entries, deps, out)
     return out
+
+
+def _by_frames(idx: list, eqns: list, cand: list, maybe: list) -> list:
+    """``[(dots, plans, refusals)]``: the dots of one signature split by the stack frames
+    of their source lines (:mod:`._hlo_frames`), each group with the fusions whose dots'
+    frames fit its dots best, where the groups share no fusion; else one group."""
+    items = cand + maybe
+    frames = lambda x: x.frames  # noqa: E731
+    prim = lambda x: _hlo_frames.primitive_of(x.op_name)  # noqa: E731
+    near = {i: _hlo_frames.nearest(eqns[i], items, frames, prim) for i in idx}
+    keys = {i: frozenset(id(x) for x in near[i]) for i in idx}
+    groups = list(dict.fromkeys(keys.values()))
+    if len(groups) < 2 or any(a & b for a in groups for b in groups if a is not b):
+        return [(idx, cand, maybe)]
+    return [
+        (
+            [i for i in idx if keys[i] == g],
+            [p for p in cand if id(p) in g],
+            [r for r in maybe if id(r) in g],
+        )
+        for g in groups
+    ]
+
+
+def _pair_group(sig, idx, cand, maybe, eqns, entries, deps, out) -> None:
+    """:func:`pair` for the dots ``idx`` of one signature and the fusions that may
+    compute them: fills ``out``."""
+    shown = f"(formats {sig[0]}, batch {sig[1]}, M x N {sig[2]}, K = {sig[3]})"
+    if maybe:
+        why = "; ".join(dict.fromkeys(r.reason for r in maybe))
+        if not cand and len(maybe) == len(idx) and all(r.signature == sig for r in maybe):
+            reason = f"its GEMM fusion is refused: {why}"
+        else:
+            reason = (
+                f"a dot {shown} that the GEMM fusions {[p.label() for p in cand]} or the "
+                f"refused {[_refused_label(r) for r in maybe]} may compute; which is not "
+                f"known, and the refused are not read: {why}"
+            )
+    elif len(cand) != len(idx):
+        reason = (
+            f"{len(idx)} dot(s) of fn {shown} and {len(cand)} GEMM fusion(s) of the "
+            f"module with that signature {[p.label() for p in cand]}: not paired (the "
+            "module was not compiled from this function and these shapes, or XLA "
+            "merged or removed dots)"
+        )
+        notes = [e.merge for e in entries if isinstance(e.merge, str)]
+        if notes:
+            reason += "; not read as merged dots: " + "; ".join(dict.fromkeys(notes))
+    elif len({p.bits() for p in cand}) == 1 and all(p.piece is None for p in cand):
+        for i, p in zip(idx, cand, strict=True):  # any pairing: the same bits
+            out[i] = p
+        return
+    else:
+        for i, p in _by_flow(idx, eqns, cand, deps, shown).items():
+            out[i] = p
+        return
+    for i in idx:
+        out[i] = reason
 
 
 def _refused_label(r) -> str:
@@ -340,11 +378,13 @@ def replay_dot(eqn, plan, lhs, rhs):
     return D.reshape(shape).astype(out_aval.dtype)
 
 
-def _eval(jaxpr, consts, args, plans: dict, facts=None):
+def _eval(jaxpr, consts, args, plans: dict, facts=None, decisions=None):
     """Evaluate ``jaxpr``; ``plans`` maps each dot equation (by id) to its plan, or to
     None where it is refused (then computed as JAX computes it: ``"compute"`` mode, or
-    ``"omit"`` mode where no returned output reads it)."""
+    ``"omit"`` mode where no returned output reads it); ``decisions``: where a dot has
+    one value per fusion, how each equation reads them (:func:`._versions.resolve`)."""
     env: dict = {}
+    decisions = decisions or {}
 
     def read(v):
         return v.val if isinstance(v, jcore.Literal) else env[v]
@@ -355,43 +395,112 @@ def _eval(jaxpr, consts, args, plans: dict, facts=None):
         env[v] = x
     for e in jaxpr.eqns:
         ins = [read(v) for v in e.invars]
-        name = e.primitive.name
-        if name == "dot_general" and plans.get(id(e)) is not None:
-            outs = [replay_dot(e, plans[id(e)], *ins)]
-        elif name in _replay_ops.MINMAX_REDUCE:
-            outs = [ieee_minmax(e, *ins)]
-        elif (
-            name == "reduce_sum"
-            and _replay_ops.is_f32(e)
-            and isinstance(plan := _replay_ops.sum_plan(e, facts), _xla_sum.SumPlan)
-        ):
-            x, axes = ins[0], tuple(e.params["axes"])
-            summed = lambda v, a=axes, p=plan: _xla_sum.reduce_sum(v, v.shape, a, p)  # noqa: E731
-            outs = [_replay_ieee.with_derivative(e, summed, [x])]
-        elif (
-            name == "div"
-            and _replay_ops.is_f32(e)
-            and isinstance(e.invars[1], jcore.Literal)
-            and (r := _replay_ops.reciprocal(e, e.invars[1].val, facts)) is not None
-        ):
-            scaled = lambda x, _, r=r: _replay_ieee.fmul(jnp.asarray(x, jnp.float32), r)  # noqa: E731
-            outs = [_replay_ieee.with_derivative(e, scaled, ins)]
-        elif name in _replay_ops.LIBDEVICE and _replay_ops.is_f32(e):
-            outs = [gpu_function(e, *ins)]
-        elif _replay_ieee.covers(e):
-            outs = _replay_ieee.evaluate(e, ins)
-        elif (
-            name in _CALLS
-            and _CALLS[name] in e.params
-            and _replayed(util.closed(e.params[_CALLS[name]])[0])
-        ):
-            inner, c = util.closed(e.params[_CALLS[name]])
-            outs = _eval(inner, c, ins[len(ins) - len(inner.invars) :], plans, facts)
-        else:
-            outs = util.bind(e, ins)
+        how = decisions.get(id(e))
+        if how is None:  # (a refused equation may read one value of several: any)
+            ins = [x.by[min(x.by)] if isinstance(x, _versions.Values) else x for x in ins]
+            outs = _eval_one(e, ins, plans, facts)
+        elif how[0] == "dot":
+            by = {k: replay_dot(e, plans[id(e)].variant(k), *ins) for k in sorted(how[1])}
+            outs = [_versions.Values(by)]
+        elif how[0] == "pick":
+            outs = _eval_one(e, [_versions.pick(x, how[1]) for x in ins], plans, facts)
+        else:  # one value per fusion
+            each = {k: _eval_one(e, [_versions.pick(x, k) for x in ins], plans, facts)
+                    for k in sorted(how[1])}  # fmt: skip
+            outs = [_versions.Values({k: o[i] for k, o in each.items()})
+                    for i in range(len(e.outvars))]  # fmt: skip
         for v, x in zip(e.outvars, outs, strict=True):
             env[v] = x
     return [read(v) for v in jaxpr.outvars]
+
+
+def _eval_one(e, ins: list, plans: dict, facts) -> list:
+    """The outputs of one equation, computed as XLA:GPU does where that is established."""
+    name = e.primitive.name
+    if name == "dot_general" and plans.get(id(e)) is not None:
+        outs = [replay_dot(e, plans[id(e)], *ins)]
+    elif name in _replay_ops.MINMAX_REDUCE:
+        outs = [ieee_minmax(e, *ins)]
+    elif (
+        name == "reduce_sum"
+        and _replay_ops.is_f32(e)
+        and isinstance(plan := _replay_ops.sum_plan(e, facts), _xla_sum.SumPlan)
+    ):
+        x, axes = ins[0], tuple(e.params["axes"])
+        summed = lambda v, a=axes, p=plan: _xla_sum.reduce_sum(v, v.shape, a, p)  # noqa: E731
+        outs = [_replay_ieee.with_derivative(e, summed, [x])]
+    elif (
+        name == "div"
+        and _replay_ops.is_f32(e)
+        and isinstance(e.invars[1], jcore.Literal)
+        and (r := _replay_ops.reciprocal(e, e.invars[1].val, facts)) is not None
+    ):
+        scaled = lambda x, _, r=r: _replay_ieee.fmul(jnp.asarray(x, jnp.float32), r)  # noqa: E731
+        outs = [_replay_ieee.with_derivative(e, scaled, ins)]
+    elif name in _replay_ops.LIBDEVICE and _replay_ops.is_f32(e):
+        outs = [gpu_function(e, *ins)]
+    elif _replay_ieee.covers(e):
+        outs = _replay_ieee.evaluate(e, ins)
+    elif (
+        name in _CALLS
+        and _CALLS[name] in e.params
+        and _replayed(util.closed(e.params[_CALLS[name]])[0])
+    ):
+        inner, c = util.closed(e.params[_CALLS[name]])
+        outs = _eval(inner, c, ins[len(ins) - len(inner.invars) :], plans, facts)
+    else:
+        outs = util.bind(e, ins)
+    return outs
+
+
+class Analysis(NamedTuple):
+    """What :func:`analyse` finds of a function's jaxpr and a module: per dot equation
+    (by ``id``) its plan or None, and the pairing's result (a plan or why not); the
+    module's facts as used (None: not ``fn``'s module); how equations read a dot's
+    several values (:func:`._versions.resolve`); the refused equations and, per output,
+    those it depends on."""
+
+    plans: dict
+    paired: list
+    facts: Any
+    decisions: dict
+    findings: list
+    per_output: list
+
+
+def analyse(closed, text: str, entries: list, facts) -> Analysis:
+    """Pair ``closed``'s dots with the module's GEMM fusions (``entries``:
+    :func:`._hlo.read`; ``facts``: :func:`._hlo.emitters` of ``text``), follow dots of
+    several values, and check every other operation (:func:`._replay_ops.check`)."""
+    eqns = _dot_eqns(closed.jaxpr, [])
+    other = module_mismatch(closed, text)
+    if other is None:
+        deps: dict = {}
+        flows(closed.jaxpr, [frozenset({i}) for i in range(len(closed.jaxpr.invars))], deps)
+        read, known = entries, facts
+        if not _hlo_frames.agree(closed.jaxpr, text):  # not fn's source lines
+            read, known = _hlo_frames.strip(entries), _hlo_frames.strip(facts)
+        paired = pair(eqns, read, deps)
+    else:  # not fn's module: no dot is paired, and its emitters say nothing of fn
+        paired, known = [other] * len(eqns), None
+    plans, refused = {}, {}
+    for e, p in zip(eqns, paired, strict=True):
+        why = p if isinstance(p, str) else problem(e, p)
+        plans[id(e)] = None if why else p
+        if why:
+            refused[id(e)] = why
+    decisions, extra, top = _versions.resolve(closed.jaxpr, plans, known)
+    for e in eqns:
+        p = plans[id(e)]
+        if p is not None and p.variants and id(e) not in top:
+            refused[id(e)] = (
+                f"{p.fusion}: its split-K partials are reduced in several "
+                "fusions in different orders (one value in each), and the dot is inside "
+                "a call: not covered"
+            )
+            plans[id(e)] = None
+    findings, per_output = _replay_ops.check(closed, known, refused, extra)
+    return Analysis(plans, paired, known, decisions, findings, per_output)
 
 
 class Unverified:
@@ -492,22 +601,9 @@ def gpu_replay(
 
     def run(*args):
         closed, shape = jax.make_jaxpr(fn, return_shape=True)(*args)
-        eqns = _dot_eqns(closed.jaxpr, [])
-        other = module_mismatch(closed, compiled_text)
-        if other is None:
-            deps: dict = {}
-            flows(closed.jaxpr, [frozenset({i}) for i in range(len(closed.jaxpr.invars))], deps)
-            paired = pair(eqns, entries, deps)
-            known = facts
-        else:  # not fn's module: no dot is paired, and its emitters say nothing of fn
-            paired, known = [other] * len(eqns), None
-        plans, refused = {}, {}
-        for e, p in zip(eqns, paired, strict=True):
-            why = p if isinstance(p, str) else problem(e, p)
-            plans[id(e)] = None if why else p
-            if why:
-                refused[id(e)] = why
-        findings, per_output = _replay_ops.check(closed, known, refused)
+        a = analyse(closed, compiled_text, entries, facts)
+        plans, known, decisions = a.plans, a.facts, a.decisions
+        findings, per_output = a.findings, a.per_output
         if any(per_output):
             text = _replay_ops.message(findings, per_output)
             if unverified == "raise":
@@ -519,7 +615,10 @@ def gpu_replay(
                     stacklevel=2,
                 )
         flat = jax.tree.leaves(args)
-        outs = _eval(closed.jaxpr, closed.consts, flat, plans, known)
+        outs = _eval(closed.jaxpr, closed.consts, flat, plans, known, decisions)
+        # an output with one value per fusion is refused (its value is not shown); in
+        # "compute" mode the first is returned, with the warning above
+        outs = [x.by[min(x.by)] if isinstance(x, _versions.Values) else x for x in outs]
         if unverified == "omit":
             outs = [
                 Unverified(i, tuple(str(f) for f in findings if f in t)) if t else o

@@ -32,7 +32,7 @@ import numpy as np
 from jax.extend import core as jcore
 
 from .. import arith, util
-from . import _replay_ieee, _xla_sum
+from . import _hlo_frames, _replay_ieee, _xla_sum
 
 #: equations that move, select, compare or reinterpret values without rounding: exact
 MOVE = frozenset({
@@ -199,6 +199,7 @@ class _State:
         self.taint, self.prod, self.lowp, self.vals = {}, {}, {}, {}
         self.facts = facts  # the module's _hlo.Emitters, or None: assume the worst
         self.dots = dots or {}  # id(dot equation) -> why no GEMM fusion computes it
+        self.extra: dict = {}  # id(equation) -> why it is refused besides
 
     def get(self, table, v, default=None):
         if isinstance(v, jcore.Literal):
@@ -260,6 +261,11 @@ def _walk(jaxpr, consts, st: _State, findings: list):
                         table[vo] = x
                 if st.values(vi) is not None:
                     st.vals[vo] = st.values(vi)
+            if id(e) in st.extra:
+                f = Finding(_op(e), _where(e), st.extra[id(e)])
+                findings.append(f)
+                for vo in e.outvars:
+                    st.taint[vo] = st.get(st.taint, vo, frozenset()) | {f}
             continue
         if name == "dot_general":
             if id(e) in st.dots:  # else computed by the module's plan
@@ -309,7 +315,7 @@ def _walk(jaxpr, consts, st: _State, findings: list):
                     reasons.append(f"x**{y} is several multiplies (and for y < 0 a division) "
                                    "that XLA:GPU may keep in excess precision")  # fmt: skip
                 prod = y >= 2  # its last multiply may be contracted with an add
-            if name in ("add", "sub", "add_any") and not _uncontracted(st):
+            if name in ("add", "sub", "add_any") and _may_contract(e, st):
                 for v in e.invars:
                     m = st.get(st.prod, v)
                     if m:
@@ -331,8 +337,10 @@ def _walk(jaxpr, consts, st: _State, findings: list):
                 reasons.append(plan)
             elif any(st.get(st.lowp, v) for v in e.invars):
                 reasons.append(_excess(e, st))
-        elif name == "div" and is_f32(e) and reciprocal(e, st.values(e.invars[1]), st.facts):
-            pass  # x / c as XLA computes it: x * (1 / c) (reciprocal)
+        elif name == "div" and is_f32(e) and (r := reciprocal(e, st.values(e.invars[1]),
+                                                            st.facts)) is not None:  # fmt: skip
+            # x / c as XLA computes it: x * (1 / c), a product an add may contract with
+            prod = _where(e) if not _pow2(r) else False
         elif name in LIBDEVICE and _libdevice_here(e, st):
             if any(st.get(st.lowp, v) for v in e.invars):  # f32 exp / log: libdevice
                 reasons.append(_excess(e, st))
@@ -352,6 +360,8 @@ def _walk(jaxpr, consts, st: _State, findings: list):
                     "established (docs/xla_gpu.md)",
                 )  # fmt: skip
             )
+        if id(e) in st.extra:
+            reasons.append(st.extra[id(e)])
         if reasons:
             f = Finding(_op(e), _where(e), "; ".join(dict.fromkeys(reasons)))
             findings.append(f)
@@ -366,6 +376,19 @@ def _walk(jaxpr, consts, st: _State, findings: list):
             val = _fold(e, st, None)
             if val is not None:
                 st.vals[e.outvars[0]] = val
+
+
+def _may_contract(e, st) -> bool:
+    """Whether the add or subtract ``e`` may run in a fusion that may contract it: where
+    the module's stack frames show which of its adds ``e`` is (:mod:`._hlo_frames`),
+    whether one of those is in such a fusion; else whether the module has one."""
+    if _uncontracted(st):
+        return False
+    if st.facts is None:
+        return True
+    adds = [s for s in st.facts.sites if s.opcode in ("add", "subtract")]
+    fit = _hlo_frames.fitting(e, adds, lambda s: s.frames, lambda s: s.prim)
+    return not fit or any(s.where in st.facts.contract for s in fit)
 
 
 def _uncontracted(st) -> bool:
@@ -411,6 +434,8 @@ def sum_plan(e, facts):
     if not found:
         return (f"no f32 add-reduce of {list(shape)} over {list(axes)} in the module "
                 "(XLA rewrote it, or split it in two kernels)")  # fmt: skip
+    # of several, those its source lines made (the stack frames of their metadata)
+    found = _hlo_frames.nearest(e, found, lambda s: s.frames, lambda s: s.prim)
     if all(s.triton is not None for s in found) and (
         len({(s.triton, s.narrow, s.mixed) for s in found}) == 1
     ):
@@ -506,13 +531,15 @@ def _convert(e, st) -> list:
     return []
 
 
-def check(closed_jaxpr, facts=None, dots=None) -> tuple:
+def check(closed_jaxpr, facts=None, dots=None, extra=None) -> tuple:
     """``(findings, per_output)`` of a closed jaxpr: every refused equation, and per
     output the findings it depends on (an empty set: the output is exact). ``facts``:
     the GPU module's :class:`._hlo.Emitters` (None: every emitter is assumed to
     contract and to reduce max / min in an unknown way); ``dots``: the dot equations
-    (by ``id``) that no read GEMM fusion computes, each with the reason."""
+    (by ``id``) that no read GEMM fusion computes, each with the reason; ``extra``:
+    other equations (by ``id``) refused with a reason (:func:`._versions.resolve`)."""
     st = _State(facts, dots)
+    st.extra = extra or {}
     findings: list = []
     jaxpr = closed_jaxpr.jaxpr
     _walk(jaxpr, closed_jaxpr.consts, st, findings)
