@@ -13,7 +13,11 @@ results), the counts agree, and where the fusions' plans differ, data flow (neve
 text's order) tells which computes which; a GEMM fusion that merges several dots (an
 operand concatenated along its free dimension) computes each as its rows or columns,
 paired by data flow; a GEMM fusion the reader refuses refuses the dots it may compute,
-and only the outputs that depend on them (docs/xla_gpu.md says what this covers).
+and only the outputs that depend on them. Where the module's stack frames agree with the
+function, they tell dots of one signature apart by their source lines (:mod:`._hlo_frames`),
+and a dot whose split-K partials two fusions reduce in two orders is computed once per
+fusion, each reader taking its fusion's value (:mod:`._versions`). docs/xla_gpu.md says
+what this covers.
 """
 
 from __future__ import annotations
@@ -215,20 +219,25 @@ def pair(eqns: list, entries: list, deps: dict | None = None) -> list:
 def _by_frames(idx: list, eqns: list, cand: list, maybe: list) -> list:
     """``[(dots, plans, refusals)]``: the dots of one signature split by the stack frames
     of their source lines (:mod:`._hlo_frames`), each group with the fusions whose dots'
-    frames fit its dots best, where the groups share no fusion; else one group."""
+    frames fit its dots best, where the groups share no fusion (a fusion whose dot shows
+    frames that fit none of them best is left out; one that shows none stays in every
+    group: it may be any); else one group with every fusion."""
     items = cand + maybe
     frames = lambda x: x.frames  # noqa: E731
     prim = lambda x: _hlo_frames.primitive_of(x.op_name)  # noqa: E731
     near = {i: _hlo_frames.nearest(eqns[i], items, frames, prim) for i in idx}
     keys = {i: frozenset(id(x) for x in near[i]) for i in idx}
     groups = list(dict.fromkeys(keys.values()))
-    if len(groups) < 2 or any(a & b for a in groups for b in groups if a is not b):
+    if any(a & b for a in groups for b in groups if a is not b):
         return [(idx, cand, maybe)]
+    if len(groups) == 1 and len(groups[0]) == len(items):  # the frames narrowed nothing
+        return [(idx, cand, maybe)]
+    blind = {id(x) for x in items if not x.frames}
     return [
         (
             [i for i in idx if keys[i] == g],
-            [p for p in cand if id(p) in g],
-            [r for r in maybe if id(r) in g],
+            [p for p in cand if id(p) in g or id(p) in blind],
+            [r for r in maybe if id(r) in g or id(r) in blind],
         )
         for g in groups
     ]
