@@ -8,6 +8,7 @@ import glob
 import inspect
 import json
 import os
+import types
 
 import jax
 import jax.numpy as jnp
@@ -277,3 +278,32 @@ def test_block_loss_needs_both_values():
     one = dict(a.plans)
     one[id(wo)] = plan.variant("loop_pad_fusion.2")
     assert sha(one, {}) != want
+
+
+def test_fusions_grouped_by_their_dots_frames():
+    """:func:`_replay._by_frames` on two dots written on two lines: a fusion whose dot's
+    frames are the other line's is left out of this dot's pairing; one whose dot shows
+    no frames stays (it may be any dot); frames that fit no dot narrow nothing."""
+
+    def f(a, b):
+        x = a @ b
+        y = b @ a
+        return x, y
+
+    eqns = [e for e in jax.make_jaxpr(f)(jnp.ones((4, 4)), jnp.ones((4, 4))).jaxpr.eqns
+            if e.primitive.name == "dot_general"]  # fmt: skip
+    first, second = (_hlo_frames.of_eqn(e) for e in eqns)
+    assert first[0][2] + 1 == second[0][2]
+
+    def item(frames):
+        return types.SimpleNamespace(frames=frames, op_name="jit(f)/dot_general")
+
+    mine, other, blind = item(first), item(second), item(())
+    assert R._by_frames([0], eqns, [mine], [other]) == [([0], [mine], [])]
+    assert R._by_frames([0], eqns, [mine], [other, blind]) == [([0], [mine], [blind])]
+    elsewhere = item((("x.py", "g", 1, 0),))
+    assert R._by_frames([0], eqns, [mine, elsewhere], []) == [([0], [mine], [])]
+    nowhere = [item((("x.py", "g", 1, 0),)), item((("y.py", "h", 2, 0),))]
+    assert R._by_frames([0], eqns, nowhere, []) == [([0], nowhere, [])]
+    both = R._by_frames([0, 1], eqns, [mine, other], [])
+    assert both == [([0], [mine], []), ([1], [other], [])]
