@@ -97,7 +97,8 @@ def resolve(jaxpr, plans: dict, facts) -> tuple:
             )
             continue
         fus = frozenset()
-        for twin in twins.get(_key(e), [e]):  # XLA keeps one of equal operations (CSE)
+        others = [t for t in twins.get(_key(e), []) if t is not e]
+        for twin in [e, *others]:  # its own first; XLA keeps one of equal operations (CSE)
             fit = _hlo_frames.fitting(twin, sites, lambda s: s.frames, lambda s: s.prim)
             fus = frozenset(s.fusion for s in fit)
             if fus:
