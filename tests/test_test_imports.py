@@ -93,6 +93,7 @@ ALLOWED = {
     ("test_xla_contract.py", "jaxmma.conformance._xla_contract"): "the captured cases",
     ("test_xla_contract.py", "jaxmma.xla_gpu._hlo"): "the normalization tiles read",
     ("test_xla_frames.py", "jaxmma.conformance._xla_models"): "the captured functions",
+    ("test_xla_trivial_reduce.py", "jaxmma.conformance._xla_trivial_reduce"): "the cases",
     ("test_xla_frames.py", "jaxmma.conformance._xla_capture"): "output hashes",
     ("test_xla_frames.py", "jaxmma.xla_gpu._hlo"): "the module's plans and facts",
     ("test_xla_frames.py", "jaxmma.xla_gpu._hlo_frames"): "the stack-frame reader",

@@ -430,6 +430,8 @@ def _eval_one(e, ins: list, plans: dict, facts) -> list:
         outs = [replay_dot(e, plans[id(e)], *ins)]
     elif name in _replay_ops.MINMAX_REDUCE:
         outs = [ieee_minmax(e, *ins)]
+    elif name == "reduce_sum" and _replay_ops.trivial_sum(e):  # a reshape on the GPU
+        outs = [jax.lax.reshape(jnp.asarray(ins[0]), tuple(e.outvars[0].aval.shape))]
     elif (
         name == "reduce_sum"
         and _replay_ops.is_f32(e)
