@@ -114,26 +114,44 @@ def test_window_sums_alone_give_the_bits_on_quantized_data(pair):
     np.testing.assert_array_equal(got, want)
 
 
-def test_a_truncated_product_takes_the_per_product_branch():
-    """448 * 448 - 448 * 448 sets the grid at 2**(16 - 25); two products of 1.5 * 2**-9
-    each truncate to 2**-9 on it, where their exact sum is 3 * 2**-9: the window sums
-    alone would give 3 * 2**-9, the model (and the kernel) 2**-8."""
-    text = _text(PAIRS[0])
+def _truncating(tiny: int):
+    """448 * 448 - 448 * 448 sets the grid at 2**(16 - 25); ``tiny`` products of
+    1.5 * 2**-9 (at k = 1, 3, 5, ...) each truncate to 2**-9 on it."""
     M, N, K = 16, 16, 32
     A = np.zeros((M, K), np.uint32)
     B = np.zeros((K, N), np.uint32)
     A[:, 0], B[0, :] = 0x7E, 0x7E  # 448 * 448
     A[:, 2], B[2, :] = 0xFE, 0x7E  # -448 * 448
-    A[:, 1], B[1, :] = 0x1C, 0x10  # 1.5 * 2**-4 * 2**-5
-    A[:, 3], B[3, :] = 0x1C, 0x10
+    for i in range(tiny):
+        A[:, 1 + 2 * i], B[1 + 2 * i, :] = 0x1C, 0x10  # 1.5 * 2**-4 * 2**-5
     C = np.zeros((M, N), np.uint32)
     SA = np.full((M, 1), 127, np.uint32)
     SB = np.full((1, N), 127, np.uint32)
-    want = np.asarray(_chain_program(text)(A, B, C, SA, SB))
+    return A, B, C, SA, SB
+
+
+def test_the_two_lowest_elements_are_truncated_one_product_at_a_time():
+    """Two truncated products, each the lowest-lsb element of its row of A and its
+    column of B: the windows leave them out and add their truncated values, 2**-9 each,
+    so the window sums alone give the model's 2**-8 (their exact sum is 3 * 2**-9)."""
+    text = _text(PAIRS[0])
+    ops = _truncating(2)
+    want = np.asarray(_chain_program(text)(*ops))
     assert (want.view(np.float32) == 2.0**-8).all()
-    np.testing.assert_array_equal(np.asarray(_kernel(text)(A, B, C, SA, SB)), want)
-    alone = np.asarray(_kernel(text, branch=False)(A, B, C, SA, SB)).view(np.float32)
-    assert (alone == 3 * 2.0**-9).all()  # the branch was needed
+    np.testing.assert_array_equal(np.asarray(_kernel(text, branch=False)(*ops)), want)
+
+
+def test_more_truncated_products_take_the_per_product_branch():
+    """With four, the third and fourth stay in the windows, where they sum exactly to
+    3 * 2**-9 before any truncation: the window sums alone give 2 * 2**-9 + 3 * 2**-9,
+    the model (and the kernel) 4 * 2**-9."""
+    text = _text(PAIRS[0])
+    ops = _truncating(4)
+    want = np.asarray(_chain_program(text)(*ops))
+    assert (want.view(np.float32) == 4 * 2.0**-9).all()
+    np.testing.assert_array_equal(np.asarray(_kernel(text)(*ops)), want)
+    alone = np.asarray(_kernel(text, branch=False)(*ops)).view(np.float32)
+    assert (alone == 5 * 2.0**-9).all()  # the branch was needed
 
 
 @pytest.mark.full  # the quick run keeps make test within 5 minutes; CI runs it

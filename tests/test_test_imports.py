@@ -69,6 +69,8 @@ ALLOWED = {
     ("test_product_kernel.py", "jaxmma.gemm._chain"): "the XLA chain, the kernel's oracle",
     ("test_product_kernel.py", "jaxmma.gemm._executors"): "the dispatcher's gemm_bits",
     ("test_product_kernel.py", "jaxmma.gemm._product_kernel"): "the kernel's windows and branch",
+    ("test_product_ptx.py", "jaxmma.gemm._product_kernel"): "the int32 fusion, the PTX's oracle",
+    ("test_product_ptx.py", "jaxmma.gemm._product_ptx"): "the PTX fusion's text",
     ("test_ptx.py", "jaxmma.spec._ptx"): "the Arch record of the PTX parser",
     ("test_ptx.py", "jaxmma.spec._spec"): "the spec table's variant counts",
     ("test_quant.py", "jaxmma.instructions._mma"): "the matrix_mma hook",

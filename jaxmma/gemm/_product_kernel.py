@@ -8,40 +8,45 @@ same bits with the step's sums on the tensor cores. Each program holds one ``bm 
 tile of D (the f32 accumulator as int32 bits) across K, in a ``fori_loop`` over the
 k-steps of 32, and per step:
 
-* **The exact sum of the step's products** (not truncated), from exponent windows: an
-  element ``sig * 2**lsb`` whose lsb lies in window ``q`` (``lsb - L = W q + r``,
-  ``0 <= r < W``, ``L`` the format's lowest lsb) enters window ``q``'s column block as
-  the integer ``sig * 2**r``, at most 8 significant bits, exact in bfloat16. A pair of
-  windows' bfloat16 dot sums integer products of at most 16 bits; the pairs of one
-  offset ``W qa + W qb`` share a float32 accumulator, whose every partial sum stays
-  below ``2**24`` (:func:`_windows` picks ``W`` so), so the tensor core's fused sums
-  and accumulator hold it exactly. The products of offset ``o`` are in units of
-  ``2**(L_a + L_b + o + e_sa + e_sb)``.
-* **``e_max`` and the smallest lsb of a nonzero product**, from two more bfloat16 dots
-  of powers of two: ``2**(6 (order - R))`` (``R`` the largest order in the row of A /
-  column of B in the step; weights below ``2**-60`` left out) gives the largest
-  ``order_a + order_b`` as ``floor(E / 6)`` of the sum's exponent, decided where that
-  is at least -10 (every product left out is below it); ``2**(-6 min(lsb - l, 10))``
-  (``l`` the smallest lsb there) gives a lower bound of the smallest ``lsb_a + lsb_b``
-  (exact unless above ``l_a + l_b + 10``), and whether any product is nonzero. Sums of
-  at most 32 powers of two: any order of addition, truncated or not, keeps the
-  exponent within 5 of the largest term's.
-* **The fusion**: where no nonzero product has its lsb below ``unit`` (every product is
-  a multiple of the grid), truncating each product changes nothing, and the step is
-  ``RZ_f32(trunc(C) + sum)`` with the exact sum above; :func:`_fuse` forms it in int32
-  limbs. Elsewhere (a product the grid truncates, a NaN or Inf element, ``e_max`` not
-  decided), the whole tile's step runs the products one at a time
-  (:func:`_per_product`: :func:`jaxmma.models._product_gemm._step`'s arithmetic), as a
-  branch taken only then.
+* **The exact sum of the step's products but a few** (not truncated), from exponent
+  windows: an element ``sig * 2**lsb`` whose lsb lies in window ``q`` (``lsb - L = W q
+  + r``, ``0 <= r < W``, ``L`` the format's lowest lsb) enters window ``q``'s column
+  block as the integer ``sig * 2**r``, at most 8 significant bits, exact in bfloat16.
+  A pair of windows' bfloat16 dot sums integer products of at most 16 bits; the pairs
+  of one offset ``W qa + W qb`` share a float32 accumulator, whose every partial sum
+  stays below ``2**24`` (:func:`_windows` picks ``W`` so), so the tensor core's fused
+  sums and accumulator hold it exactly. The products of offset ``o`` are in units of
+  ``2**(L_a + L_b + o + e_sa + e_sb)``. Left out of the windows: in each row of A and
+  each column of B, the step's two elements of lowest lsb (the *low* elements,
+  :func:`_lows`), where a truncated product nearly always has a factor.
+* **The low elements' products one at a time**, each from a dot of the low element's
+  value alone (its row's other 31 set to 0) with the other operand's values: exact,
+  then truncated to the grid (:func:`_low_terms`); a product of a row's and a
+  column's low element counts once.
+* **``e_max`` and the smallest lsb of the other products**, from two more bfloat16
+  dots of powers of two: ``2**(6 max(order - R, -10))`` (``R`` the largest order in
+  the row of A / column of B in the step) gives the largest ``order_a + order_b`` as
+  ``floor(E / 6)`` of the sum's exponent, decided where that is above -10 (a clamped
+  weight's product counts at most -10), and whether any product is nonzero;
+  ``2**(-6 min(lsb - l, 10))`` over the elements other than the low ones (``l`` the
+  smallest lsb there) gives a lower bound of their smallest ``lsb_a + lsb_b`` (exact
+  unless above ``l_a + l_b + 10``). Sums of at most 32 powers of two: any order of
+  addition, truncated or not, keeps the exponent within 5 of the largest term's.
+* **The fusion**: where no product in the windows has its lsb below ``unit`` (each is
+  a multiple of the grid), truncating them changes nothing, and the step is
+  ``RZ_f32(trunc(C) + windows + low terms)``: compiled, one PTX routine per element
+  with the exact sum in float64 (:mod:`jaxmma.gemm._product_ptx`); interpreted,
+  :func:`_fuse` in int32 limbs. Elsewhere (a product in the windows that the grid may
+  truncate, a NaN or Inf element, ``e_max`` not decided), the whole tile's step runs
+  the products one at a time (:func:`_per_product`:
+  :func:`jaxmma.models._product_gemm._step`'s arithmetic), as a branch taken only then.
 
-**Why the branch is costly.** The window sums are exact and cheap, but the branch
-is taken often: on MX-quantized normal data (e4m3, K = 4096) 1.2 % of the
+**How often the branch runs.** On MX-quantized normal data (e4m3, K = 4096) 1.2 % of the
 element-steps truncate a product (the accumulator has grown above the step's largest
 product in 91 % of the steps, and the grid follows it), and a ``16 x 128`` tile meets
-one in nearly every step late in K (``benchmarks/product_truncation.py``). The branch
-reads ``e_max`` off the dots where they decide it and the step's values as one block
-of A and one of B, so per product it costs two multiplies, a conversion and an add
-(its timings against the per-step chain: benchmarks/RESULTS.md).
+one in 99 % of its steps; with the low elements taken out, 0.0003 % of the
+element-steps and 0.6 % of the tile-steps still need the branch
+(``benchmarks/product_truncation.py``). Timings: benchmarks/RESULTS.md.
 
 NaN scales and NaN C are applied as the model applies them (:func:`gemm_bits`).
 ``benchmarks/product_gpu.py --bits`` compares the compiled kernel with the XLA
@@ -64,7 +69,7 @@ from jax.experimental.pallas import triton as plgpu
 
 from .. import models, util
 from ..bits import CANONICAL_NAN, FORMATS, fields, from_container
-from . import _block_kernel, _modes, _tiling
+from . import _block_kernel, _modes, _product_ptx, _tiling
 
 F32 = jnp.float32
 BF16 = jnp.bfloat16
@@ -147,15 +152,34 @@ def supports(ins) -> bool:
 
 
 # ---- operands -----------------------------------------------------------------------------
+def _lows(fin, lsb):
+    """Per step (last axis, 32 elements): the indices of the two finite nonzero elements
+    of lowest lsb (the first of equal ones; -1 where there are fewer), and the lowest
+    lsb of the others (``-_ABSENT`` where there is none)."""
+    idx = lax.broadcasted_iota(I32, lsb.shape, lsb.ndim - 1)
+    rest = jnp.where(fin, lsb, -_ABSENT)
+    ks = []
+    for _ in range(2):
+        low = jnp.min(rest, axis=-1, keepdims=True)
+        k = jnp.min(jnp.where(rest == low, idx, L), axis=-1, keepdims=True)
+        ks.append(jnp.where(low < -_ABSENT, k, -1)[..., 0])
+        rest = jnp.where(idx == k, -_ABSENT, rest)
+    return ks, jnp.min(rest, axis=-1)
+
+
 def _operand(fmt: str, bits, scale_exp, win: int, n: int):
     """One operand's kernel arrays, its rows ``[..., R, K]`` (A, or B transposed),
     ``K = S * 32``, and its scale exponents ``[..., R, S]``:
 
-    * the packed bfloat16 columns ``[..., R, S * (n + 2) * 32]``: per step, the ``n``
-      windows' 32 integers, the 32 max-order weights and the 32 min-lsb weights;
+    * the packed bfloat16 columns ``[..., R, S * (n + 5) * 32]``: per step, the ``n``
+      windows' 32 integers (the row's two elements of lowest lsb left out: the *low*
+      elements, :func:`_lows`), the 32 max-order weights, the 32 min-lsb weights of the
+      others, the 32 values (exact), and for each low element the 32 values with all
+      but its own set to 0;
     * the per-step words ``[..., R, S]``: the largest order plus the scale exponent, the
-      smallest lsb plus the scale exponent (:data:`_SPECIAL` where the step holds a NaN
-      or Inf element), the scale exponent plus the format's lowest lsb;
+      lowest lsb of the elements other than the low ones plus the scale exponent
+      (:data:`_SPECIAL` where the step holds a NaN or Inf element), the scale exponent
+      plus the format's lowest lsb, and the low elements' indices;
     * for the per-product branch, float32 ``[..., R, K]``: the values (exact),
       ``2**order`` (0 for zero, NaN and Inf) and the engine's code (+-1, 0, +-Inf, NaN).
     """
@@ -165,28 +189,35 @@ def _operand(fmt: str, bits, scale_exp, win: int, n: int):
     lsb = f.exp.astype(I32)
     order = lsb + FORMATS[fmt].mant_bits
     sig = jnp.where(finite, jnp.where(f.sign != 0, -f.sig.astype(I32), f.sig.astype(I32)), 0)
+    value = sig.astype(F32) * _pow2(lsb)
 
     def steps(x):  # [..., R, K] -> [..., R, S, 32]
         return x.reshape(x.shape[:-1] + (-1, L))
 
-    fin, lsb_s, order_s = steps(finite), steps(lsb), steps(order)
+    fin, lsb_s, order_s, value_s = steps(finite), steps(lsb), steps(order), steps(value)
+    (k1, k2), third = _lows(fin, lsb_s)
+    idx = lax.broadcasted_iota(I32, lsb_s.shape, lsb_s.ndim - 1)
+    kept = fin & (idx != k1[..., None]) & (idx != k2[..., None])
     top = jnp.max(jnp.where(fin, order_s, _ABSENT), axis=-1, keepdims=True)
-    least = jnp.min(jnp.where(fin, lsb_s, -_ABSENT), axis=-1, keepdims=True)
     rel = lsb_s - low
     q, r = rel // win, rel % win
-    cols = [jnp.where(fin & (q == i), steps(sig) << r, 0).astype(F32) for i in range(n)]
-    up = order_s - top
-    cols.append(jnp.where(fin & (up >= -_REL), _pow2(6 * jnp.maximum(up, -_REL)), 0.0))
-    cols.append(jnp.where(fin, _pow2(-6 * jnp.minimum(lsb_s - least, _REL)), 0.0))
-    packed = jnp.stack(cols, axis=-2).astype(BF16)  # [..., R, S, n + 2, 32]
+    cols = [jnp.where(kept & (q == i), steps(sig) << r, 0).astype(F32) for i in range(n)]
+    # below 2**(-6 * _REL) a weight is clamped there: it still shows a nonzero product
+    up = jnp.maximum(order_s - top, -_REL)
+    cols.append(jnp.where(fin, _pow2(6 * up), 0.0))
+    cols.append(jnp.where(kept, _pow2(-6 * jnp.minimum(lsb_s - third[..., None], _REL)), 0.0))
+    cols.append(value_s)
+    cols += [jnp.where(idx == k[..., None], value_s, 0.0) for k in (k1, k2)]
+    packed = jnp.stack(cols, axis=-2).astype(BF16)  # [..., R, S, n + 5, 32]
     packed = packed.reshape(packed.shape[:-3] + (-1,))
     special = jnp.any(steps(f.nan | f.inf), axis=-1)
     words = (
         top[..., 0] + scale_exp,
-        jnp.where(special, I32(_SPECIAL), least[..., 0] + scale_exp),
+        jnp.where(special, I32(_SPECIAL), third + scale_exp),
         scale_exp + low,
+        k1,
+        k2,
     )
-    value = sig.astype(F32) * _pow2(lsb)
     p2 = jnp.where(finite, _pow2(order), 0.0)
     inf = jnp.where(f.sign != 0, -jnp.inf, jnp.inf).astype(F32)
     code = jnp.where(f.nan, jnp.nan, jnp.where(f.inf, inf, jnp.sign(value))).astype(F32)
@@ -262,30 +293,78 @@ def _e_max(c, found, prod):
 def _grid(c, vmax, vmin, P, Q):
     """The step's grid from the weight dots; ``P, Q`` the words of the row plus those of
     the column. Returns per element ``unit`` (exact where ``e_max`` is decided), where
-    it is not (some product, none of them within ``2**-60`` of the row's and column's
-    largest), where the row or column holds a NaN or Inf, and where the window sums
-    alone are not the step (any of these, or a product the grid truncates)."""
-    anyp = vmin > 0
+    it is not (some product, none of them within ``2**-54`` of the row's and column's
+    largest), where the row or column holds a NaN or Inf, and where the window sums and
+    the low elements' products are not the step (any of these, or a product outside the
+    low elements whose lsb may lie below the grid)."""
+    anyp = vmax > 0  # every nonzero product has a weight of at least 2**-120
     m = _floor6(_exponent(vmax))
-    decided = (vmax > 0) & (m >= -_REL)
-    unit = _e_max(c, anyp & decided, P + m) - MODEL.F
-    least = Q - _floor6(_exponent(vmin))  # a lower bound of the smallest lsb + es
+    decided = anyp & (m > -_REL)  # the clamped weights' products count at most -_REL
+    unit = _e_max(c, decided, P + m) - MODEL.F
+    least = Q - _floor6(_exponent(vmin))  # a lower bound of the others' smallest lsb + es
     special = Q < _SPECIAL // 2
     undecided = anyp & ~decided
-    return unit, undecided, special, special | undecided | (anyp & (least < unit))
+    return unit, undecided, special, special | undecided | ((vmin > 0) & (least < unit))
 
 
-def _fuse(c, sums, unit, R):
-    """The step from the window sums (``{offset: float32 plane}``) where no product is
-    truncated: ``RZ_f32(trunc(C) + sum)``."""
-    return _round(c, unit, [(sums[o].astype(I32), R + o - unit) for o in sorted(sums)])
+def _low_terms(av, bv, lows_a, lows_b, s):
+    """``sum trunc(a * b * s)`` (int32) over the products the windows left out: those of
+    the row's low elements, and those of the column's that are not also the row's.
+    ``av``/``bv`` the step's values ``[bm, 32]`` / ``[32, bn]``; ``lows_a`` per low
+    element of the rows its index ``[bm, 1]`` and the values with all others set to 0
+    ``[bm, 32]`` (``lows_b`` the columns', ``[1, bn]`` and ``[32, bn]``): the dot of the
+    one with the other operand's values is that one product, exact."""
+
+    def dot(x, y):
+        return jnp.dot(x, y, preferred_element_type=F32)
+
+    t = jnp.zeros(s.shape, I32)
+    for _, a in lows_a:
+        t = t + (dot(a, bv) * s).astype(I32)
+    (ka1, _), (ka2, _) = lows_a
+    for k, b in lows_b:
+        twice = (k == ka1) | (k == ka2)
+        t = t + jnp.where(twice, 0, (dot(av, b) * s).astype(I32))
+    return t
 
 
-def _per_product(c, values, cols_a, cols_b, es, unit, undecided, special):
+def _scale(es, unit):
+    """``2**(es - unit)`` as float32 (0 far below)."""
+    x = es - unit
+    return jnp.where(x < -100, F32(0), _pow2(jnp.clip(x, -126, 127)))
+
+
+def _fuse(c, sums, unit, R, t):
+    """The step from the window sums (``{offset: float32 plane}``) and the low
+    elements' truncated products ``t`` where no other product is truncated:
+    ``RZ_f32(trunc(C) + sum + t)``, in int32 limbs (``t`` split as 2**8 times its top
+    bits and its low 8)."""
+    terms = [(sums[o].astype(I32), R + o - unit) for o in sorted(sums)]
+    eight, zero = jnp.full(c.shape, 8, I32), jnp.zeros(c.shape, I32)
+    return _round(c, unit, terms + [(t >> 8, eight), (t & 0xFF, zero)])
+
+
+def _fuse_ptx(c, sums, unit, R, t):
+    """:func:`_fuse` as one PTX routine per element, its sum in float64
+    (:mod:`jaxmma.gemm._product_ptx`)."""
+    offsets = tuple(sorted(sums))
+    args = [c, unit, R - unit] + [lax.bitcast_convert_type(sums[o], I32) for o in offsets]
+    args = [jnp.broadcast_to(x, c.shape) for x in args + [t]]
+    (d,) = plgpu.elementwise_inline_asm(
+        _product_ptx.fuse_text(offsets),
+        args=args,
+        constraints=",".join(["=r"] + ["r"] * len(args)),
+        pack=1,
+        result_shape_dtypes=[jax.ShapeDtypeStruct(c.shape, I32)],
+    )
+    return d
+
+
+def _per_product(c, cols_a, cols_b, es, unit, undecided, special):
     """:func:`jaxmma.models._product_gemm._step` on the tile, one product at a time:
-    ``values()`` gives the step's values as 32 ``[bm, 1]`` and 32 ``[1, bn]`` (one load
-    of each block, split in registers), ``cols_a(i)`` / ``cols_b(i)`` product i's
-    (value, 2**order, code) loaded alone; ``es`` the scale exponents' sums; ``unit``, ``undecided``,
+    ``cols_a(i)`` / ``cols_b(i)`` product i's (value, 2**order, code), ``[bm, 1]`` and
+    ``[1, bn]``, loaded in a loop (the branch is rare: a loop keeps its registers few,
+    and so the kernel's); ``es`` the scale exponents' sums; ``unit``, ``undecided``,
     ``special`` from :func:`_grid`. The largest order is read off the products, and
     their codes summed, only where some element of the tile needs it."""
 
@@ -298,19 +377,17 @@ def _per_product(c, values, cols_a, cols_b, es, unit, undecided, special):
         return jnp.where(undecided, _e_max(c, pm > 0, _exponent(pm) + es) - MODEL.F, unit)
 
     unit = lax.cond(jnp.max(undecided.astype(I32)) > 0, exact_unit, lambda: unit)
-    x = es - unit
-    s = jnp.where(x < -100, F32(0), _pow2(jnp.clip(x, -126, 127)))
+    s = _scale(es, unit)
 
-    va, vb = values()  # the step's 32 values of each row of A and column of B
-
-    def half(start):
-        t = None
-        for i in range(start, start + L // 2):
-            x = (va[i] * vb[i] * s).astype(I32)
-            t = x if t is None else t + x
-        return t
+    def add(i, t):
+        (va, _, _), (vb, _, _) = cols_a(i), cols_b(i)
+        return t + (va * vb * s).astype(I32)
 
     zero = jnp.zeros(c.shape, I32)
+
+    def half(start):
+        return lax.fori_loop(start, start + L // 2, add, zero)
+
     t0, t1 = half(0), half(L // 2)
     # each half below 2**31 (16 terms below 2**27): as 2**8 times its top 23 bits and
     # its low 8
@@ -337,11 +414,13 @@ def _per_product(c, values, cols_a, cols_b, es, unit, undecided, special):
 
 
 # ---- the kernel ---------------------------------------------------------------------------
-def _kernel(a_ref, b_ref, *refs, steps: int, win: Windows, low: int, branch: bool):
-    """Per k-step: the weight dots and :func:`_grid`; then the window dots and
-    :func:`_fuse`, or where the tile needs it, :func:`_per_product`."""
-    pa, qa, ra, pb, qb, rb, fa_v, fa_p, fa_c, fb_v, fb_p, fb_c, c_ref, d_ref = refs
-    na, nb = win.na + 2, win.nb + 2
+def _kernel(a_ref, b_ref, *refs, steps: int, win: Windows, low: int, branch: bool, fuse):
+    """Per k-step: the weight dot and :func:`_grid`; then the window dots, the low
+    elements' products (:func:`_low_terms`) and ``fuse`` (:func:`_fuse_ptx` compiled,
+    :func:`_fuse` interpreted), or where the tile needs it, :func:`_per_product`."""
+    words_a, words_b = refs[0:5], refs[5:10]
+    fa_v, fa_p, fa_c, fb_v, fb_p, fb_c, c_ref, d_ref = refs[10:]
+    na, nb = win.na + 5, win.nb + 5
 
     def body(s, c):
         def a_block(j):
@@ -350,16 +429,22 @@ def _kernel(a_ref, b_ref, *refs, steps: int, win: Windows, low: int, branch: boo
         def b_block(j):
             return b_ref[pl.ds(pl.multiple_of((s * nb + j) * L, L), L), :]
 
-        def word(x, y):
-            return x[:, pl.ds(s, 1)] + y[pl.ds(s, 1), :]
+        def col(x):
+            return x[:, pl.ds(s, 1)]
+
+        def row(y):
+            return y[pl.ds(s, 1), :]
+
+        def word(i):
+            return col(words_a[i]) + row(words_b[i])
 
         def dot(x, y):
             return jnp.dot(x, y, preferred_element_type=F32)
 
-        vmax = dot(a_block(na - 2), b_block(nb - 2))
-        vmin = dot(a_block(na - 1), b_block(nb - 1))
-        unit, undecided, special, fail = _grid(c, vmax, vmin, word(pa, pb), word(qa, qb))
-        R = word(ra, rb)
+        vmax = dot(a_block(win.na), b_block(win.nb))
+        vmin = dot(a_block(win.na + 1), b_block(win.nb + 1))
+        unit, undecided, special, fail = _grid(c, vmax, vmin, word(0), word(1))
+        R = word(2)
 
         def windows():
             A = [a_block(j) for j in range(win.na)]
@@ -368,7 +453,11 @@ def _kernel(a_ref, b_ref, *refs, steps: int, win: Windows, low: int, branch: boo
             for i, j in win.pairs:
                 o = win.width * (i + j)
                 sums[o] = dot(A[i], B[j]) if o not in sums else sums[o] + dot(A[i], B[j])
-            return _fuse(c, sums, unit, R)
+            av, bv = a_block(win.na + 2), b_block(win.nb + 2)
+            lows_a = [(col(words_a[3 + i]), a_block(win.na + 3 + i)) for i in range(2)]
+            lows_b = [(row(words_b[3 + i]), b_block(win.nb + 3 + i)) for i in range(2)]
+            t = _low_terms(av, bv, lows_a, lows_b, _scale(R - low, unit))
+            return fuse(c, sums, unit, R, t)
 
         def per_product():
             k0 = s * L
@@ -379,12 +468,7 @@ def _kernel(a_ref, b_ref, *refs, steps: int, win: Windows, low: int, branch: boo
             def cols_b(i):
                 return tuple(r[pl.ds(k0 + i, 1), :] for r in (fb_v, fb_p, fb_c))
 
-            def values():
-                a = jnp.split(fa_v[:, pl.ds(k0, L)], L, axis=1)
-                b = jnp.split(fb_v[pl.ds(k0, L), :], L, axis=0)
-                return a, b
-
-            return _per_product(c, values, cols_a, cols_b, R - low, unit, undecided, special)
+            return _per_product(c, cols_a, cols_b, R - low, unit, undecided, special)
 
         if not branch:
             return windows()
@@ -433,8 +517,8 @@ def gemm_bits(
         shape = (t.bm, x.shape[-1]) if kind == "a" else (x.shape[-2], t.bn)
         return pl.BlockSpec((None,) + shape, at(kind))
 
-    args = [a_side[0], b_side[0], *a_side[1:4], *b_side[1:4], *a_side[4:], *b_side[4:]]
-    kinds = ["a", "b"] + ["a"] * 3 + ["b"] * 3 + ["a"] * 3 + ["b"] * 3
+    args = [a_side[0], b_side[0], *a_side[1:6], *b_side[1:6], *a_side[6:], *b_side[6:]]
+    kinds = ["a", "b"] + ["a"] * 5 + ["b"] * 5 + ["a"] * 3 + ["b"] * 3
     d_spec = pl.BlockSpec((None, t.bm, t.bn), at("d"))
     specs = [spec(x, k) for x, k in zip(args, kinds, strict=True)] + [d_spec]
     kwargs = {}
@@ -443,7 +527,8 @@ def gemm_bits(
             num_warps=t.num_warps, num_stages=t.num_stages
         )
     low = FORMATS[ins.atype].min_exp + FORMATS[ins.btype].min_exp
-    kernel = functools.partial(_kernel, steps=S, win=win, low=low, branch=branch)
+    fuse = _fuse if interpret else _fuse_ptx
+    kernel = functools.partial(_kernel, steps=S, win=win, low=low, branch=branch, fuse=fuse)
     d = pl.pallas_call(
         kernel,
         out_shape=jax.ShapeDtypeStruct((nbatch, Mp, Np), I32),

@@ -1,0 +1,102 @@
+"""The fusion of a ``kind::mxf8f6f4`` step in the compiled product kernel, as one PTX
+routine per element with its exact sum in float64.
+
+:func:`jaxmma.gemm._product_kernel._fuse` forms ``RZ_f32(trunc(C) + sum)`` in int32
+limbs, about a hundred integer operations per element and step. Where the kernel calls
+it, every term is a whole number of grid units ``2**unit``:
+
+* C's term is ``trunc(C * 2**-unit)`` (C's order is at most ``e_max = unit + 25``, so
+  its magnitude is below ``2**26``);
+* the window sum of offset ``o`` is an integer ``S < 2**24`` (float32, exact) in units
+  of ``2**(k + unit)`` with ``k = R + o - unit``; every product in it has its lsb at or
+  above ``unit`` (the kernel checked), so ``S * 2**k`` is an integer, below ``2**31``;
+* the truncated products the kernel took out of the windows, summed in int32 (``t``,
+  below ``2**29``).
+
+Their sum is an integer below ``2**34``: float64 holds every partial sum exactly, in any
+order. ``sum * 2**unit`` is exact in float64 too, and one ``cvt.rz.f32.f64`` truncates
+it to float32 (24 bits, or the subnormal grid), as :func:`_block_kernel._round_rz`
+does; ``|x| >= 2**128`` is Inf (the conversion would stop at the largest finite
+value), ``+ 0.0`` makes a -0 the model's +0, and an Inf or NaN C passes through.
+
+The same tricks as :func:`jaxmma.gemm._block_kernel._ptx_fuse`: ``trunc(x)`` for
+``|x| < 2**52`` is ``fma.rz(x, 1, s) - s`` with ``s = 2**52`` of ``x``'s sign (the
+float64 grid there is the integers); an int32 ``t`` becomes float64 as the word
+``{t + 2**31, 2**52's high word}`` less ``2**52 + 2**31``; ``2**k`` is built from its
+high word ``(k + 1023) << 20``. ``tests/test_product_ptx.py`` runs the text in an
+interpreter of these instructions against the int32 fusion.
+"""
+
+from __future__ import annotations
+
+#: lop3's table for ``(a & b) | c``
+_AND_OR = (0xF0 & 0xCC) | 0xAA
+#: a window's exponent over the grid, clamped (a sum that is not 0 has it in [-15, 25])
+_K_CLAMP = 60
+
+
+def fuse_text(offsets: tuple[int, ...]) -> str:
+    """The routine for window sums at ``offsets``. Operands: ``$0`` D bits (out); ``$1``
+    C bits; ``$2`` ``unit``; ``$3`` ``R - unit``; ``$4 ...`` the window sums (float32
+    bits), one per offset in order; last, ``t`` (int32)."""
+    t = 4 + len(offsets)
+    lines = [
+        "{",
+        ".reg .pred %p<3>;",
+        ".reg .b32 %r<10>;",
+        ".reg .b64 %rd<2>;",
+        ".reg .f64 %fd<8>;",
+        ".reg .f32 %f<2>;",
+        "mov.b32 %r0, 0;",
+        "mov.b32 %r9, 1127219200;",  # 2**52's high word
+        # C's term trunc(C * 2**-unit) = fma.rz(C, 2**-unit, s) - s
+        "sub.s32 %r1, 1023, $2;",
+        "shl.b32 %r1, %r1, 20;",
+        "mov.b64 %rd1, {%r0, %r1};",
+        "mov.b64 %fd1, %rd1;",
+        "mov.b32 %f1, $1;",
+        "cvt.f64.f32 %fd2, %f1;",
+        f"lop3.b32 %r2, $1, -2147483648, %r9, {_AND_OR};",  # (C & sign) | high
+        "mov.b64 %rd1, {%r0, %r2};",
+        "mov.b64 %fd3, %rd1;",
+        "fma.rz.f64 %fd2, %fd2, %fd1, %fd3;",
+        "sub.rn.f64 %fd4, %fd2, %fd3;",
+        # t
+        f"add.s32 %r3, ${t}, -2147483648;",
+        "mov.b64 %rd1, {%r3, %r9};",
+        "mov.b64 %fd5, %rd1;",
+        "sub.rn.f64 %fd5, %fd5, 0d4330000080000000;",
+        "add.rn.f64 %fd4, %fd4, %fd5;",
+    ]
+    for i, o in enumerate(offsets):
+        lines += [
+            f"add.s32 %r4, $3, {o};",
+            f"max.s32 %r4, %r4, {-_K_CLAMP};",
+            f"min.s32 %r4, %r4, {_K_CLAMP};",
+            "add.s32 %r4, %r4, 1023;",
+            "shl.b32 %r4, %r4, 20;",
+            "mov.b64 %rd1, {%r0, %r4};",
+            "mov.b64 %fd6, %rd1;",
+            f"mov.b32 %f1, ${4 + i};",
+            "cvt.f64.f32 %fd7, %f1;",
+            "fma.rn.f64 %fd4, %fd7, %fd6, %fd4;",
+        ]
+    lines += [
+        "mad.lo.s32 %r5, $2, 1048576, 1072693248;",  # 2**unit's high word
+        "mov.b64 %rd1, {%r0, %r5};",
+        "mov.b64 %fd1, %rd1;",
+        "mul.rn.f64 %fd4, %fd4, %fd1;",
+        "cvt.rz.f32.f64 %f1, %fd4;",
+        "add.rn.f32 %f1, %f1, 0f00000000;",  # -0 -> +0
+        "abs.f64 %fd5, %fd4;",
+        "setp.ge.f64 %p1, %fd5, 0d47F0000000000000;",  # 2**128 or more: Inf
+        "mov.b32 %r6, %f1;",
+        "mov.b32 %r7, 2139095040;",
+        f"lop3.b32 %r8, %r6, -2147483648, %r7, {_AND_OR};",  # Inf of the sign
+        "selp.b32 %r6, %r8, %r6, %p1;",
+        "bfe.u32 %r1, $1, 23, 8;",
+        "setp.eq.u32 %p2, %r1, 255;",
+        "selp.b32 $0, $1, %r6, %p2;",  # an Inf or NaN C passes through
+        "}",
+    ]
+    return "\n".join(lines)

@@ -1,0 +1,80 @@
+"""The compiled product kernel fuses a step with a PTX routine (``gemm._product_ptx``)
+that only a GPU runs. Here the PTX interpreter (``_ptx_interp``, exact arithmetic on
+rationals) runs its text on raw inputs that meet the kernel's conditions (every term a
+whole number of grid units), and its D bits must equal the interpreted kernel's int32
+fusion (``_product_kernel._fuse``), which the product-kernel tests tie to the per-step
+chain of the instruction model."""
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from _block_inputs import raw_c
+from _ptx_interp import _parse, _run
+
+from jaxmma import models
+from jaxmma.gemm import _product_kernel, _product_ptx
+
+PAIRS = (("e4m3", "e4m3"), ("e5m2", "e5m2"), ("e2m1", "e4m3"))
+
+
+def _inputs(rng, n, offsets):
+    """C bits (any, NaN and Inf included), ``unit`` from C's order up to 40 above it
+    (or anywhere for a zero C, down to the lowest ``e_zero - F``, up to sums past
+    ``2**128``), ``R - unit`` over the range where a window holds a product, the window
+    sums (integers below ``2**24``, whole grid units) and ``t`` (below ``2**29``); a
+    tenth of the elements with ``t`` cancelling everything else."""
+    model = models.PRODUCT_MODEL
+    c = raw_c(rng, (4, n)).reshape(-1)[:n]
+    field = (c >> 23) & 0xFF
+    c_exp = np.maximum(field, 1).astype(np.int64) - 150
+    low = model.e_zero("f32") - model.F
+    unit = c_exp - 2 + rng.integers(0, 41, n)
+    free = rng.integers(low, 160, n)
+    unit = np.where((c & 0x7FFFFFFF) == 0, free, unit)
+    unit = np.where(rng.random(n) < 0.1, rng.choice([low, low + 3, 100, 103], n), unit)
+    # C's order is at most e_max = unit + F: its lsb at most 2 below the grid
+    unit = np.where((c & 0x7FFFFFFF) == 0, unit, np.maximum(unit, c_exp - 2))
+    unit = np.clip(unit, low, 200)
+    kbase = rng.integers(-15 - max(offsets), 26, n)
+    sums, total = [], np.zeros(n, object)
+    for o in offsets:
+        k = kbase + o
+        whole = np.maximum(-k, 0)  # S is a multiple of 2**-k where k < 0
+        top = np.minimum(24, 31 - np.maximum(k, 0)) - whole
+        m = np.array([int(rng.integers(0, 1 << int(b))) if b > 0 else 0 for b in top])
+        m = np.where(rng.random(n) < 0.1, (1 << np.maximum(top, 0)) - 1, m)  # the largest
+        s = (m << whole) * rng.choice([-1, 1], n)
+        s = np.where((k > 25) | (k < -15) | (rng.random(n) < 0.15), 0, s)
+        sums.append(s.astype(np.float32))
+        total += np.array([int(x) * 2 ** int(kk) for x, kk in zip(s, k, strict=True)], object)
+    t = rng.integers(-(1 << 29) + 1, 1 << 29, n)
+    t = np.where(rng.random(n) < 0.2, 0, t)
+    ct = np.trunc(c.view(np.float32).astype(np.float64) * 2.0 ** -unit.astype(np.float64))
+    ct = np.where(np.isfinite(ct), ct, 0)
+    cancel = -(total + ct.astype(object))
+    ok = np.array([abs(x) < (1 << 29) and x == int(x) for x in cancel])
+    pick = ok & (rng.random(n) < 0.1)
+    t = np.array([int(x) if p else int(y) for x, y, p in zip(cancel, t, pick, strict=True)])
+    return c.view(np.int32), unit.astype(np.int32), kbase.astype(np.int32), sums, t.astype(np.int32)
+
+
+@pytest.mark.parametrize("pair", PAIRS, ids=["-".join(p) for p in PAIRS])
+def test_ptx_fusion_gives_the_int32_fusion_bits(pair):
+    win = _product_kernel._windows(*pair)
+    offsets = tuple(sorted({win.width * (i + j) for i, j in win.pairs}))
+    rng = np.random.default_rng(5 + len(offsets))
+    n = 400
+    c, unit, kbase, sums, t = _inputs(rng, n, offsets)
+    planes = {o: jnp.asarray(s) for o, s in zip(offsets, sums, strict=True)}
+    want = _product_kernel._fuse(
+        jnp.asarray(c), planes, jnp.asarray(unit), jnp.asarray(kbase + unit), jnp.asarray(t)
+    )
+    want = np.asarray(want).view(np.uint32)
+    prog = _parse(_product_ptx.fuse_text(offsets))
+    words = [c, unit, kbase] + [s.view(np.int32) for s in sums] + [t]
+    words = [w.view(np.uint32) for w in words]
+    got = np.array([_run(prog, [int(w[i]) for w in words]) for i in range(n)], np.uint32)
+    kinds = want & 0x7F800000
+    assert (want == 0).any() and (kinds == 0x7F800000).any()  # zeros, Inf and NaN reached
+    assert ((kinds == 0) & (want & 0x7FFFFF != 0)).any()  # subnormal results reached
+    np.testing.assert_array_equal(got, want)
