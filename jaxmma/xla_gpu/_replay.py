@@ -91,6 +91,24 @@ def gpu_function(eqn, *xs):
     return value(*(jnp.asarray(x, jnp.float32) for x in xs))
 
 
+def gpu_reciprocal_power(eqn, x):
+    """f32 ``x**y`` for ``y < 0`` as jax lowers it and XLA:GPU computes it: the
+    products of ``x**-y`` (:func:`._replay_ieee.evaluate`'s, subnormals kept), then
+    ``1 / acc`` by ``div.full.f32`` (:data:`jaxmma.arith.GPU_FUNCTIONS`); the derivative
+    of the primitive itself."""
+    div = arith.GPU_FUNCTIONS["div"][1]
+    n = -int(eqn.params["y"])
+
+    def value(v):
+        acc = jax.lax.bitcast_convert_type(
+            _replay_ieee.integer_power(jnp.asarray(v, jnp.float32), n), jnp.uint32
+        )
+        one = jnp.full(acc.shape, 0x3F800000, jnp.uint32)
+        return jax.lax.bitcast_convert_type(div(one, acc), jnp.float32)
+
+    return _replay_ieee.with_derivative(eqn, value, [x])
+
+
 def _dot_eqns(jaxpr, out: list) -> list:
     """The dot equations in evaluation order; ValueError for a dot this cannot reach."""
     for e in jaxpr.eqns:
@@ -450,6 +468,8 @@ def _eval_one(e, ins: list, plans: dict, facts) -> list:
         outs = [_replay_ieee.with_derivative(e, scaled, ins)]
     elif name in _replay_ops.LIBDEVICE and _replay_ops.is_f32(e):
         outs = [gpu_function(e, *ins)]
+    elif name == "integer_pow" and e.params["y"] < 0 and _replay_ops.is_f32(e):
+        outs = [gpu_reciprocal_power(e, *ins)]
     elif _replay_ieee.covers(e):
         outs = _replay_ieee.evaluate(e, ins)
     elif (

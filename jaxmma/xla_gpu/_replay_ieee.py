@@ -164,7 +164,7 @@ def _compare(name: str, x, y):
     return jnp.where(nan, name == "ne", out)
 
 
-def _integer_pow(x, y: int):
+def integer_power(x, y: int):
     """``x ** y`` (``y >= 1``) by the products jax's lowering of ``integer_pow`` forms."""
     acc = None
     while y > 0:
@@ -213,7 +213,7 @@ def _value(eqn, ins):
     if name == "mul":
         return fmul(*ins)
     if name == "integer_pow":
-        return _integer_pow(ins[0], int(eqn.params["y"]))
+        return integer_power(ins[0], int(eqn.params["y"]))
     if name == "square":
         return fmul(ins[0], ins[0])
     bound = util.bind(eqn, ins)[0]

@@ -311,9 +311,11 @@ def _walk(jaxpr, consts, st: _State, findings: list):
             if name == "integer_pow":
                 y = e.params["y"]
                 low = np.dtype(e.outvars[0].aval.dtype).name in LOWP
-                if y < 0 or (y > 2 and low):
-                    reasons.append(f"x**{y} is several multiplies (and for y < 0 a division) "
-                                   "that XLA:GPU may keep in excess precision")  # fmt: skip
+                if y < 0 and not (is_f32(e) and _divides_here(st)):
+                    reasons.append(f"x**{y} is 1 / x**{-y}: " + _division_refused(e, st))
+                elif y > 2 and low:
+                    reasons.append(f"x**{y} is several multiplies that XLA:GPU may keep in "
+                                   "excess precision")  # fmt: skip
                 prod = y >= 2  # its last multiply may be contracted with an add
             if name in ("add", "sub", "add_any") and _may_contract(e, st):
                 for v in e.invars:
@@ -488,6 +490,20 @@ def reciprocal(e, c, facts) -> np.float32 | None:
     if facts.libdevice:  # a divide in a fusion whose lowering is not measured
         return None
     return r if approx == r or "divide" not in facts.in_mlir else None
+
+
+def _divides_here(st) -> bool:
+    """Whether the module's f32 divisions are ``div.full`` (its MLIR emitters compute
+    one, and every such function of the module runs in them): ``x**y`` for ``y < 0``,
+    which jax lowers to ``1 / x**-y`` (the products of ``x**-y``, then a divide)."""
+    facts = st.facts
+    return facts is not None and not facts.libdevice and "divide" in facts.in_mlir
+
+
+def _division_refused(e, st) -> str:
+    if not is_f32(e):
+        return "a bf16 / f16 division, whose XLA:GPU lowering is not established"
+    return "a division, " + REFUSED["div"]
 
 
 def _libdevice_here(e, st) -> bool:
