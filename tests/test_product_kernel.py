@@ -185,3 +185,25 @@ def test_windows_keep_every_partial_sum_exact():
             tops.append(sig << (w.width - 1))
         shared = max(sum(1 for i in range(w.na) if 0 <= s - i < w.nb) for s in range(w.na + w.nb))
         assert shared * 32 * tops[0] * tops[1] < 2**24, (a, b, w)
+
+
+def test_rows_and_columns_with_fewer_than_two_elements():
+    """Rows of A and columns of B with no, one or two nonzero elements in a step (a low
+    element absent, index -1; or every element low): the window sums and the low
+    elements' products still give the chain's bits, with the branch and without it."""
+    text = _text(PAIRS[0])
+    rng = np.random.default_rng(12)
+    M, N, K = 24, 40, 96
+    A, SA = _quantized(rng, M, K, "e4m3")
+    Bt, SBt = _quantized(rng, N, K, "e4m3")
+    for X in (A, Bt):
+        for r in range(12):
+            keep = r % 3  # 0, 1 or 2 nonzero elements in each step of 32
+            for s in range(K // 32):
+                cols = rng.permutation(32)[keep:] + 32 * s
+                X[r, cols] = 0
+    B, SB = Bt.T.copy(), SBt.T.copy()
+    C = (rng.standard_normal((M, N)) * 10).astype(np.float32).view(np.uint32)
+    want = np.asarray(_chain_program(text)(A, B, C, SA, SB))
+    np.testing.assert_array_equal(np.asarray(_kernel(text)(A, B, C, SA, SB)), want)
+    np.testing.assert_array_equal(np.asarray(_kernel(text, branch=False)(A, B, C, SA, SB)), want)

@@ -21,7 +21,8 @@ def _inputs(rng, n, offsets):
     """C bits (any, NaN and Inf included), ``unit`` from C's order up to 40 above it
     (or anywhere for a zero C, down to the lowest ``e_zero - F``, up to sums past
     ``2**128``), ``R - unit`` over the range where a window holds a product, the window
-    sums (integers below ``2**24``, whole grid units) and ``t`` (below ``2**29``); a
+    sums (integers below ``2**24``, whole grid units, up to ``2**32`` of them) and ``t``
+    (below ``2**29``); a
     tenth of the elements with ``t`` cancelling everything else."""
     model = models.PRODUCT_MODEL
     c = raw_c(rng, (4, n)).reshape(-1)[:n]
@@ -40,7 +41,7 @@ def _inputs(rng, n, offsets):
     for o in offsets:
         k = kbase + o
         whole = np.maximum(-k, 0)  # S is a multiple of 2**-k where k < 0
-        top = np.minimum(24, 31 - np.maximum(k, 0)) - whole
+        top = np.minimum(24, 32 - np.maximum(k, 0)) - whole  # S * 2**k below 2**32
         m = np.array([int(rng.integers(0, 1 << int(b))) if b > 0 else 0 for b in top])
         m = np.where(rng.random(n) < 0.1, (1 << np.maximum(top, 0)) - 1, m)  # the largest
         s = (m << whole) * rng.choice([-1, 1], n)

@@ -80,8 +80,8 @@ MODEL = models.PRODUCT_MODEL
 #: the order / lsb of an absent element, and a row's word where its step holds a NaN or Inf
 _ABSENT = -(1 << 20)
 _SPECIAL = -(1 << 24)
-#: weights at most this far below the largest (or smallest) are kept: 2**(-6 * 20) is
-#: a normal float32 number
+#: weights more than this far below the largest (or above the smallest) are clamped
+#: there: 2**(-6 * 20), the product of two clamped ones, is a normal float32 number
 _REL = 10
 
 #: ``"auto"``: the kernel where the default backend is a GPU, the XLA formulation
@@ -293,8 +293,9 @@ def _e_max(c, found, prod):
 def _grid(c, vmax, vmin, P, Q):
     """The step's grid from the weight dots; ``P, Q`` the words of the row plus those of
     the column. Returns per element ``unit`` (exact where ``e_max`` is decided), where
-    it is not (some product, none of them within ``2**-54`` of the row's and column's
-    largest), where the row or column holds a NaN or Inf, and where the window sums and
+    it is not (some product, none of whose order sums reaches ``R_a + R_b - 9``, the
+    row's and column's largest orders), where the row or column holds a NaN or Inf, and
+    where the window sums and
     the low elements' products are not the step (any of these, or a product outside the
     low elements whose lsb may lie below the grid)."""
     anyp = vmax > 0  # every nonzero product has a weight of at least 2**-120
@@ -415,7 +416,7 @@ def _per_product(c, cols_a, cols_b, es, unit, undecided, special):
 
 # ---- the kernel ---------------------------------------------------------------------------
 def _kernel(a_ref, b_ref, *refs, steps: int, win: Windows, low: int, branch: bool, fuse):
-    """Per k-step: the weight dot and :func:`_grid`; then the window dots, the low
+    """Per k-step: the two weight dots and :func:`_grid`; then the window dots, the low
     elements' products (:func:`_low_terms`) and ``fuse`` (:func:`_fuse_ptx` compiled,
     :func:`_fuse` interpreted), or where the tile needs it, :func:`_per_product`."""
     words_a, words_b = refs[0:5], refs[5:10]

@@ -9,7 +9,8 @@ it, every term is a whole number of grid units ``2**unit``:
   its magnitude is below ``2**26``);
 * the window sum of offset ``o`` is an integer ``S < 2**24`` (float32, exact) in units
   of ``2**(k + unit)`` with ``k = R + o - unit``; every product in it has its lsb at or
-  above ``unit`` (the kernel checked), so ``S * 2**k`` is an integer, below ``2**31``;
+  above ``unit`` (the kernel checked), so ``S * 2**k`` is an integer, below ``32 *
+  2**27 = 2**32`` (a product is below ``2**(e_max + 2)``, 27 bits over the grid);
 * the truncated products the kernel took out of the windows, summed in int32 (``t``,
   below ``2**29``).
 
@@ -31,7 +32,7 @@ from __future__ import annotations
 
 #: lop3's table for ``(a & b) | c``
 _AND_OR = (0xF0 & 0xCC) | 0xAA
-#: a window's exponent over the grid, clamped (a sum that is not 0 has it in [-15, 25])
+#: a window's exponent over the grid, clamped (a sum that is not 0 has it in [-14, 24])
 _K_CLAMP = 60
 
 

@@ -94,8 +94,12 @@ def gpu_function(eqn, *xs):
 def gpu_reciprocal_power(eqn, x):
     """f32 ``x**y`` for ``y < 0`` as jax lowers it and XLA:GPU computes it: the
     products of ``x**-y`` (:func:`._replay_ieee.evaluate`'s, subnormals kept), then
-    ``1 / acc`` by ``div.full.f32`` (:data:`jaxmma.arith.GPU_FUNCTIONS`); the derivative
-    of the primitive itself."""
+    ``1 / acc``. LLVM's NVPTX backend emits ``rcp.approx.f32`` for a full-precision
+    division of 1 ("the same result as div.full(1.0f, a)"); the division model of
+    :data:`jaxmma.arith.GPU_FUNCTIONS` is that reciprocal wherever the result is normal,
+    and XLA's ``logistic`` (``1 / (1 + exp(-x))``, the same pattern) agrees with it on
+    denominators of ``2**126`` and more (docs/xla_gpu.md). The derivative is the
+    primitive's own."""
     div = arith.GPU_FUNCTIONS["div"][1]
     n = -int(eqn.params["y"])
 
