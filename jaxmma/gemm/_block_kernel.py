@@ -327,24 +327,39 @@ def _ptx_fuse(terms: int, rep: int, man: int) -> str:
                 "sub.rn.f64 %fd1, %fd1, %fd2;",
                 "add.rn.f64 %fd4, %fd4, %fd1;",
             ]
-    lines += [
-        "mad.lo.s32 %r12, %r5, 1048576, 1072693248;",  # 2**unit's high word
-        "mov.b64 %rd3, {%r0, %r12};",
-        "mov.b64 %fd3, %rd3;",
-        "mul.rn.f64 %fd4, %fd4, %fd3;",
-        "cvt.rz.f32.f64 %f1, %fd4;",
-        "add.rn.f32 %f1, %f1, 0f00000000;",  # -0 -> +0
-        "abs.f64 %fd5, %fd4;",
-        "setp.ge.f64 %p1, %fd5, 0d47F0000000000000;",  # 2**128 or more: Inf
-        "mov.b32 %r13, %f1;",
-        "mov.b32 %r15, 2139095040;",
-        f"lop3.b32 %r14, %r13, -2147483648, %r15, {_SIGN_OR};",  # Inf of the sign
-        "selp.b32 %r13, %r14, %r13, %p1;",
-        "setp.eq.u32 %p2, %r1, 255;",
-        "selp.b32 $0, $1, %r13, %p2;",
-        "}",
-    ]
+    regs = dict(zero="%r0", hi="%r12", out="%r13", inf="%r15", sel="%r14", b64="%rd3")
+    regs |= dict(scale="%fd3", abs="%fd5", f32="%f1", big="%p1", c_special="%p2", field="%r1")
+    lines += ptx_f32_out("%fd4", "%r5", regs) + ["}"]
     return "\n".join(lines)
+
+
+def ptx_f32_out(total: str, unit: str, regs: dict, field_lines=()) -> list[str]:
+    """The PTX lines that end a fusion routine whose exact sum in grid units is the
+    float64 register ``total`` (:func:`_ptx_fuse`, :func:`jaxmma.gemm._product_ptx.fuse_text`):
+    ``$0 = cvt.rz.f32.f64(total * 2**unit)`` (``unit`` an int32 register or operand),
+    a -0 made +0, Inf of the sign where ``|x| >= 2**128``, and C (``$1``) itself where
+    its exponent field (``regs["field"]``, set by ``field_lines`` if given) is 255.
+    ``regs`` names the caller's scratch registers: ``zero`` (a b32 holding 0), ``hi``,
+    ``out``, ``inf``, ``sel`` (b32), ``b64``, ``scale``, ``abs`` (f64), ``f32``, ``big``,
+    ``c_special`` (pred)."""
+    r = regs
+    return [
+        f"mad.lo.s32 {r['hi']}, {unit}, 1048576, 1072693248;",  # 2**unit's high word
+        f"mov.b64 {r['b64']}, {{{r['zero']}, {r['hi']}}};",
+        f"mov.b64 {r['scale']}, {r['b64']};",
+        f"mul.rn.f64 {total}, {total}, {r['scale']};",
+        f"cvt.rz.f32.f64 {r['f32']}, {total};",
+        f"add.rn.f32 {r['f32']}, {r['f32']}, 0f00000000;",  # -0 -> +0
+        f"abs.f64 {r['abs']}, {total};",
+        f"setp.ge.f64 {r['big']}, {r['abs']}, 0d47F0000000000000;",  # 2**128 or more: Inf
+        f"mov.b32 {r['out']}, {r['f32']};",
+        f"mov.b32 {r['inf']}, 2139095040;",
+        f"lop3.b32 {r['sel']}, {r['out']}, -2147483648, {r['inf']}, {_SIGN_OR};",  # Inf, signed
+        f"selp.b32 {r['out']}, {r['sel']}, {r['out']}, {r['big']};",
+        *field_lines,
+        f"setp.eq.u32 {r['c_special']}, {r['field']}, 255;",
+        f"selp.b32 $0, $1, {r['out']}, {r['c_special']};",  # an Inf or NaN C passes through
+    ]
 
 
 def _bounds(eas, ebs, man: int):

@@ -30,8 +30,8 @@ interpreter of these instructions against the int32 fusion.
 
 from __future__ import annotations
 
-#: lop3's table for ``(a & b) | c``
-_AND_OR = (0xF0 & 0xCC) | 0xAA
+from . import _block_kernel
+
 #: a window's exponent over the grid, clamped (a sum that is not 0 has it in [-14, 24])
 _K_CLAMP = 60
 
@@ -57,7 +57,7 @@ def fuse_text(offsets: tuple[int, ...]) -> str:
         "mov.b64 %fd1, %rd1;",
         "mov.b32 %f1, $1;",
         "cvt.f64.f32 %fd2, %f1;",
-        f"lop3.b32 %r2, $1, -2147483648, %r9, {_AND_OR};",  # (C & sign) | high
+        f"lop3.b32 %r2, $1, -2147483648, %r9, {_block_kernel._SIGN_OR};",  # (C & sign) | high
         "mov.b64 %rd1, {%r0, %r2};",
         "mov.b64 %fd3, %rd1;",
         "fma.rz.f64 %fd2, %fd2, %fd1, %fd3;",
@@ -82,22 +82,8 @@ def fuse_text(offsets: tuple[int, ...]) -> str:
             "cvt.f64.f32 %fd7, %f1;",
             "fma.rn.f64 %fd4, %fd7, %fd6, %fd4;",
         ]
-    lines += [
-        "mad.lo.s32 %r5, $2, 1048576, 1072693248;",  # 2**unit's high word
-        "mov.b64 %rd1, {%r0, %r5};",
-        "mov.b64 %fd1, %rd1;",
-        "mul.rn.f64 %fd4, %fd4, %fd1;",
-        "cvt.rz.f32.f64 %f1, %fd4;",
-        "add.rn.f32 %f1, %f1, 0f00000000;",  # -0 -> +0
-        "abs.f64 %fd5, %fd4;",
-        "setp.ge.f64 %p1, %fd5, 0d47F0000000000000;",  # 2**128 or more: Inf
-        "mov.b32 %r6, %f1;",
-        "mov.b32 %r7, 2139095040;",
-        f"lop3.b32 %r8, %r6, -2147483648, %r7, {_AND_OR};",  # Inf of the sign
-        "selp.b32 %r6, %r8, %r6, %p1;",
-        "bfe.u32 %r1, $1, 23, 8;",
-        "setp.eq.u32 %p2, %r1, 255;",
-        "selp.b32 $0, $1, %r6, %p2;",  # an Inf or NaN C passes through
-        "}",
-    ]
+    regs = dict(zero="%r0", hi="%r5", out="%r6", inf="%r7", sel="%r8", b64="%rd1")
+    regs |= dict(scale="%fd1", abs="%fd5", f32="%f1", big="%p1", c_special="%p2", field="%r1")
+    lines += _block_kernel.ptx_f32_out("%fd4", "$2", regs, ["bfe.u32 %r1, $1, 23, 8;"])
+    lines += ["}"]
     return "\n".join(lines)
