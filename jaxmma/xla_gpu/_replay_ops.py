@@ -312,7 +312,7 @@ def _walk(jaxpr, consts, st: _State, findings: list):
                 y = e.params["y"]
                 low = np.dtype(e.outvars[0].aval.dtype).name in LOWP
                 if y < 0 and not (is_f32(e) and _divides_here(st)):
-                    reasons.append(f"x**{y} is 1 / x**{-y}: " + _division_refused(e, st))
+                    reasons.append(f"x**{y} is 1 / x**{-y}: " + _division_refused(e))
                 elif y > 2 and low:
                     reasons.append(f"x**{y} is several multiplies that XLA:GPU may keep in "
                                    "excess precision")  # fmt: skip
@@ -492,15 +492,21 @@ def reciprocal(e, c, facts) -> np.float32 | None:
     return r if approx == r or "divide" not in facts.in_mlir else None
 
 
-def _divides_here(st) -> bool:
-    """Whether the module's f32 divisions are ``div.full`` (its MLIR emitters compute
-    one, and every such function of the module runs in them): ``x**y`` for ``y < 0``,
-    which jax lowers to ``1 / x**-y`` (the products of ``x**-y``, then a divide)."""
+def _emitted(st, hlo) -> bool:
+    """Whether the module's MLIR emitters compute the HLO opcodes ``hlo`` and every
+    function of :data:`jaxmma.arith.GPU_FUNCTIONS` in the module runs in them."""
     facts = st.facts
-    return facts is not None and not facts.libdevice and "divide" in facts.in_mlir
+    return facts is not None and not facts.libdevice and set(hlo) <= facts.in_mlir
 
 
-def _division_refused(e, st) -> str:
+def _divides_here(st) -> bool:
+    """Whether the module's f32 divisions are XLA:GPU's known ones (:func:`_emitted`):
+    ``x**y`` for ``y < 0``, which jax lowers to ``1 / x**-y`` (the products of
+    ``x**-y``, then a divide)."""
+    return _emitted(st, ("divide",))
+
+
+def _division_refused(e) -> str:
     if not is_f32(e):
         return "a bf16 / f16 division, whose XLA:GPU lowering is not established"
     return "a division, " + REFUSED["div"]
@@ -510,10 +516,7 @@ def _libdevice_here(e, st) -> bool:
     """An f32 function of :data:`jaxmma.arith.GPU_FUNCTIONS` (not a float16 one: XLA
     computes those with other instructions), in a module whose MLIR emitters compute it
     (its HLO opcodes) and whose every such function runs in them."""
-    f32 = all(np.dtype(v.aval.dtype) == np.float32 for v in (*e.invars, *e.outvars))
-    hlo = arith.GPU_FUNCTIONS[e.primitive.name][0]
-    facts = st.facts
-    return f32 and facts is not None and not facts.libdevice and set(hlo) <= facts.in_mlir
+    return is_f32(e) and _emitted(st, arith.GPU_FUNCTIONS[e.primitive.name][0])
 
 
 def _contract_reason(m, st) -> str:
