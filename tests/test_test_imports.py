@@ -99,6 +99,7 @@ ALLOWED = {
     ("test_xla_frames.py", "jaxmma.conformance._xla_capture"): "output hashes",
     ("test_xla_frames.py", "jaxmma.xla_gpu._hlo"): "the module's plans and facts",
     ("test_xla_frames.py", "jaxmma.xla_gpu._hlo_frames"): "the stack-frame reader",
+    ("test_xla_frames.py", "jaxmma.xla_gpu._hlo_flow"): "the fusions a fusion reads from memory",
     ("test_xla_frames.py", "jaxmma.xla_gpu._replay_ops"): "the sums' plans",
     ("test_xla_frames.py", "jaxmma.xla_gpu._replay"): "the analysis without evaluation",
     ("test_xla_sums.py", "jaxmma.conformance._xla_sums"): "the captured sum cases",

@@ -4,6 +4,7 @@ module's dots, reduces and adds by the source lines that made them, where shapes
 leave the choice open; nothing is narrowed where the function's lines are not the
 module's."""
 
+import dataclasses
 import glob
 import inspect
 import json
@@ -17,7 +18,7 @@ import pytest
 
 from jaxmma.conformance import _xla_capture as X
 from jaxmma.conformance import _xla_models as XM
-from jaxmma.xla_gpu import _hlo, _hlo_frames, _replay_ops
+from jaxmma.xla_gpu import _hlo, _hlo_flow, _hlo_frames, _replay_ops
 from jaxmma.xla_gpu import _replay as R
 
 GOLDEN = os.path.join(os.path.dirname(__file__), "golden", "xla")
@@ -307,3 +308,71 @@ def test_fusions_grouped_by_their_dots_frames():
     assert R._by_frames([0], eqns, nowhere, []) == [([0], nowhere, [])]
     both = R._by_frames([0, 1], eqns, [mine, other], [])
     assert both == [([0], [mine], []), ([1], [other], [])]
+
+
+def test_fusion_reads_look_through_buffers():
+    """:func:`_hlo_flow.reads`: a fusion reads the fusions whose outputs reach it through
+    bitcasts, tuple elements and copies, and not through an instruction that computes."""
+    text = """HloModule m, entry_computation_layout={(f32[4]{0})->f32[4]{0}}
+
+%f1 (p: f32[4]) -> (f32[4], f32[4]) {
+  %p = f32[4]{0} parameter(0)
+  ROOT %t = (f32[4]{0}, f32[4]{0}) tuple(%p, %p)
+}
+
+%f2 (p: f32[4]) -> f32[4] {
+  ROOT %p = f32[4]{0} parameter(0)
+}
+
+%f3 (p: f32[4], q: f32[2,2], r: f32[4]) -> f32[4] {
+  %p = f32[4]{0} parameter(0)
+  %q = f32[2,2]{1,0} parameter(1)
+  ROOT %r = f32[4]{0} parameter(2)
+}
+
+ENTRY %main (x: f32[4]) -> f32[4] {
+  %x = f32[4]{0} parameter(0)
+  %a = (f32[4]{0}, f32[4]{0}) fusion(%x), kind=kLoop, calls=%f1
+  %g = f32[4]{0} get-tuple-element(%a), index=1
+  %b = f32[4]{0} fusion(%g), kind=kLoop, calls=%f2
+  %c = f32[4]{0} copy(%b)
+  %d = f32[2,2]{1,0} bitcast(%c)
+  %n = f32[4]{0} negate(%x)
+  ROOT %e = f32[4]{0} fusion(%n, %d, %g), kind=kLoop, calls=%f3
+}
+"""
+    got = _hlo_flow.reads(text)
+    assert got == {"a": frozenset(), "b": frozenset({"a"}), "e": frozenset({"a", "b"})}
+
+
+@pytest.mark.full  # the analysis of the block's training step, three times
+@pytest.mark.skipif(len(FILES) < 2, reason="no captures")
+def test_step_loss_reads_the_stored_value():
+    """The block's training step (f32, process 2): XLA reduces the residual stream's
+    split-K partials once in each of two pad fusions, and the logits' GEMM fusion reads
+    one of them from memory. gpu_replay gives the logits dot that fusion's value, and the
+    loss is the GPU's bits. Without the module's data flow, or where the GEMM fusion
+    read both pad fusions, the loss is refused, the reason naming the read from memory."""
+    meta = _meta(FILES[1], "model-block-step-f32")
+    closed, facts, eqns, _, per_output, a = _check(meta)
+    assert per_output[0] == []
+    (logits,) = [e for e in eqns if e.outvars[0].aval.shape == (200, 100)]
+    how, key = a.decisions[id(logits)]
+    assert how == "pick"
+    gemm = a.plans[id(logits)].fusion
+    assert key in dict(facts.reads)[gemm]
+    # the residual add x + o @ wo that the logits read, cloned into both pad fusions
+    (pair,) = {frozenset(d[1]) for d in a.decisions.values()
+               if d[0] == "each" and key in d[1] and len(d[1]) == 2}  # fmt: skip
+    assert all(k.startswith("loop_pad_fusion") for k in pair), pair
+    case = CASES[meta["name"]]
+    flat = [jnp.asarray(x) for x in XM.arrays(case, XM.inputs(case))]
+    out = R._eval(closed.jaxpr, closed.consts, flat, a.plans, a.facts, a.decisions)[0]
+    assert X.summary(X.output_bits(out))["sha256"] == meta["outputs"][0]["sha256"]
+    text = meta["hlo"]
+    both = dict(facts.reads)
+    both[gemm] = both[gemm] | pair
+    for reads in ((), tuple(both.items())):
+        b = R.analyse(closed, text, _hlo.read(text), dataclasses.replace(facts, reads=reads))
+        reasons = [str(f) for f in b.per_output[0]]
+        assert any("reads it from memory, and not from one fusion" in r for r in reasons), reasons

@@ -116,12 +116,15 @@ COUNTS = {
     # the whole block's loss: its sums, adds, dots and the output projection's two values
     # placed in their fusions by the module's stack frames (tests/test_xla_frames.py)
     "model-block-loss-f32": (3, 0),
+    # the loss in processes 1 and 2: the logits' GEMM reads the residual stream from the
+    # pad fusion that computed it, one of two that each reduce its split-K partials
+    "model-block-step-f32": (2, 37),
 }
 
 
 @pytest.mark.full  # make test within 5 minutes
 def test_model_output_counts():
-    """The counts of docs/xla_gpu.md: 33 of 135 outputs reproduced, 102 refused, 0
+    """The counts of docs/xla_gpu.md: 35 of 135 outputs reproduced, 100 refused, 0
     silently different."""
     if not RECORDS:
         pytest.skip("no captures")
@@ -133,7 +136,7 @@ def test_model_output_counts():
         n[1] += v.count("refused")
         n[2] += v.count("SILENT")
     total = [sum(n[i] for n in per_case.values()) for i in range(3)]
-    assert total == [33, 102, 0], per_case
+    assert total == [35, 100, 0], per_case
     for name, (same, refused) in COUNTS.items():
         assert per_case[name][:2] == [same, refused], name
 

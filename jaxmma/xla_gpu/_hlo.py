@@ -36,6 +36,7 @@ import re
 
 from . import _hlo_frames, _xla_sum
 from ._hlo_flow import Merge, merges, sources
+from ._hlo_flow import reads as fusion_reads
 from ._hlo_known import _consistent, _epilogue, _known
 from ._hlo_reduce import (
     _k_padding,
@@ -442,7 +443,8 @@ class Emitters:
     (tests/golden/xla/xla-triton-norm.npz: a layer norm and a softmax, every element);
     their f32 and bf16 max / min reductions are IEEE's (above). ``sites``: the fusions'
     instructions with their stack frames, so that the fusions an equation runs in can be
-    found (:mod:`._hlo_frames`)."""
+    found (:mod:`._hlo_frames`); ``reads``: per fusion, the fusions whose outputs it reads
+    from memory (:func:`._hlo_flow.reads`), as ``(name, frozenset)`` pairs."""
 
     contract: tuple
     minmax: tuple
@@ -451,6 +453,7 @@ class Emitters:
     sums: tuple = ()  # every f32 add-reduce of the module: _hlo.Sum
     #: every instruction of the fusions that shows stack frames: :class:`Site`
     sites: tuple = ()
+    reads: tuple = dataclasses.field(default=(), compare=False)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -560,7 +563,7 @@ def emitters(text: str) -> Emitters:
 
     return Emitters(
         once(contract), once(minmax), once(libdevice), frozenset(in_mlir), tuple(sums),
-        tuple(sites),
+        tuple(sites), tuple(sorted(fusion_reads(text).items())),
     )  # fmt: skip
 
 

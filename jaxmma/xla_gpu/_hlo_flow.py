@@ -293,3 +293,33 @@ def merges(text: str) -> dict:
         elif found:
             out[ins.name] = found[0]
     return out
+
+
+#: entry instructions that pass a buffer on without computing (a fusion reading one of
+#: them reads what it passes on)
+_PASS = ("bitcast", "get-tuple-element", "copy", "tuple")
+
+
+def reads(text: str) -> dict:
+    """Per fusion of the entry computation (by name), the entry fusions whose outputs it
+    reads from memory: its operands, looked through the instructions that only pass a
+    buffer on (bitcasts, tuple elements, copies)."""
+    comps, entry = parse(text)
+    comp = comps[entry]
+
+    def producers(name: str, seen: set) -> set:
+        ins = comp.instrs.get(name)
+        if ins is None or name in seen:
+            return set()
+        seen.add(name)
+        if ins.opcode == "fusion":
+            return {name}
+        if ins.opcode in _PASS:
+            return set().union(*(producers(o, seen) for o in ins.operands))
+        return set()
+
+    return {
+        ins.name: frozenset().union(*(producers(o, set()) for o in ins.operands))
+        for ins in comp.order
+        if ins.opcode == "fusion"
+    }

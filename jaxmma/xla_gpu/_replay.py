@@ -436,8 +436,8 @@ def _eval(jaxpr, consts, args, plans: dict, facts=None, decisions=None):
         elif how[0] == "pick":
             outs = _eval_one(e, [_versions.pick(x, how[1]) for x in ins], plans, facts)
         else:  # one value per fusion
-            each = {k: _eval_one(e, [_versions.pick(x, k) for x in ins], plans, facts)
-                    for k in sorted(how[1])}  # fmt: skip
+            each = {k: _eval_one(e, [_versions.pick(x, src) for x in ins], plans, facts)
+                    for k, src in sorted(how[1].items())}  # fmt: skip
             outs = [_versions.Values({k: o[i] for k, o in each.items()})
                     for i in range(len(e.outvars))]  # fmt: skip
         for v, x in zip(e.outvars, outs, strict=True):

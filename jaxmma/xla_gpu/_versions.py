@@ -6,15 +6,20 @@ jaxpr variable has several GPU values, one in each of those fusions.
 :func:`resolve` follows such values through the function (its top-level equations):
 
 - data movement passes every value on (the same bits in another shape);
-- any other equation runs in the fusions that hold its instructions (their stack frames,
-  :mod:`._hlo_frames`; an equation equal to another, the same primitive, parameters and
-  operands, may have left its instructions to that one's, as XLA keeps one of equal
-  operations): where it runs in one of the fusions that hold a value, it reads
-  that value and has one value itself; where it runs in several of them, it has one
-  value in each (XLA cloned it into each, as the residual add here);
+- a dot with a plan runs in its GEMM fusion; any other equation runs in the fusions
+  that hold its instructions (their stack frames, :mod:`._hlo_frames`; an equation
+  equal to another, the same primitive, parameters and operands, may have left its
+  instructions to that one's, as XLA keeps one of equal operations): where it runs in
+  one of the fusions that hold a value, it reads that value; where it runs in a fusion
+  that reads the variable from memory, it reads the value of the one holding fusion
+  whose output that fusion reads (the module's data flow, :func:`._hlo_flow.reads`:
+  the buffer XLA stored is the output of the fusion that computed it). Run in one
+  fusion, it has one value; in several, one value in each (XLA cloned it into each, as
+  the residual add here);
 - anything else is refused: an equation the frames do not place, one that runs in a
-  fusion that reads the variable from memory (which value was stored is not shown), a
-  call or loop the value enters, a function output that has several values.
+  fusion reading the variable from memory but from no one fusion that holds it (which
+  value was stored is not shown), a call or loop the value enters, a function output
+  that has several values.
 
 The result is a plan per equation that ``gpu_replay`` evaluates, and the refusals.
 """
@@ -57,7 +62,9 @@ def _key(e) -> tuple:
 def resolve(jaxpr, plans: dict, facts) -> tuple:
     """``(decisions, refusals, top)`` for the top-level equations of ``jaxpr``: per
     equation (by ``id``) ``("dot", keys)`` (a dot computed once per fusion), ``("each",
-    keys)`` (computed once per value), ``("pick", key)`` (reads one value, has one); why
+    {key: source})`` (computed once per fusion ``key``, from the operands' values of
+    ``source``: the same fusion, or the one whose output it reads), ``("pick", key)``
+    (reads one value, has one); why
     an equation is refused; the ``id`` of every top-level equation (a dot of several
     values inside a call is not followed). ``plans``: per dot equation its
     :class:`._hlo.DotPlan` or None; ``facts``: the module's :class:`._hlo.Emitters`."""
@@ -65,6 +72,7 @@ def resolve(jaxpr, plans: dict, facts) -> tuple:
     decisions: dict = {}
     refusals: dict = {}
     sites = list(facts.sites) if facts is not None else []
+    reads = dict(facts.reads) if facts is not None else {}
     top = set()
     twins: dict = {}
     for e in jaxpr.eqns:
@@ -87,7 +95,7 @@ def resolve(jaxpr, plans: dict, facts) -> tuple:
             if not common:
                 refusals[id(e)] = "it reads values of two dots that no one fusion holds"
                 continue
-            decisions[id(e)] = ("each", common)
+            decisions[id(e)] = ("each", {k: k for k in common})
             for v in e.outvars:
                 keys_of[v] = common
             continue
@@ -96,30 +104,41 @@ def resolve(jaxpr, plans: dict, facts) -> tuple:
                 f"a value with one GPU value per fusion ({shown}) enters {name}: not covered"
             )
             continue
-        fus = frozenset()
-        others = [t for t in twins.get(_key(e), []) if t is not e]
-        for twin in [e, *others]:  # its own first; XLA keeps one of equal operations (CSE)
-            fit = _hlo_frames.fitting(twin, sites, lambda s: s.frames, lambda s: s.prim)
-            fus = frozenset(s.fusion for s in fit)
-            if fus:
-                break
+        if plan is not None:  # a dot runs in its GEMM fusion
+            fus = frozenset({plan.fusion})
+        else:
+            fus = frozenset()
+            others = [t for t in twins.get(_key(e), []) if t is not e]
+            for twin in [e, *others]:  # its own first; XLA keeps one of equal operations
+                fit = _hlo_frames.fitting(twin, sites, lambda s: s.frames, lambda s: s.prim)
+                fus = frozenset(s.fusion for s in fit)
+                if fus:
+                    break
         if not fus:
             refusals[id(e)] = (
                 f"it reads a dot's value that XLA computes once in each of {shown} (split-K "
                 "partials reduced in each in its own order), and the module's stack frames "
                 "do not show which fusion runs it"
             )
-        elif not fus <= common:
-            other = ", ".join(f"%{k}" for k in sorted(fus - common))
+            continue
+        # a fusion that does not compute the value reads it from memory: from the one
+        # fusion holding it whose output it reads (the module's data flow)
+        src = {}
+        for f in sorted(fus):
+            held_here = common & reads.get(f, frozenset()) if f not in common else {f}
+            if len(held_here) == 1:
+                src[f] = next(iter(held_here))
+        if len(src) < len(fus):
+            other = ", ".join(f"%{k}" for k in sorted(fus - set(src)))
             refusals[id(e)] = (
                 f"it reads a dot's value that XLA computes once in each of {shown}, and "
-                f"runs in {other}, which reads it from memory: which value was stored is "
-                "not shown"
+                f"runs in {other}, which reads it from memory, and not from one fusion that "
+                "holds it: which value was stored is not shown"
             )
         elif len(fus) == 1:
-            decisions[id(e)] = ("pick", next(iter(fus)))
+            decisions[id(e)] = ("pick", next(iter(src.values())))
         else:
-            decisions[id(e)] = ("each", fus)
+            decisions[id(e)] = ("each", src)
             for v in e.outvars:
                 keys_of[v] = fus
     for v in jaxpr.outvars:
