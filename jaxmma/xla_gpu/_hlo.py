@@ -34,6 +34,8 @@ import dataclasses
 import math
 import re
 
+import numpy as np
+
 from . import _hlo_frames, _xla_sum
 from ._hlo_flow import Merge, merges, sources
 from ._hlo_flow import reads as fusion_reads
@@ -454,6 +456,11 @@ class Emitters:
     #: every instruction of the fusions that shows stack frames: :class:`Site`
     sites: tuple = ()
     reads: tuple = dataclasses.field(default=(), compare=False)
+    #: the bits of every f32 scalar constant of the module (XLA's folded products of
+    #: constants among them)
+    constants: frozenset = dataclasses.field(default=frozenset(), compare=False)
+    #: the fusions that hold a ``scatter`` (as ``where`` names them)
+    scatters: tuple = dataclasses.field(default=(), compare=False)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -510,6 +517,7 @@ def emitters(text: str) -> Emitters:
     comps, entry = parse(text)
     chains = _hlo_frames.table(text)
     contract, minmax, libdevice, in_mlir, sums, sites = [], [], [], set(), [], []
+    scatters = []
     for c in comps.values():
         for ins in c.order:
             if ins.opcode == "reduce" and c.name == entry:  # unfused
@@ -524,6 +532,8 @@ def emitters(text: str) -> Emitters:
             fused = _called(ins, comps)
             own = _sums(comps, fused, inner, where, kind in MLIR_KINDS, triton, chains)
             sums += own
+            if any(i.opcode == "scatter" for k in inner for i in k.order):
+                scatters.append(where)
             for k in inner:
                 for i in k.order:
                     fr = _hlo_frames.of(i, chains)
@@ -563,8 +573,21 @@ def emitters(text: str) -> Emitters:
 
     return Emitters(
         once(contract), once(minmax), once(libdevice), frozenset(in_mlir), tuple(sums),
-        tuple(sites), tuple(sorted(fusion_reads(text).items())),
+        tuple(sites), tuple(sorted(fusion_reads(text).items())), _f32_constants(text),
+        tuple(scatters),
     )  # fmt: skip
+
+
+def _f32_constants(text: str) -> frozenset:
+    """The bits of the module's f32 scalar constants (XLA prints each so that it reads
+    back to the same float32)."""
+    out = set()
+    for v in re.findall(r"= f32\[\] constant\(([^)]*)\)", text):
+        try:
+            out.add(int(np.float32(float(v)).view(np.uint32)))
+        except ValueError:
+            continue
+    return frozenset(out)
 
 
 def _width(type_: str) -> int:

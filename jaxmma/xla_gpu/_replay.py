@@ -39,6 +39,7 @@ from . import (
     _hlo_text,
     _replay_ieee,
     _replay_ops,
+    _replay_scatter,
     _versions,
     _xla_sum,
 )
@@ -55,7 +56,8 @@ def _has_dot(jaxpr) -> bool:
 
 def _replayed(jaxpr) -> bool:
     """Whether ``jaxpr`` holds an equation computed here rather than bound as it is."""
-    names = ("dot_general", "reduce_sum", *_replay_ops.MINMAX_REDUCE, *_replay_ops.LIBDEVICE)
+    names = ("dot_general", "reduce_sum", "scatter-add", *_replay_ops.MINMAX_REDUCE,
+             *_replay_ops.LIBDEVICE)  # fmt: skip
     return util.contains(jaxpr, names + tuple(_replay_ieee.NAMES))
 
 
@@ -427,7 +429,17 @@ def _eval(jaxpr, consts, args, plans: dict, facts=None, decisions=None):
     for e in jaxpr.eqns:
         ins = [read(v) for v in e.invars]
         how = decisions.get(id(e))
-        if how is None:  # (a refused equation may read one value of several: any)
+        fold = plans.get(("fold", id(e)))
+        if fold is not None and (how is None or how[0] == "pick"):
+            a = read(fold[0])
+            key = (
+                how[1]
+                if how is not None
+                else (min(a.by) if isinstance(a, _versions.Values) else None)
+            )
+            outs = [_folded(e, [_versions.pick(x, key) if key else x for x in ins],
+                            _versions.pick(a, key) if key else a, fold[1])]  # fmt: skip
+        elif how is None:  # (a refused equation may read one value of several: any)
             ins = [x.by[min(x.by)] if isinstance(x, _versions.Values) else x for x in ins]
             outs = _eval_one(e, ins, plans, facts)
         elif how[0] == "dot":
@@ -443,6 +455,24 @@ def _eval(jaxpr, consts, args, plans: dict, facts=None, decisions=None):
         for v, x in zip(e.outvars, outs, strict=True):
             env[v] = x
     return [read(v) for v in jaxpr.outvars]
+
+
+def _folded(e, ins: list, a, c):
+    """``a * c`` rounded once (XLA's ``(a * c1) * c2`` with ``c = fl(c1 * c2)``), with the
+    derivative of ``e``, the product jax wrote."""
+
+    @jax.custom_jvp
+    def value(x, k, a):
+        return _replay_ieee.fmul(jnp.asarray(a, jnp.float32), jnp.float32(c))
+
+    @value.defjvp
+    def _(primals, tangents):
+        x, k, a = primals
+        _, t = jax.jvp(lambda x, k: util.bind(e, [x, k])[0], (x, k), tangents[:2])
+        return value(x, k, a), t
+
+    x, k = (jnp.asarray(v, jnp.float32) for v in ins)
+    return value(x, k, jnp.asarray(a, jnp.float32))
 
 
 def _eval_one(e, ins: list, plans: dict, facts) -> list:
@@ -474,6 +504,8 @@ def _eval_one(e, ins: list, plans: dict, facts) -> list:
         outs = [gpu_function(e, *ins)]
     elif name == "integer_pow" and e.params["y"] < 0 and _replay_ops.is_f32(e):
         outs = [gpu_reciprocal_power(e, *ins)]
+    elif name == "scatter-add" and _replay_scatter.refusal(e, facts) is None:
+        outs = _replay_scatter.evaluate(e, ins)
     elif _replay_ieee.covers(e):
         outs = _replay_ieee.evaluate(e, ins)
     elif (
@@ -518,7 +550,8 @@ def analyse(closed, text: str, entries: list, facts) -> Analysis:
         paired = pair(eqns, read, deps)
     else:  # not fn's module: no dot is paired, and its emitters say nothing of fn
         paired, known = [other] * len(eqns), None
-    plans, refused = {}, {}
+    plans: dict = {}
+    refused: dict = {}
     for e, p in zip(eqns, paired, strict=True):
         why = p if isinstance(p, str) else problem(e, p)
         plans[id(e)] = None if why else p
@@ -534,7 +567,10 @@ def analyse(closed, text: str, entries: list, facts) -> Analysis:
                 "a call: not covered"
             )
             plans[id(e)] = None
-    findings, per_output = _replay_ops.check(closed, known, refused, extra)
+    folds: dict = {}
+    findings, per_output = _replay_ops.check(closed, known, refused, extra, folds)
+    # products XLA computes with folded constants (read by _eval, as plans are)
+    plans.update({("fold", k): v for k, v in folds.items()})
     return Analysis(plans, paired, known, decisions, findings, per_output)
 
 

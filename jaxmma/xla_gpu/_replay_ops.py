@@ -32,7 +32,7 @@ import numpy as np
 from jax.extend import core as jcore
 
 from .. import arith, util
-from . import _hlo_frames, _replay_ieee, _xla_sum
+from . import _hlo_frames, _replay_ieee, _replay_scatter, _xla_sum
 
 #: equations that move, select, compare or reinterpret values without rounding: exact
 MOVE = frozenset({
@@ -200,6 +200,8 @@ class _State:
         self.facts = facts  # the module's _hlo.Emitters, or None: assume the worst
         self.dots = dots or {}  # id(dot equation) -> why no GEMM fusion computes it
         self.extra: dict = {}  # id(equation) -> why it is refused besides
+        self.scaled: dict = {}  # var -> (var, f32 constant, id(jaxpr)): var * constant
+        self.folds: dict = {}  # id(mul) -> (var a, fl(c1 * c2)): XLA's a * (c1 * c2)
 
     def get(self, table, v, default=None):
         if isinstance(v, jcore.Literal):
@@ -270,6 +272,10 @@ def _walk(jaxpr, consts, st: _State, findings: list):
         if name == "dot_general":
             if id(e) in st.dots:  # else computed by the module's plan
                 reasons.append("no GEMM fusion of the module is read for it: " + st.dots[id(e)])
+        elif name == "scatter-add":  # one atomic add per element, or refused
+            why = _replay_scatter.refusal(e, st.facts)
+            if why:
+                reasons.append(why)
         elif sub:
             inner_findings = []
             for j in sub:
@@ -306,6 +312,7 @@ def _walk(jaxpr, consts, st: _State, findings: list):
                 exact_scale = any(_pow2(st.values(v)) for v in e.invars
                                   if st.values(v) is not None)  # fmt: skip
                 prod = not exact_scale
+                reasons += _scaled(e, st, jaxpr)
             if name == "square":
                 prod = True
             if name == "integer_pow":
@@ -317,6 +324,8 @@ def _walk(jaxpr, consts, st: _State, findings: list):
                     reasons.append(f"x**{y} is several multiplies that XLA:GPU may keep in "
                                    "excess precision")  # fmt: skip
                 prod = y >= 2  # its last multiply may be contracted with an add
+            if name in ("add", "sub", "add_any"):
+                reasons += _factored(e, st, jaxpr)
             if name in ("add", "sub", "add_any") and _may_contract(e, st):
                 for v in e.invars:
                     m = st.get(st.prod, v)
@@ -382,6 +391,98 @@ def _walk(jaxpr, consts, st: _State, findings: list):
             val = _fold(e, st, None)
             if val is not None:
                 st.vals[e.outvars[0]] = val
+
+
+def _scalar(st, v):
+    """The f32 value of a scalar constant operand (a literal or a known value), else None."""
+    c = st.values(v)
+    if c is None or np.size(c) != 1 or np.dtype(v.aval.dtype) != np.float32:
+        return None
+    return np.float32(np.asarray(c).reshape(()))
+
+
+def _scaled(e, st, jaxpr) -> list:
+    """XLA's algebraic simplifier rewrites products by scalar constants, rounding once
+    where jax rounds twice: ``(a * c1) * c2`` becomes ``a * fl(c1 * c2)`` (any operand
+    order), ``(a * c1) * (b * c2)`` becomes ``(a * b) * fl(c1 * c2)`` and ``(a * c1) *
+    broadcast(b)`` becomes ``a * broadcast(b * c1)``. The first is computed as XLA does
+    where the module holds the constant ``fl(c1 * c2)`` (and as jax does where it holds
+    no such constant: not rewritten), recorded in ``st.folds``; the others are refused.
+    Records ``e`` in ``st.scaled`` where it is a product by a scalar constant."""
+    if np.dtype(e.outvars[0].aval.dtype) != np.float32 or len(e.invars) != 2:
+        return []
+    consts = [_scalar(st, v) for v in e.invars]
+    inner = [None if isinstance(v, jcore.Literal) else st.scaled.get(v) for v in e.invars]
+    inner = [x if x is not None and x[2] == id(jaxpr) else None for x in inner]
+    reasons = []
+    if any(c is not None for c in consts) and not all(c is not None for c in consts):
+        k = 0 if consts[0] is not None else 1
+        c2, other = consts[k], e.invars[1 - k]
+        prev = inner[1 - k]
+        if prev is None:
+            st.scaled[e.outvars[0]] = (other, c2, id(jaxpr))
+            return []
+        a, c1, _ = prev
+        with np.errstate(all="ignore"):
+            folded = np.float32(c1 * c2)
+        shown = st.facts.constants if st.facts is not None else None
+        if shown is None:
+            return ["(x * c1) * c2, which XLA's algebraic simplifier may fold into x * "
+                    "fl(c1 * c2): no module to show whether it did"]  # fmt: skip
+        if int(folded.view(np.uint32)) in shown:
+            st.folds[id(e)] = (a, folded)
+            st.scaled[e.outvars[0]] = (a, folded, id(jaxpr))
+        else:
+            st.scaled[e.outvars[0]] = (other, c2, id(jaxpr))
+        return reasons
+    producers = {v: q for q in jaxpr.eqns for v in q.outvars}
+    if any(x is not None for x in inner):
+        other = [producers.get(v) for v in e.invars]
+        names = [q.primitive.name if q is not None else "" for q in other]
+        if all(x is not None for x in inner) or "broadcast_in_dim" in names:
+            reasons.append(
+                "a product of a product by a constant, which XLA's algebraic simplifier "
+                "reassociates ((a * c1) * (b * c2) or (a * c1) * broadcast(b)): not modelled"
+            )
+    return reasons
+
+
+def _factored(e, st, jaxpr) -> list:
+    """Sums XLA's algebraic simplifier may rewrite with other rounding (openxla/xla
+    ``algebraic_simplifier.cc``, ``HandleAdd``), refused: ``a + scatter-add(...)``
+    (the add moved into the scatter's operand) and ``(a + c1) + c2`` (constants summed
+    first). And ``a + a * b`` for an array ``b`` (either order, or a subtraction): the
+    captured f32 block step's ``tanh`` gradient, which jax writes so, came out of XLA
+    as ``a * ((1 + b) * ...)`` (tests/golden/xla/xla-models-*.npz: 1 to 194 elements of
+    three weight updates differ); the rewrite's rule is not identified, so the form is
+    refused wherever it appears."""
+    if np.dtype(e.outvars[0].aval.dtype) != np.float32 or len(e.invars) != 2:
+        return []
+    producers = {v: q for q in jaxpr.eqns for v in q.outvars}
+    x, y = e.invars
+    ops = [None if isinstance(v, jcore.Literal) else producers.get(v) for v in (x, y)]
+    if any(q is not None and q.primitive.name == "scatter-add" for q in ops):
+        return ["a + scatter-add(...), which XLA's algebraic simplifier turns into a "
+                "scatter-add into the sum (another order of adds): not modelled"]  # fmt: skip
+    if e.primitive.name == "add" and any(_scalar(st, v) is not None for v in (x, y)):
+        for q in ops:
+            if (
+                q is not None
+                and q.primitive.name == "add"
+                and any(_scalar(st, v) is not None for v in q.invars)
+            ):
+                return ["(a + c1) + c2, which XLA's algebraic simplifier computes as "
+                        "a + fl(c1 + c2): not modelled"]  # fmt: skip
+    for a, q in ((x, ops[1]), (y, ops[0])):
+        if q is None or q.primitive.name != "mul" or not any(v is a for v in q.invars):
+            continue
+        other = [v for v in q.invars if v is not a]
+        if other and _scalar(st, other[0]) is None:
+            return [
+                "a + a * b, which XLA:GPU computed as a product of (1 + b) in the "
+                "captured block step (another rounding): not modelled"
+            ]
+    return []
 
 
 def _may_contract(e, st) -> bool:
@@ -564,15 +665,19 @@ def _convert(e, st) -> list:
     return []
 
 
-def check(closed_jaxpr, facts=None, dots=None, extra=None) -> tuple:
+def check(closed_jaxpr, facts=None, dots=None, extra=None, folds=None) -> tuple:
     """``(findings, per_output)`` of a closed jaxpr: every refused equation, and per
     output the findings it depends on (an empty set: the output is exact). ``facts``:
     the GPU module's :class:`._hlo.Emitters` (None: every emitter is assumed to
     contract and to reduce max / min in an unknown way); ``dots``: the dot equations
     (by ``id``) that no read GEMM fusion computes, each with the reason; ``extra``:
-    other equations (by ``id``) refused with a reason (:func:`._versions.resolve`)."""
+    other equations (by ``id``) refused with a reason (:func:`._versions.resolve`);
+    ``folds``: a dict filled with the products XLA computes with folded constants (by
+    ``id``: ``(var a, fl(c1 * c2))``, :func:`_scaled`)."""
     st = _State(facts, dots)
     st.extra = extra or {}
+    if folds is not None:
+        st.folds = folds
     findings: list = []
     jaxpr = closed_jaxpr.jaxpr
     _walk(jaxpr, closed_jaxpr.consts, st, findings)

@@ -1,0 +1,63 @@
+"""XLA's algebraic simplifier rewrites float products and sums with other rounding than
+jax's: ``(x * c1) * c2`` becomes ``x * fl(c1 * c2)`` where the module shows that
+constant (computed so by gpu_replay), and products of products by constants and
+``a + a * b`` (the captured block step's tanh gradient) are refused, never computed
+with jax's rounding."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from jaxmma.xla_gpu import _hlo, _replay_ops
+from jaxmma.xla_gpu import _replay as R
+
+C1, C2 = np.float32(0.7978845834732056), np.float32(0.044715)
+
+
+def _facts(*constants):
+    bits = frozenset(int(np.float32(c).view(np.uint32)) for c in constants)
+    return _hlo.Emitters(contract=(), minmax=(), constants=bits)
+
+
+def _check(f, facts, *args):
+    closed = jax.make_jaxpr(f)(*args)
+    folds: dict = {}
+    findings, per_output = _replay_ops.check(closed, facts, {}, {}, folds)
+    return closed, folds, findings, per_output
+
+
+def test_folded_constants_round_once():
+    """With ``fl(c1 * c2)`` in the module, ``(x * c1) * c2`` is ``x * fl(c1 * c2)``
+    rounded once (NumPy's float32 product here), which differs from jax's two roundings
+    on some of these inputs; without that constant it is jax's two roundings."""
+    x = np.random.default_rng(7).standard_normal(4096).astype(np.float32)
+    f = lambda x: (x * C1) * C2  # noqa: E731
+    folded = np.float32(C1 * C2)
+    once = (x * folded).view(np.uint32)
+    twice = ((x * C1) * C2).view(np.uint32)
+    assert (once != twice).sum() > 100
+    for facts, want in ((_facts(C1, C2, folded), once), (_facts(C1, C2), twice)):
+        closed, folds, findings, per_output = _check(f, facts, x)
+        assert not findings and per_output == [frozenset()]
+        plans = {("fold", k): v for k, v in folds.items()}
+        (out,) = R._eval(closed.jaxpr, closed.consts, [jnp.asarray(x)], plans, facts)
+        assert np.array_equal(np.asarray(out).view(np.uint32), want)
+    assert len(_check(f, _facts(C1, C2, folded), x)[1]) == 1
+
+
+def test_reassociated_products_refused():
+    """``(a * c1) * (b * c2)``, ``(a * c1) * broadcast(b)`` and ``a + a * b``: refused,
+    each naming the rewrite; a product and a sum XLA leaves alone are not."""
+    a = np.ones((4, 3), np.float32)
+    b = np.ones((4,), np.float32)
+    cases = {
+        "reassociates": lambda a, b: (a * C1) * (a * C2),
+        "reassociates ": lambda a, b: (a * C1) * b[:, None],
+        "(1 + b)": lambda a, b: a * b[:, None] + a,
+        "a + fl(c1 + c2)": lambda a, b: (a + C1) + C2,
+    }
+    for needle, f in cases.items():
+        _, _, findings, _ = _check(f, _facts(C1, C2), a, b)
+        assert any(needle.strip() in str(x) for x in findings), (needle, findings)
+    _, _, findings, _ = _check(lambda a, b: a * b[:, None] + b[:, None], _facts(), a, b)
+    assert not findings
