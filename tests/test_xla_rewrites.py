@@ -61,3 +61,33 @@ def test_reassociated_products_refused():
         assert any(needle.strip() in str(x) for x in findings), (needle, findings)
     _, _, findings, _ = _check(lambda a, b: a * b[:, None] + b[:, None], _facts(), a, b)
     assert not findings
+
+
+def _triton_update(c: str) -> str:
+    """A module whose one Triton fusion computes ``w - c * g`` (an SGD update)."""
+    cfg = '{"fusion_backend_config":{"kind":"__triton"}}'
+    return f"""HloModule m, entry_computation_layout={{(f32[8]{{0}}, f32[8]{{0}})->f32[8]{{0}}}}
+
+%fused (p0: f32[8], p1: f32[8]) -> f32[8] {{
+  %p0 = f32[8]{{0}} parameter(0)
+  %p1 = f32[8]{{0}} parameter(1)
+  %c = f32[] constant({c})
+  %b = f32[8]{{0}} broadcast(%c), dimensions={{}}
+  %m = f32[8]{{0}} multiply(%p1, %b)
+  ROOT %s = f32[8]{{0}} subtract(%p0, %m)
+}}
+
+ENTRY %main (w: f32[8], g: f32[8]) -> f32[8] {{
+  %w = f32[8]{{0}} parameter(0)
+  %g = f32[8]{{0}} parameter(1)
+  ROOT %f = f32[8]{{0}} fusion(%w, %g), kind=kCustom, calls=%fused, backend_config={cfg}
+}}
+"""
+
+
+def test_power_of_two_products_cannot_contract():
+    """A fusion outside XLA's MLIR emitters whose only product is by a power of two (a
+    learning rate of 2^-4) is not among those that may contract a multiply-add: the
+    product is exact, so an FMA rounds as the two operations do. By 0.07 it is."""
+    assert _hlo.emitters(_triton_update("0.0625")).contract == ()
+    assert _hlo.emitters(_triton_update("0.07")).contract == ("%f (__triton)",)

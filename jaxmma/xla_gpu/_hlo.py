@@ -553,7 +553,7 @@ def emitters(text: str) -> Emitters:
             # fusions (their prologues and epilogues, _hlo_known.ROUNDED): one rounding
             # per operation (tests/golden/xla/xla-contract-*.npz)
             if not measured and tkind not in GEMM_KINDS:
-                if "multiply" in ops and ops & set(_ARITH_ADD):
+                if "multiply" in ops and ops & set(_ARITH_ADD) and not _exact_products(inner):
                     contract.append(f"%{ins.name} ({tkind})")
                 if ops & set(_LIBDEVICE):
                     libdevice.append(f"%{ins.name} ({tkind})")
@@ -576,6 +576,31 @@ def emitters(text: str) -> Emitters:
         tuple(sites), tuple(sorted(fusion_reads(text).items())), _f32_constants(text),
         tuple(scatters),
     )  # fmt: skip
+
+
+def _exact_products(comps: list) -> bool:
+    """Whether every multiply of ``comps`` is by a constant power of two (through
+    broadcasts): exact inside the normal range, so contracting it with an add into an
+    FMA cannot change a rounding (as a learning rate of 2^-4 in an SGD update)."""
+
+    def pow2(comp: Computation, name: str) -> bool:
+        ins = comp.instrs.get(name)
+        while ins is not None and ins.opcode in ("broadcast", "bitcast", "reshape"):
+            ins = comp.instrs.get(ins.operands[0]) if ins.operands else None
+        if ins is None or ins.opcode != "constant":
+            return False
+        try:
+            v = float(ins.args)
+        except ValueError:
+            return False
+        return v != 0 and math.isfinite(v) and abs(math.frexp(v)[0]) == 0.5
+
+    return all(
+        any(pow2(c, o) for o in i.operands)
+        for c in comps
+        for i in c.order
+        if i.opcode == "multiply"
+    )
 
 
 def _f32_constants(text: str) -> frozenset:
