@@ -43,6 +43,12 @@ def test_folded_constants_round_once():
         (out,) = R._eval(closed.jaxpr, closed.consts, [jnp.asarray(x)], plans, facts)
         assert np.array_equal(np.asarray(out).view(np.uint32), want)
     assert len(_check(f, _facts(C1, C2, folded), x)[1]) == 1
+    facts = _facts(C1, C2, folded)  # the folded product keeps jax's derivative
+    closed, folds, _, _ = _check(f, facts, x)
+    plans = {("fold", k): v for k, v in folds.items()}
+    total = lambda v: R._eval(closed.jaxpr, closed.consts, [v], plans, facts)[0].sum()  # noqa: E731
+    g = np.asarray(jax.grad(total)(jnp.asarray(x)))
+    assert np.allclose(g, float(C1) * float(C2), rtol=1e-6)
 
 
 def test_reassociated_products_refused():

@@ -95,3 +95,19 @@ def test_scatters_not_measured_are_refused():
         z, lab[:, None], u, dn, unique_indices=True
     )
     assert "declared unique" in _refusal(unique, z, lab, u)
+
+
+@pytest.mark.skipif(not FILES, reason="no captures")
+def test_replayed_scatter_add_is_differentiable_and_jits():
+    """The replayed scatter-add keeps the primitive's gradient (ones into the operand and
+    the updates for a sum) and gives the same bits under ``jit``."""
+    meta, ins, _ = _load(FILES[0], "batched-add")
+    fn = jaxmma.gpu_replay(XS.function("batched-add"), meta["hlo"])
+    z, lab, u = (jnp.asarray(x) for x in ins)
+    gz, gu = jax.grad(lambda a, b: fn(a, lab, b).sum(), argnums=(0, 1))(
+        jnp.ones_like(z), jnp.full_like(u, 2.0)
+    )
+    assert np.all(np.asarray(gz) == 1) and np.all(np.asarray(gu) == 1)
+    eager = np.asarray(fn(z, lab, u)).view(np.uint32)
+    jitted = np.asarray(jax.jit(lambda a, b: fn(a, lab, b))(z, u)).view(np.uint32)
+    assert np.array_equal(eager, jitted)
