@@ -27,6 +27,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from .. import arith
+from ._replay_ieee import with_derivative
 
 U32 = jnp.uint32
 
@@ -106,7 +107,5 @@ def _bits(eqn, operand, indices, updates):
 def evaluate(eqn, ins) -> list:
     """The outputs of a covered ``scatter-add`` (:func:`refusal` None), with the
     primitive's own derivative."""
-    from ._replay_ieee import with_derivative
-
     operand, indices, updates = (jnp.asarray(x) for x in ins)
     return [with_derivative(eqn, lambda o, i, u: _bits(eqn, o, i, u), [operand, indices, updates])]
