@@ -77,7 +77,7 @@ def _refusal(fn, *args) -> str:
 @pytest.mark.skipif(not FILES, reason="no captures")
 def test_scatters_not_measured_are_refused():
     """Updates that may meet (indices computed, no batching dimensions), bf16, indices
-    declared unique: each refused up front, naming why."""
+    declared unique, an add of the result: each refused up front, naming why."""
     z = jnp.zeros((8, 4), jnp.float32)
     lab = jnp.arange(8, dtype=jnp.int32) % 4
     u = jnp.ones(8, jnp.float32)
@@ -95,6 +95,10 @@ def test_scatters_not_measured_are_refused():
         z, lab[:, None], u, dn, unique_indices=True
     )
     assert "declared unique" in _refusal(unique, z, lab, u)
+    # an add of a scatter-add's result, here through take_along_axis's call: XLA's
+    # algebraic simplifier may move the add into the scatter's operand
+    plus = lambda z, lab, u: XS.function("grad-take")(z, lab, u) + z  # noqa: E731
+    assert "scatter-add into the sum" in _refusal(plus, z, lab, u)
 
 
 @pytest.mark.skipif(not FILES, reason="no captures")

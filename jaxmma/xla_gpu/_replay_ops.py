@@ -202,6 +202,23 @@ class _State:
         self.extra: dict = {}  # id(equation) -> why it is refused besides
         self.scaled: dict = {}  # var -> (var, f32 constant, id(jaxpr)): var * constant
         self.folds: dict = {}  # id(mul) -> (var a, fl(c1 * c2)): XLA's a * (c1 * c2)
+        self._producers: dict = {}  # id(jaxpr) -> {var: equation}
+
+    def producer(self, jaxpr, v):
+        """The equation of ``jaxpr`` that computes ``v`` (None for inputs and literals),
+        followed into calls (XLA inlines them) to the one that computes their output."""
+        if isinstance(v, jcore.Literal):
+            return None
+        table = self._producers.get(id(jaxpr))
+        if table is None:
+            table = {o: q for q in jaxpr.eqns for o in q.outvars}
+            self._producers[id(jaxpr)] = table
+        q = table.get(v)
+        name = q.primitive.name if q is not None else ""
+        if q is not None and name in util.CALLS and util.CALLS[name] in q.params:
+            inner, _ = util.closed(q.params[util.CALLS[name]])
+            return self.producer(inner, inner.outvars[q.outvars.index(v)])
+        return q
 
     def get(self, table, v, default=None):
         if isinstance(v, jcore.Literal):
@@ -435,9 +452,8 @@ def _scaled(e, st, jaxpr) -> list:
         else:
             st.scaled[e.outvars[0]] = (other, c2, id(jaxpr))
         return reasons
-    producers = {v: q for q in jaxpr.eqns for v in q.outvars}
     if any(x is not None for x in inner):
-        other = [producers.get(v) for v in e.invars]
+        other = [st.producer(jaxpr, v) for v in e.invars]
         names = [q.primitive.name if q is not None else "" for q in other]
         if all(x is not None for x in inner) or "broadcast_in_dim" in names:
             reasons.append(
@@ -458,9 +474,8 @@ def _factored(e, st, jaxpr) -> list:
     refused wherever it appears."""
     if np.dtype(e.outvars[0].aval.dtype) != np.float32 or len(e.invars) != 2:
         return []
-    producers = {v: q for q in jaxpr.eqns for v in q.outvars}
     x, y = e.invars
-    ops = [None if isinstance(v, jcore.Literal) else producers.get(v) for v in (x, y)]
+    ops = [st.producer(jaxpr, v) for v in (x, y)]
     if any(q is not None and q.primitive.name == "scatter-add" for q in ops):
         return ["a + scatter-add(...), which XLA's algebraic simplifier turns into a "
                 "scatter-add into the sum (another order of adds): not modelled"]  # fmt: skip
