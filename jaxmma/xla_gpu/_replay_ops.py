@@ -468,10 +468,11 @@ def _factored(e, st, jaxpr) -> list:
     ``algebraic_simplifier.cc``, ``HandleAdd``), refused: ``a + scatter-add(...)``
     (the add moved into the scatter's operand) and ``(a + c1) + c2`` (constants summed
     first). And ``a + a * b`` for an array ``b`` (either order, or a subtraction): the
-    captured f32 block step's ``tanh`` gradient, which jax writes so, came out of XLA
-    as ``a * ((1 + b) * ...)`` (tests/golden/xla/xla-models-*.npz: 1 to 194 elements of
-    three weight updates differ); the rewrite's rule is not identified, so the form is
-    refused wherever it appears."""
+    f32 block step's ``tanh`` gradient, which this jax (0.10) writes so, while the jax
+    that compiled the captured module (0.11) linearizes ``tanh`` as a product of ``(1 +
+    t) * (1 - t)`` (its own HLO before any XLA pass, dumped on an H200): another
+    rounding, 1 to 194 elements of three weight updates differ. The form is refused
+    wherever it appears."""
     if np.dtype(e.outvars[0].aval.dtype) != np.float32 or len(e.invars) != 2:
         return []
     x, y = e.invars
@@ -494,8 +495,8 @@ def _factored(e, st, jaxpr) -> list:
         other = [v for v in q.invars if v is not a]
         if other and _scalar(st, other[0]) is None:
             return [
-                "a + a * b, which XLA:GPU computed as a product of (1 + b) in the "
-                "captured block step (another rounding): not modelled"
+                "a + a * b, which the jax that compiled the captured block step wrote "
+                "as a product of (1 + b) (tanh's gradient; another rounding): not modelled"
             ]
     return []
 
