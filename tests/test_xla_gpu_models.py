@@ -24,9 +24,9 @@ FILES = sorted(glob.glob(os.path.join(GOLDEN, "xla-models-*.npz")))
 CASES = {c.name: c for c in XM.cases()}
 
 
-def _records():
+def _records(files=FILES):
     out = []
-    for path in FILES:
+    for path in files:
         with np.load(path) as z:
             for k in sorted(n for n in z.files if n.endswith(".meta")):
                 meta = json.loads(str(z[k][()]))
@@ -749,17 +749,6 @@ def test_jitted_replay_of_a_division_by_a_constant():
 H200 = sorted(glob.glob(os.path.join(GOLDEN, "xla-h200-models-*.npz")))
 
 
-def _h200_records():
-    out = []
-    for path in H200:
-        with np.load(path) as z:
-            for k in sorted(n for n in z.files if n.endswith(".meta")):
-                meta = json.loads(str(z[k][()]))
-                if "error" not in meta:
-                    out.append((os.path.basename(path), meta))
-    return out
-
-
 @pytest.mark.full  # the block steps' replays
 @pytest.mark.skipif(not H200, reason="no H200 captures")
 def test_h200_captures_same_or_refused():
@@ -767,7 +756,7 @@ def test_h200_captures_same_or_refused():
     different, and the f32 block loss, the cross-entropies and one process's f32 MLP
     step are reproduced (docs/xla_gpu.md, "Captures")."""
     per_case: dict = {}
-    for _, meta in _h200_records():
+    for _, meta in _records(H200):
         v = _verdicts(meta)
         n = per_case.setdefault(meta["name"], [0, 0, 0])
         for i, kind in enumerate(("same", "refused", "SILENT")):

@@ -55,6 +55,7 @@ from ._hlo_text import (
     Instr,
     _called,
     _fusion_config,
+    _pow2_const,
     parse,
 )
 
@@ -583,20 +584,8 @@ def _exact_products(comps: list) -> bool:
     broadcasts): exact inside the normal range, so contracting it with an add into an
     FMA cannot change a rounding (as a learning rate of 2^-4 in an SGD update)."""
 
-    def pow2(comp: Computation, name: str) -> bool:
-        ins = comp.instrs.get(name)
-        while ins is not None and ins.opcode in ("broadcast", "bitcast", "reshape"):
-            ins = comp.instrs.get(ins.operands[0]) if ins.operands else None
-        if ins is None or ins.opcode != "constant":
-            return False
-        try:
-            v = float(ins.args)
-        except ValueError:
-            return False
-        return v != 0 and math.isfinite(v) and abs(math.frexp(v)[0]) == 0.5
-
     return all(
-        any(pow2(c, o) for o in i.operands)
+        any(_pow2_const(c, c.instrs.get(o)) for o in i.operands)
         for c in comps
         for i in c.order
         if i.opcode == "multiply"
