@@ -120,14 +120,17 @@ COUNTS = {
     # computed it, one of two that each reduce its split-K partials) and the updated
     # second MLP and output weights (the cross-entropy gradient's scatter-add,
     # tests/test_xla_scatter.py); in process 3 an SGD update's product by 2^-4 in a
-    # Triton fusion, which no FMA can change
-    "model-block-step-f32": (9, 30),
+    # Triton fusion, which no FMA can change; the updated first MLP weight, its GELU
+    # gradient's tanh as jax 0.11 writes it (tests/test_xla_tanh_grad.py); the updated
+    # value and output projections, the layer norm's gradient's (x * 2) * broadcast(s)
+    # as XLA reassociates and folds it (tests/test_xla_rewrites.py)
+    "model-block-step-f32": (18, 21),
 }
 
 
 @pytest.mark.full  # make test within 5 minutes
 def test_model_output_counts():
-    """The counts of docs/xla_gpu.md: 42 of 135 outputs reproduced, 93 refused, 0
+    """The counts of docs/xla_gpu.md: 51 of 135 outputs reproduced, 84 refused, 0
     silently different."""
     if not RECORDS:
         pytest.skip("no captures")
@@ -139,7 +142,7 @@ def test_model_output_counts():
         n[1] += v.count("refused")
         n[2] += v.count("SILENT")
     total = [sum(n[i] for n in per_case.values()) for i in range(3)]
-    assert total == [42, 93, 0], per_case
+    assert total == [51, 84, 0], per_case
     for name, (same, refused) in COUNTS.items():
         assert per_case[name][:2] == [same, refused], name
 

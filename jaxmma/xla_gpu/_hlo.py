@@ -39,6 +39,7 @@ import numpy as np
 from . import _hlo_frames, _xla_sum
 from ._hlo_flow import Merge, merges, sources
 from ._hlo_flow import reads as fusion_reads
+from ._hlo_jvp import tanh_gradient
 from ._hlo_known import _consistent, _epilogue, _known
 from ._hlo_reduce import (
     _k_padding,
@@ -462,6 +463,8 @@ class Emitters:
     constants: frozenset = dataclasses.field(default=frozenset(), compare=False)
     #: the fusions that hold a ``scatter`` (as ``where`` names them)
     scatters: tuple = dataclasses.field(default=(), compare=False)
+    #: how the module's jax linearized ``tanh`` (:func:`._hlo_jvp.tanh_gradient`)
+    tanh_grad: str = dataclasses.field(default="", compare=False)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -575,7 +578,7 @@ def emitters(text: str) -> Emitters:
     return Emitters(
         once(contract), once(minmax), once(libdevice), frozenset(in_mlir), tuple(sums),
         tuple(sites), tuple(sorted(fusion_reads(text).items())), _f32_constants(text),
-        tuple(scatters),
+        tuple(scatters), tanh_gradient(comps),
     )  # fmt: skip
 
 

@@ -430,7 +430,11 @@ def _eval(jaxpr, consts, args, plans: dict, facts=None, decisions=None):
         ins = [read(v) for v in e.invars]
         how = decisions.get(id(e))
         fold = plans.get(("fold", id(e)))
-        if fold is not None and (how is None or how[0] == "pick"):
+        if isinstance(fold, _replay_ops.TanhGrad):
+            outs = _picked(how, [read(fold.g), read(fold.t)], _tanh_grad)
+        elif isinstance(fold, _replay_ops.Rebroadcast):
+            outs = _rebroadcasts(e, fold, how, decisions, ins, read(fold.a), read(fold.src))
+        elif fold is not None and (how is None or how[0] == "pick"):
             a = read(fold[0])
             key = (
                 how[1]
@@ -455,6 +459,90 @@ def _eval(jaxpr, consts, args, plans: dict, facts=None, decisions=None):
         for v, x in zip(e.outvars, outs, strict=True):
             env[v] = x
     return [read(v) for v in jaxpr.outvars]
+
+
+def _picked(how, ins: list, fn) -> list:
+    """``[fn(*ins)]`` with the values of dots of several values (:mod:`._versions`) read
+    as ``how`` reads them (the first where it says nothing)."""
+    if how is None:
+        return [fn(*(x.by[min(x.by)] if isinstance(x, _versions.Values) else x for x in ins))]
+    if how[0] == "pick":
+        return [fn(*(_versions.pick(x, how[1]) for x in ins))]
+    by = {k: fn(*(_versions.pick(x, src) for x in ins)) for k, src in sorted(how[1].items())}
+    return [_versions.Values(by)]
+
+
+def _tanh_grad(g, t):
+    """``g * ((1 + t) * (1 - t))``, each operation rounded (subnormals kept), as jax 0.11
+    writes tanh's gradient (:class:`._replay_ops.TanhGrad`), with its derivative."""
+
+    @jax.custom_jvp
+    def value(g, t):
+        one = jnp.ones_like(t)
+        oms = _replay_ieee.fmul(_replay_ieee.fadd(t, one), _replay_ieee.fadd(one, -t))
+        return _replay_ieee.fmul(g, oms)
+
+    @value.defjvp
+    def _(primals, tangents):
+        f = lambda g, t: g * ((1 + t) * (1 - t))  # noqa: E731
+        return value(*primals), jax.jvp(f, primals, tangents)[1]
+
+    g, t = jnp.broadcast_arrays(jnp.asarray(g, jnp.float32), jnp.asarray(t, jnp.float32))
+    return value(g, t)
+
+
+def _rebroadcasts(e, plan, how, decisions: dict, ins: list, a, src) -> list:
+    """:func:`_rebroadcast` with the values of dots of several values (:mod:`._versions`)
+    read as the equations read them: ``e``'s operands as ``how`` says, ``a`` as the
+    product ``a * c`` read it, ``src`` with the key of ``e``'s operand it feeds."""
+
+    def one(key):
+        inner = decisions.get(plan.inner)
+        x, y = (_versions.pick(v, key) if key else _first(v) for v in ins)
+        if inner is None or key is None:
+            av = _first(a)
+        elif inner[0] == "pick":
+            av = _versions.pick(a, inner[1])
+        else:
+            av = _versions.pick(a, inner[1][key])
+        if isinstance(src, _versions.Values) and key not in src.by:
+            raise ValueError(
+                f"gpu_replay: {e.primitive.name} at {_replay_ops._where(e)}: XLA's a * "
+                "broadcast(b * c) reads a value of several that no one fusion shows"
+            )
+        sv = _versions.pick(src, key) if key else _first(src)
+        return _rebroadcast(e, plan, x, y, av, sv)
+
+    if how is None:
+        return [one(None)]
+    if how[0] == "pick":
+        return [one(how[1])]
+    return [_versions.Values({k: one(s) for k, s in sorted(how[1].items())})]
+
+
+def _first(x):
+    return x.by[min(x.by)] if isinstance(x, _versions.Values) else x
+
+
+def _rebroadcast(e, plan, x, y, a, src):
+    """``a * broadcast(src * k)`` (:class:`._replay_ops.Rebroadcast`; ``src`` reshaped to
+    the broadcast's operand), each product rounded, with the derivative of ``e``, the
+    product ``x * y`` jax wrote."""
+    bcast = plan.bcast
+
+    @jax.custom_jvp
+    def value(x, y, a, src):
+        scaled = _replay_ieee.fmul(jnp.asarray(src, jnp.float32), jnp.float32(plan.k))
+        b = jnp.reshape(scaled, bcast.invars[0].aval.shape)
+        return _replay_ieee.fmul(jnp.asarray(a, jnp.float32), util.bind(bcast, [b])[0])
+
+    @value.defjvp
+    def _(primals, tangents):
+        x, y, a, src = primals
+        _, t = jax.jvp(lambda x, y: util.bind(e, [x, y])[0], (x, y), tangents[:2])
+        return value(x, y, a, src), t
+
+    return value(*(jnp.asarray(v, jnp.float32) for v in (x, y, a, src)))
 
 
 def _folded(e, ins: list, a, c):

@@ -220,6 +220,12 @@ class _State:
             return self.producer(inner, inner.outvars[q.outvars.index(v)])
         return q
 
+    def local(self, jaxpr, v):
+        """The equation of ``jaxpr`` itself that computes ``v`` (None for inputs,
+        literals and the outputs of calls)."""
+        q = self.producer(jaxpr, v)
+        return q if q is not None and any(o is v for o in q.outvars) else None
+
     def get(self, table, v, default=None):
         if isinstance(v, jcore.Literal):
             return default
@@ -343,7 +349,9 @@ def _walk(jaxpr, consts, st: _State, findings: list):
                 prod = y >= 2  # its last multiply may be contracted with an add
             if name in ("add", "sub", "add_any"):
                 reasons += _factored(e, st, jaxpr)
-            if name in ("add", "sub", "add_any") and _may_contract(e, st):
+            if isinstance(st.folds.get(id(e)), TanhGrad):
+                prod = True  # no add: a product, which a later add may contract
+            elif name in ("add", "sub", "add_any") and _may_contract(e, st):
                 for v in e.invars:
                     m = st.get(st.prod, v)
                     if m:
@@ -422,9 +430,16 @@ def _scaled(e, st, jaxpr) -> list:
     """XLA's algebraic simplifier rewrites products by scalar constants, rounding once
     where jax rounds twice: ``(a * c1) * c2`` becomes ``a * fl(c1 * c2)`` (any operand
     order), ``(a * c1) * (b * c2)`` becomes ``(a * b) * fl(c1 * c2)`` and ``(a * c1) *
-    broadcast(b)`` becomes ``a * broadcast(b * c1)``. The first is computed as XLA does
+    broadcast(b)`` becomes ``a * broadcast(b * c1)`` (openxla/xla
+    ``algebraic_simplifier.cc``, ``HandleMultiply``). The first is computed as XLA does
     where the module holds the constant ``fl(c1 * c2)`` (and as jax does where it holds
-    no such constant: not rewritten), recorded in ``st.folds``; the others are refused.
+    no such constant: not rewritten), recorded in ``st.folds``; so is the third
+    (:class:`Rebroadcast`: the module's folded constant decides whether ``b * c`` is
+    folded further). The second needs both constants to be constant instructions, not
+    broadcasts of one, and jax lowers a product of an array by a scalar as a product by
+    a broadcast: on arrays of more than one element it is computed as jax writes it (the
+    captured block step shows ``(g * c1) * (x**2 * 3)`` unchanged), on one element
+    refused.
     Records ``e`` in ``st.scaled`` where it is a product by a scalar constant."""
     if np.dtype(e.outvars[0].aval.dtype) != np.float32 or len(e.invars) != 2:
         return []
@@ -453,14 +468,67 @@ def _scaled(e, st, jaxpr) -> list:
             st.scaled[e.outvars[0]] = (other, c2, id(jaxpr))
         return reasons
     if any(x is not None for x in inner):
-        other = [st.producer(jaxpr, v) for v in e.invars]
+        # (a * c1) * (b * c2): the simplifier's rule takes constants that are constant
+        # instructions, and jax lowers a product of an array by a scalar constant as a
+        # product by a broadcast of it: only a product of one element can match
+        other = [st.local(jaxpr, v) for v in e.invars]
         names = [q.primitive.name if q is not None else "" for q in other]
-        if all(x is not None for x in inner) or "broadcast_in_dim" in names:
+        if all(x is not None for x in inner) and math.prod(e.outvars[0].aval.shape) == 1:
             reasons.append(
-                "a product of a product by a constant, which XLA's algebraic simplifier "
-                "reassociates ((a * c1) * (b * c2) or (a * c1) * broadcast(b)): not modelled"
+                "(a * c1) * (b * c2) of one element, which XLA's algebraic simplifier "
+                "computes as (a * b) * fl(c1 * c2): not modelled"
             )
+        elif "broadcast_in_dim" in names:
+            k = names.index("broadcast_in_dim")
+            scaled = inner[1 - k]
+            if scaled is None:
+                reasons.append(
+                    "(a * c) * broadcast(b), with (a * c) computed in another jaxpr: not "
+                    "modelled (XLA computes a * broadcast(b * c))"
+                )
+            else:
+                q = id(other[1 - k]) if other[1 - k] is not None else 0
+                st.folds[id(e)] = _rebroadcast(st, jaxpr, other[k], scaled[0], scaled[1], q)
     return reasons
+
+
+@dataclasses.dataclass(frozen=True)
+class Rebroadcast:
+    """XLA's ``(a * c) * broadcast(b)`` -> ``a * broadcast(b * c)`` (``HandleMultiply``)
+    in place of the equation: ``bcast`` the broadcast equation, ``src`` the variable
+    multiplied by ``k`` before it is broadcast, ``src`` reshaped to ``b``'s shape: ``b``
+    itself with ``k = c``, or, where ``b`` is ``x * r`` (a product or a division by a
+    scalar constant, through reshapes) and the module holds ``fl(r * c)``, ``x`` with
+    ``k = fl(r * c)`` (XLA folds the two constants, as the captured block step shows)."""
+
+    a: object
+    bcast: object
+    src: object
+    k: np.float32
+    inner: int  # id of the equation a * c
+
+
+def _rebroadcast(st, jaxpr, bcast, a, c, inner: int) -> Rebroadcast:
+    """The :class:`Rebroadcast` of ``e = (a * c) * bcast`` (``bcast`` a broadcast)."""
+    b = bcast.invars[0]
+    v, q = b, st.local(jaxpr, b)
+    while q is not None and (
+        q.primitive.name == "reshape" or (q.primitive.name == "reduce_sum" and trivial_sum(q))
+    ):
+        v = q.invars[0]
+        q = st.local(jaxpr, v)
+    r = x = None
+    if q is not None and q.primitive.name == "mul" and st.scaled.get(v) is not None:
+        x, r, _ = st.scaled[v]
+    elif q is not None and q.primitive.name == "div" and is_f32(q):
+        r = reciprocal(q, st.values(q.invars[1]), st.facts)
+        x = q.invars[0] if r is not None and _scalar(st, q.invars[1]) is not None else None
+    if x is not None and not isinstance(x, jcore.Literal) and st.facts is not None:
+        with np.errstate(all="ignore"):
+            k = np.float32(r * c)
+        if int(k.view(np.uint32)) in st.facts.constants:
+            return Rebroadcast(a, bcast, x, k, inner)
+    return Rebroadcast(a, bcast, b, np.float32(c), inner)
 
 
 def _factored(e, st, jaxpr) -> list:
@@ -494,11 +562,56 @@ def _factored(e, st, jaxpr) -> list:
             continue
         other = [v for v in q.invars if v is not a]
         if other and _scalar(st, other[0]) is None:
-            return [
-                "a + a * b, which the jax that compiled the captured block step wrote "
-                "as a product of (1 + b) (tanh's gradient; another rounding): not modelled"
-            ]
+            grad = _tanh_vjp(e, st, jaxpr)
+            shown = st.facts.tanh_grad if st.facts is not None else ""
+            if grad is not None and shown == "product":
+                st.folds[id(e)] = grad
+                return []
+            if grad is not None:
+                return [
+                    "tanh's gradient e + e * t (e = g * (1 - t)), as this jax writes it; "
+                    "the module does not show how its jax wrote it (jax 0.11: g * ((1 + t) "
+                    f"* (1 - t)), another rounding; the module's form: {shown or 'none'})"
+                ]
+            return ["a + a * b, which jax 0.11 writes as a product of (1 + b) where it "
+                    "is tanh's gradient (another rounding): not modelled"]  # fmt: skip
     return []
+
+
+@dataclasses.dataclass(frozen=True)
+class TanhGrad:
+    """tanh's gradient ``g * ((1 + t) * (1 - t))``, as jax 0.11 writes it, in place of
+    an equation ``e + e * t`` with ``e = g * (1 - t)`` (jax 0.10's transpose of its
+    linearization): ``g`` and ``t`` are the variables (:mod:`._hlo_jvp`)."""
+
+    g: object
+    t: object
+
+
+def _tanh_vjp(e, st, jaxpr) -> TanhGrad | None:
+    """``TanhGrad(g, t)`` where ``e`` is ``add_any(E, E * t)`` (either order) with ``E =
+    g * (1 - t)`` and ``t = tanh(x)`` in f32, all in ``jaxpr``; else None."""
+    if e.primitive.name != "add_any":
+        return None
+
+    def prod(v, name):
+        q = st.producer(jaxpr, v)
+        return q if q is not None and q.primitive.name == name and len(q.invars) == 2 else None
+
+    for E, F in (e.invars, e.invars[::-1]):
+        f = prod(F, "mul")
+        if f is None or not any(v is E for v in f.invars):
+            continue
+        t = [v for v in f.invars if v is not E]
+        q = prod(E, "mul")
+        tq = st.producer(jaxpr, t[0]) if t else None
+        if q is None or tq is None or tq.primitive.name != "tanh" or not is_f32(tq):
+            continue
+        for g, d in (q.invars, q.invars[::-1]):
+            s = prod(d, "sub")
+            if s is not None and s.invars[1] is t[0] and _scalar(st, s.invars[0]) == 1:
+                return TanhGrad(g, t[0])
+    return None
 
 
 def _may_contract(e, st) -> bool:
