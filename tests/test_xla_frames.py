@@ -345,6 +345,79 @@ ENTRY %main (x: f32[4]) -> f32[4] {
     assert got == {"a": frozenset(), "b": frozenset({"a"}), "e": frozenset({"a", "b"})}
 
 
+def test_fusion_reads_look_through_moving_fusions():
+    """A fusion that only pads or concatenates an operand into its output passes that
+    operand's bytes on: its readers read the fusion that computed them too; not through
+    an operand it computes with, nor one it does not use."""
+    text = """HloModule m, entry_computation_layout={(f32[4]{0})->f32[10]{0}}
+
+%f1 (p: f32[4]) -> f32[4] {
+  %p = f32[4]{0} parameter(0)
+  ROOT %n = f32[4]{0} negate(%p)
+}
+
+%cat (p: f32[4], q: f32[4], r: f32[4]) -> f32[10] {
+  %p = f32[4]{0} parameter(0)
+  %q = f32[4]{0} parameter(1)
+  %r = f32[4]{0} parameter(2)
+  %e = f32[4]{0} exponential(%q)
+  %c = f32[8]{0} concatenate(%p, %e), dimensions={0}
+  %z = f32[] constant(0)
+  ROOT %d = f32[10]{0} pad(%c, %z), padding=0_2
+}
+
+%use (p: f32[10]) -> f32[10] {
+  %p = f32[10]{0} parameter(0)
+  ROOT %n = f32[10]{0} negate(%p)
+}
+
+ENTRY %main (x: f32[4]) -> f32[10] {
+  %x = f32[4]{0} parameter(0)
+  %a = f32[4]{0} fusion(%x), kind=kLoop, calls=%f1
+  %b = f32[4]{0} fusion(%x), kind=kLoop, calls=%f1
+  %c = f32[4]{0} fusion(%x), kind=kLoop, calls=%f1
+  %m = f32[10]{0} fusion(%a, %b, %c), kind=kLoop, calls=%cat
+  ROOT %u = f32[10]{0} fusion(%m), kind=kLoop, calls=%use
+}
+"""
+    got = _hlo_flow.reads(text)
+    assert got["m"] == frozenset({"a", "b", "c"})
+    assert got["u"] == frozenset({"m", "a"})
+
+
+def test_slices_of_merged_gemm_depend_on_their_piece():
+    """A fusion that only slices a merged GEMM's output within one piece (the block
+    step's query and key, cut from the one GEMM of concat(wv, wq, wk)) depends on that
+    piece's weight and the shared operand's arguments, not on the other pieces'; the
+    score gradient's two GEMMs read the key's and the query's, as the jaxpr's two dots
+    do (their operands' arguments, by jax's own tracing), and the probabilities'
+    gradient the value's."""
+    if not FILES:
+        pytest.skip("no captures")
+    for path in FILES:
+        with np.load(path) as z:
+            metas = [json.loads(str(z[k][()])) for k in z.files if k.endswith(".meta")]
+        meta = next((m for m in metas if m.get("name") == "model-block-step-f32"), None)
+        if meta is None:
+            continue
+        case = next(c for c in XM.cases() if c.name == meta["name"])
+        args = [jnp.asarray(a) for a in XM.arrays(case, XM.inputs(case))]
+        closed = jax.make_jaxpr(XM.function(case))(*args)
+        deps: dict = {}
+        R.flows(closed.jaxpr, [frozenset({i}) for i in range(len(args))], deps)
+        eqns = R._dot_eqns(closed.jaxpr, [])
+        # the score einsum's two transposes: [2, 200, 36] from a [.., 200, 200] gradient
+        score = [deps[id(e)] for e in eqns if e.outvars[0].aval.shape == (2, 200, 36)
+                 and "thd,shd->hts" in str(e.source_info.name_stack)]  # fmt: skip
+        src = _hlo_flow.sources(meta["hlo"])
+        every = frozenset(range(len(args)))  # the score gradient: the loss's arguments
+        gemms = [v for v in src.values() if v[0] == every and len(v[1]) == 4
+                 and v[1] <= frozenset(range(6))]  # fmt: skip
+        assert sorted(sorted(d[1]) for d in score) == [[0, 1, 2, 3], [0, 1, 2, 4]]
+        got = sorted(sorted(v[1]) for v in gemms)  # and the probabilities' gradient: wv
+        assert got == [[0, 1, 2, 3], [0, 1, 2, 4], [0, 1, 2, 5]], (path, got)
+
+
 @pytest.mark.full  # the analysis of the block's training step, three times
 @pytest.mark.skipif(len(FILES) < 2, reason="no captures")
 def test_step_loss_reads_the_stored_value():

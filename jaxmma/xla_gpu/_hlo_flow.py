@@ -54,24 +54,76 @@ def _topo(comp: Computation) -> list:
     return out
 
 
-def _flow(comps: dict, comp: Computation, params: list, memo: dict) -> dict:
+@dataclasses.dataclass(frozen=True)
+class Ranged:
+    """What a merged GEMM's output depends on, by its pieces: the entry parameters of
+    every element (``rest``: the shared operand's) and, along dimension ``dim``, those
+    of each piece's span (``spans``: ``((start, stop), parameters)``)."""
+
+    dim: int
+    spans: tuple
+    rest: frozenset
+
+    def all(self) -> frozenset:
+        return self.rest.union(*(d for _, d in self.spans))
+
+
+def _sliced(inner: Computation, i: int, r: Ranged) -> frozenset | None:
+    """What parameter ``i`` of the fused computation ``inner`` brings in where every use
+    of it is a ``slice`` within the spans of ``r`` along ``r.dim`` (full along the
+    others): ``r.rest`` and those spans' parameters; None where it is used otherwise."""
+    p = next((x for x in inner.order if x.opcode == "parameter" and _index(x) == i), None)
+    users = inner.users(p.name) if p is not None else []
+    if not users:
+        return None
+    out = r.rest
+    for u in users:
+        m = re.search(r"slice=\{([^}]*)\}", u.attrs) if u.opcode == "slice" else None
+        ranges = re.findall(r"\[(\d+):(\d+)(?::(\d+))?\]", m.group(1)) if m else []
+        if len(ranges) != len(p.shape) or not 0 <= r.dim < len(ranges):
+            return None
+        for d, (a, b, step) in enumerate(ranges):
+            if step not in ("", "1") or (d != r.dim and (int(a), int(b)) != (0, p.shape[d])):
+                return None
+        a, b = int(ranges[r.dim][0]), int(ranges[r.dim][1])
+        hit = [deps for (lo, hi), deps in r.spans if lo < b and a < hi]
+        if not hit:
+            return None
+        out = out.union(*hit)
+    return out
+
+
+def _flow(
+    comps: dict, comp: Computation, params: list, memo: dict, ranged: dict | None = None
+) -> dict:
     """Per instruction of ``comp``, the entry parameters its value depends on (a
     frozenset; a list of them for a tuple), given those of its parameters. Fusions are
     followed inside (a multi-output fusion's outputs each depend on what they read);
-    anything else depends on all its operands."""
+    anything else depends on all its operands. ``ranged``: per merged GEMM fusion (by
+    name), a function of its operands' parameters giving its :class:`Ranged` output; a
+    fusion that only slices one of them within some pieces depends on those pieces."""
     env: dict = {}
 
     def of(name):
         v = env.get(name, frozenset())
+        if isinstance(v, Ranged):
+            return v.all()
         return frozenset().union(*v) if isinstance(v, list) else v
 
     for ins in _topo(comp):
         if ins.opcode == "parameter":
             i = _index(ins)
             env[ins.name] = params[i] if 0 <= i < len(params) else frozenset()
+        elif ranged and ins.name in ranged:
+            env[ins.name] = ranged[ins.name]([of(o) for o in ins.operands])
         elif ins.opcode == "fusion" and (ins.attr("calls") or "").lstrip("%") in comps:
             inner = comps[(ins.attr("calls") or "").lstrip("%")]
-            key = (inner.name, tuple(of(o) for o in ins.operands))
+            ops = []
+            for k, o in enumerate(ins.operands):
+                v = env.get(o)
+                cut = _sliced(inner, k, v) if isinstance(v, Ranged) else None
+                ops.append(cut if cut is not None else of(o))
+            key = (inner.name, tuple(ops))
             if key not in memo:
                 sub = _flow(comps, inner, list(key[1]), memo)
                 memo[key] = sub.get(inner.root or (inner.order[-1].name if inner.order else ""))
@@ -95,7 +147,7 @@ def sources(text: str) -> dict:
     comp = comps[entry]
     n = sum(1 for i in comp.order if i.opcode == "parameter")
     memo: dict = {}
-    env = _flow(comps, comp, [frozenset({i}) for i in range(n)], memo)
+    env = _flow(comps, comp, [frozenset({i}) for i in range(n)], memo, _ranged(text, comp))
     out = {}
     for ins in comp.order:
         if ins.opcode != "fusion" or _fusion_config(ins).get("kind") not in GEMM_KINDS:
@@ -269,6 +321,27 @@ def _merged_operand(comps, entry: Computation, fusion: Instr, gcomp: Computation
     return Merge(side, ins.name, tuple(p.shape[d] for p in parts), size, osize, tuple(srcs))
 
 
+def _ranged(text: str, comp: Computation) -> dict:
+    """Per merged GEMM fusion of rank-2 output whose pieces' parameters are read (by
+    name): its output's :class:`Ranged`, as a function of its operands' parameters
+    (the shared operand's are the operands' not in any piece: every element's)."""
+    out: dict = {}
+    for name, m in merges(text).items():
+        ins = comp.instrs.get(name)
+        if not isinstance(m, Merge) or m.sources is None or ins is None or len(ins.shape) != 2:
+            continue
+        dim = 0 if m.side == 0 else 1
+        spans = tuple(zip(m.spans(), m.sources, strict=True))
+        pieces = frozenset().union(*m.sources)
+
+        def make(ops, dim=dim, spans=spans, pieces=pieces):
+            rest = frozenset().union(*ops) - pieces
+            return Ranged(dim, tuple((sp, d | rest) for sp, d in spans), rest)
+
+        out[name] = make
+    return out
+
+
 def merges(text: str) -> dict:
     """Per GEMM fusion of the entry computation (by name) one of whose dot's operands is
     a ``concatenate``: the :class:`Merge` (several dots of the function in one GEMM),
@@ -300,10 +373,37 @@ def merges(text: str) -> dict:
 _PASS = ("bitcast", "get-tuple-element", "copy", "tuple")
 
 
+#: instructions inside a fusion that only move or pad elements (each output element is
+#: an input element's bits, or a constant pad)
+_MOVES = ("bitcast", "reshape", "transpose", "copy", "slice", "concatenate", "pad", "tuple")
+
+
+def _moves(inner: Computation, k: int) -> bool:
+    """Whether parameter ``k`` of the fused computation ``inner`` reaches its root only
+    through instructions that move elements (:data:`_MOVES`): the fusion's output holds
+    that operand's bits where it holds them at all."""
+    p = next((x for x in inner.order if x.opcode == "parameter" and _index(x) == k), None)
+    if p is None:
+        return False
+    todo, seen = [p.name], set()
+    while todo:
+        name = todo.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        for u in inner.users(name):
+            if u.opcode not in _MOVES:
+                return False
+            todo.append(u.name)
+    return inner.root in seen
+
+
 def reads(text: str) -> dict:
     """Per fusion of the entry computation (by name), the entry fusions whose outputs it
     reads from memory: its operands, looked through the instructions that only pass a
-    buffer on (bitcasts, tuple elements, copies)."""
+    buffer on (bitcasts, tuple elements, copies), and through fusions that only move an
+    operand's elements into their output (a pad or concatenate of it: the bytes read
+    are that operand's)."""
     comps, entry = parse(text)
     comp = comps[entry]
 
@@ -313,7 +413,12 @@ def reads(text: str) -> dict:
             return set()
         seen.add(name)
         if ins.opcode == "fusion":
-            return {name}
+            inner = comps.get((ins.attr("calls") or "").lstrip("%"))
+            out = {name}
+            for k, o in enumerate(ins.operands):
+                if inner is not None and _moves(inner, k):
+                    out |= producers(o, seen)
+            return out
         if ins.opcode in _PASS:
             return set().union(*(producers(o, seen) for o in ins.operands))
         return set()

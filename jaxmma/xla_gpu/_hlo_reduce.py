@@ -196,12 +196,15 @@ def _reduce_order(comps, user: Instr, red: Instr, comp: Computation, S: int, whe
             )
         blc = cfg.get("block_level_fusion_config", {})
         tiles = blc.get("output_tiles", [])
-        if len(tiles) != 1 or dims != (0,):
+        tile = [int(t) for t in tiles[0]["sizes"]] if len(tiles) == 1 else None
+        if tile is not None and dims == (1,):
+            tile = _batch_tile(comp, red, tile)
+        if tile is None or dims not in ((0,), (1,)):
             raise ValueError(
                 f"{where}: the Triton reduce %{user.name} (tiles {tiles}, dimensions {dims}) "
-                "is not covered (one output tile, a reduce over dimension 0)"
+                "is not covered (one output tile, a reduce over dimension 0, or over "
+                "dimension 1 with one element of dimension 0 a program)"
             )
-        tile = [int(t) for t in tiles[0]["sizes"]]
         warps = int(blc.get("num_warps", 0))
         tma = bool(blc.get("is_tma_allowed", False))
         minor = red.shape[-1] if red.shape else 1
@@ -216,6 +219,27 @@ def _reduce_order(comps, user: Instr, red: Instr, comp: Computation, S: int, whe
         f"{where}: the split-K reduce %{user.name} (kind {kind}, "
         f"{cfg.get('kind')!r}) is not covered"
     )
+
+
+def _batch_tile(comp: Computation, red: Instr, tile: list) -> list | None:
+    """For a reduce over dimension 1 of ``[B, S, ...]`` partials: the output tile in the
+    reduce's own dimensions (the fusion's root is the reduce, or a transpose of it)
+    without its first, where that is 1; else None. A block ``[1, S, t...]`` is laid out
+    as ``[S, t...]`` (:func:`._xla_reduce.triton_tree`): the lanes and warps that the
+    kept dimensions leave go to the partials' dimension first, and the one batch row
+    only repeats what is left, which the rule refuses where it exceeds S either way."""
+    root = comp.instrs.get(comp.root)
+    if root is not None and root.opcode == "transpose" and root.operands == (red.name,):
+        perm = root.dims("dimensions")
+        if sorted(perm) != list(range(len(tile))):
+            return None
+        own = [0] * len(tile)
+        for i, p in enumerate(perm):
+            own[p] = tile[i]
+        tile = own
+    elif root is None or root.name != red.name:
+        return None
+    return tile[1:] if tile and tile[0] == 1 else None
 
 
 def _reduced_type(red: Instr, comp: Computation, where: str) -> str:
