@@ -164,3 +164,15 @@ def test_product_by_a_broadcast_folds_with_the_operands_constant():
         _, run = _eval(f, facts, a, x)
         got = run(jnp.asarray(a), jnp.asarray(x))
         assert np.array_equal(np.asarray(got).view(np.uint32), want)
+
+
+def test_product_by_a_broadcast_constant_as_written():
+    """XLA's rule takes the broadcast of a non-constant: ``(a * c) * broadcast(k)`` of a
+    constant ``k`` is computed as jax writes it."""
+    rng = np.random.default_rng(8)
+    a = rng.standard_normal((256, 16)).astype(np.float32)
+    k = rng.standard_normal(256).astype(np.float32)
+    folds, run = _eval(lambda a: (a * C1) * jnp.asarray(k)[:, None], _facts(C1), a)
+    assert not folds
+    want = ((a * C1) * k[:, None]).view(np.uint32)
+    assert np.array_equal(np.asarray(run(jnp.asarray(a))).view(np.uint32), want)

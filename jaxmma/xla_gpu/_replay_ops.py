@@ -202,6 +202,7 @@ class _State:
         self.extra: dict = {}  # id(equation) -> why it is refused besides
         self.scaled: dict = {}  # var -> (var, f32 constant, id(jaxpr)): var * constant
         self.folds: dict = {}  # id(mul) -> (var a, fl(c1 * c2)): XLA's a * (c1 * c2)
+        self.rank0: dict = {}  # var of self.scaled -> whether its constant is rank 0
         self._producers: dict = {}  # id(jaxpr) -> {var: equation}
 
     def producer(self, jaxpr, v):
@@ -451,6 +452,9 @@ def _scaled(e, st, jaxpr) -> list:
         k = 0 if consts[0] is not None else 1
         c2, other = consts[k], e.invars[1 - k]
         prev = inner[1 - k]
+        # a rank-0 constant: what XLA's rules take (under a broadcast)
+        rank0 = not np.shape(e.invars[k].aval)
+        st.rank0[e.outvars[0]] = rank0
         if prev is None:
             st.scaled[e.outvars[0]] = (other, c2, id(jaxpr))
             return []
@@ -464,6 +468,7 @@ def _scaled(e, st, jaxpr) -> list:
         if int(folded.view(np.uint32)) in shown:
             st.folds[id(e)] = (a, folded)
             st.scaled[e.outvars[0]] = (a, folded, id(jaxpr))
+            st.rank0[e.outvars[0]] = rank0 and bool(st.rank0.get(other))
         else:
             st.scaled[e.outvars[0]] = (other, c2, id(jaxpr))
         return reasons
@@ -481,12 +486,12 @@ def _scaled(e, st, jaxpr) -> list:
         elif "broadcast_in_dim" in names:
             k = names.index("broadcast_in_dim")
             scaled = inner[1 - k]
-            if scaled is None:
-                reasons.append(
-                    "(a * c) * broadcast(b), with (a * c) computed in another jaxpr: not "
-                    "modelled (XLA computes a * broadcast(b * c))"
-                )
-            else:
+            # XLA's rule takes a broadcast of a non-constant and a rank-0 constant
+            if (
+                scaled is not None
+                and st.values(other[k].invars[0]) is None
+                and st.rank0.get(e.invars[1 - k])
+            ):
                 q = id(other[1 - k]) if other[1 - k] is not None else 0
                 st.folds[id(e)] = _rebroadcast(st, jaxpr, other[k], scaled[0], scaled[1], q)
     return reasons
