@@ -176,3 +176,32 @@ def test_product_by_a_broadcast_constant_as_written():
     assert not folds
     want = ((a * C1) * k[:, None]).view(np.uint32)
     assert np.array_equal(np.asarray(run(jnp.asarray(a))).view(np.uint32), want)
+
+
+def test_product_by_a_broadcast_refused_where_the_rule_may_not_match():
+    """Where XLA's rule for ``(a * c) * broadcast(b)`` may or may not match (``a``
+    itself broadcast, an implicit broadcast of a rank-0 variable, a broadcast that only
+    adds dimensions of 1, a constant ``a``, the product inside a call): refused, not
+    computed in either order."""
+    rng = np.random.default_rng(9)
+    a = rng.standard_normal((256, 16)).astype(np.float32)
+    x, b = rng.standard_normal((2, 256)).astype(np.float32)
+    y = rng.standard_normal(16).astype(np.float32)
+    s = np.float32(-3.5)
+    K = jnp.asarray(a)
+    inner = jax.jit(lambda a, b: (a * C1) * b[:, None])
+    cases = [
+        (lambda a, x, y, s, b: (x[:, None] * C1) * y[None, :]),
+        (lambda a, x, y, s, b: (a * C1) * s),
+        (
+            lambda a, x, y, s, b: (
+                (a.reshape(256, 16, 1) * C1) * jax.lax.broadcast_in_dim(a, (256, 16, 1), (0, 1))
+            )
+        ),
+        (lambda a, x, y, s, b: (K * C1) * b[:, None]),
+        (lambda a, x, y, s, b: inner(a, b) + inner(a, x)),
+    ]
+    for f in cases:
+        _, folds, findings, _ = _check(f, _facts(C1), a, x, y, s, b)
+        assert not folds, folds
+        assert any("broadcast(b * c)" in str(x) for x in findings), findings

@@ -150,3 +150,20 @@ def test_refused_where_the_module_does_not_show_it(form):
     assert not folds and per_output[0] == frozenset()
     assert any("tanh's gradient" in str(f) for f in findings), findings
     assert per_output[1]
+
+
+def test_hand_written_form_not_taken_for_the_gradient():
+    """The same arithmetic written by hand (the gradient of ``(v + v * t) * (1 - t)``
+    with respect to ``v``) is not jax's linearization of ``tanh``: refused, not
+    rewritten, though the module shows jax 0.11's form."""
+    x, g = _inputs()
+
+    def f(x, g):
+        t = jnp.tanh(x)
+        return jax.vjp(lambda v: (v + v * t) * (1 - t), x)[1](g)[0]
+
+    closed = jax.make_jaxpr(f)(x, g)
+    folds: dict = {}
+    findings, per_output = _replay_ops.check(closed, _facts("product"), {}, {}, folds)
+    assert not folds
+    assert per_output[0] and any("(1 + b)" in str(f) for f in findings), findings

@@ -147,7 +147,7 @@ def sources(text: str) -> dict:
     comp = comps[entry]
     n = sum(1 for i in comp.order if i.opcode == "parameter")
     memo: dict = {}
-    env = _flow(comps, comp, [frozenset({i}) for i in range(n)], memo, _ranged(text, comp))
+    env = _flow(comps, comp, [frozenset({i}) for i in range(n)], memo, _ranged(text, comps, comp))
     out = {}
     for ins in comp.order:
         if ins.opcode != "fusion" or _fusion_config(ins).get("kind") not in GEMM_KINDS:
@@ -159,6 +159,8 @@ def sources(text: str) -> dict:
         ops = []
         for o in ins.operands:
             v = env.get(o, frozenset())
+            if isinstance(v, Ranged):
+                v = v.all()
             ops.append(frozenset().union(*v) if isinstance(v, list) else v)
         sub = _flow(comps, inner, ops, {})
         out[ins.name] = tuple(sub.get(o, frozenset()) for o in ds[0].operands[:2])
@@ -321,7 +323,7 @@ def _merged_operand(comps, entry: Computation, fusion: Instr, gcomp: Computation
     return Merge(side, ins.name, tuple(p.shape[d] for p in parts), size, osize, tuple(srcs))
 
 
-def _ranged(text: str, comp: Computation) -> dict:
+def _ranged(text: str, comps: dict, comp: Computation) -> dict:
     """Per merged GEMM fusion of rank-2 output whose pieces' parameters are read (by
     name): its output's :class:`Ranged`, as a function of its operands' parameters
     (the shared operand's are the operands' not in any piece: every element's)."""
@@ -331,6 +333,12 @@ def _ranged(text: str, comp: Computation) -> dict:
         if not isinstance(m, Merge) or m.sources is None or ins is None or len(ins.shape) != 2:
             continue
         dim = 0 if m.side == 0 else 1
+        inner = comps.get((ins.attr("calls") or "").lstrip("%"))
+        root = inner.instrs.get(inner.root) if inner is not None else None
+        if root is None or root.opcode != "dot" or ins.shape[dim] != m.total:
+            continue  # the output is not the dot's [M, N] as it stands
+        if ins.shape[1 - dim] != m.other:
+            continue
         spans = tuple(zip(m.spans(), m.sources, strict=True))
         pieces = frozenset().union(*m.sources)
 
@@ -378,10 +386,11 @@ _PASS = ("bitcast", "get-tuple-element", "copy", "tuple")
 _MOVES = ("bitcast", "reshape", "transpose", "copy", "slice", "concatenate", "pad", "tuple")
 
 
-def _moves(inner: Computation, k: int) -> bool:
-    """Whether parameter ``k`` of the fused computation ``inner`` reaches its root only
-    through instructions that move elements (:data:`_MOVES`): the fusion's output holds
-    that operand's bits where it holds them at all."""
+def _moves(inner: Computation, k: int, element: int | None = None) -> bool:
+    """Whether parameter ``k`` of the fused computation ``inner`` reaches its root (its
+    tuple element ``element``, for a multi-output fusion read through one) only through
+    instructions that move elements (:data:`_MOVES`): the fusion's output holds that
+    operand's bits where it holds them at all."""
     p = next((x for x in inner.order if x.opcode == "parameter" and _index(x) == k), None)
     if p is None:
         return False
@@ -395,6 +404,9 @@ def _moves(inner: Computation, k: int) -> bool:
             if u.opcode not in _MOVES:
                 return False
             todo.append(u.name)
+    root = inner.instrs.get(inner.root)
+    if element is not None and root is not None and root.opcode == "tuple":
+        return 0 <= element < len(root.operands) and root.operands[element] in seen
     return inner.root in seen
 
 
@@ -407,7 +419,7 @@ def reads(text: str) -> dict:
     comps, entry = parse(text)
     comp = comps[entry]
 
-    def producers(name: str, seen: set) -> set:
+    def producers(name: str, seen: set, element: int | None = None) -> set:
         ins = comp.instrs.get(name)
         if ins is None or name in seen:
             return set()
@@ -416,9 +428,12 @@ def reads(text: str) -> dict:
             inner = comps.get((ins.attr("calls") or "").lstrip("%"))
             out = {name}
             for k, o in enumerate(ins.operands):
-                if inner is not None and _moves(inner, k):
+                if inner is not None and _moves(inner, k, element):
                     out |= producers(o, seen)
             return out
+        if ins.opcode == "get-tuple-element" and ins.operands:
+            m = re.search(r"index=(\d+)", ins.attrs)
+            return producers(ins.operands[0], seen, int(m.group(1)) if m else None)
         if ins.opcode in _PASS:
             return set().union(*(producers(o, seen) for o in ins.operands))
         return set()

@@ -239,7 +239,7 @@ def _batch_tile(comp: Computation, red: Instr, tile: list) -> list | None:
         tile = own
     elif root is None or root.name != red.name:
         return None
-    return tile[1:] if tile and tile[0] == 1 else None
+    return tile[1:] if len(tile) >= 2 and tile[0] == 1 else None
 
 
 def _reduced_type(red: Instr, comp: Computation, where: str) -> str:

@@ -431,7 +431,10 @@ def _eval(jaxpr, consts, args, plans: dict, facts=None, decisions=None):
         how = decisions.get(id(e))
         fold = plans.get(("fold", id(e)))
         if isinstance(fold, _replay_ops.TanhGrad):
-            outs = _picked(how, [read(fold.g), read(fold.t)], _tanh_grad)
+            g, t, inner = read(fold.g), read(fold.t), decisions.get(fold.inner)
+            outs = _per_key(
+                how, lambda k, g=g, t=t, i=inner: _tanh_grad(_through(g, k, i), _through(t, k, i))
+            )
         elif isinstance(fold, _replay_ops.Rebroadcast):
             outs = _rebroadcasts(e, fold, how, decisions, ins, read(fold.a), read(fold.src))
         elif fold is not None and (how is None or how[0] == "pick"):
@@ -461,15 +464,28 @@ def _eval(jaxpr, consts, args, plans: dict, facts=None, decisions=None):
     return [read(v) for v in jaxpr.outvars]
 
 
-def _picked(how, ins: list, fn) -> list:
-    """``[fn(*ins)]`` with the values of dots of several values (:mod:`._versions`) read
-    as ``how`` reads them (the first where it says nothing)."""
+def _per_key(how, fn) -> list:
+    """``[fn(key)]`` for an equation evaluated as ``how`` says (:mod:`._versions`): once
+    (key None, or the one value it picks), or once per fusion, as several values."""
     if how is None:
-        return [fn(*(x.by[min(x.by)] if isinstance(x, _versions.Values) else x for x in ins))]
+        return [fn(None)]
     if how[0] == "pick":
-        return [fn(*(_versions.pick(x, how[1]) for x in ins))]
-    by = {k: fn(*(_versions.pick(x, src) for x in ins)) for k, src in sorted(how[1].items())}
-    return [_versions.Values(by)]
+        return [fn(how[1])]
+    return [_versions.Values({k: fn(src) for k, src in sorted(how[1].items())})]
+
+
+def _through(x, key, inner):
+    """The value of ``x`` that the equation deciding ``inner`` (:mod:`._versions`) reads
+    where its own value ``key`` is read: the one it picks, or the one its fusion ``key``
+    reads; ``x`` itself where it has one value. Where the equation has no decision it
+    is refused (its value is never returned): the first."""
+    if not isinstance(x, _versions.Values):
+        return x
+    if inner is not None and inner[0] == "pick":
+        key = inner[1]
+    elif inner is not None and inner[0] == "each":
+        key = inner[1].get(key)
+    return x.by[key] if key in x.by else _first(x)
 
 
 def _tanh_grad(g, t):
@@ -497,27 +513,16 @@ def _rebroadcasts(e, plan, how, decisions: dict, ins: list, a, src) -> list:
     product ``a * c`` read it, ``src`` with the key of ``e``'s operand it feeds."""
 
     def one(key):
-        inner = decisions.get(plan.inner)
-        x, y = (_versions.pick(v, key) if key else _first(v) for v in ins)
-        if inner is None or key is None:
-            av = _first(a)
-        elif inner[0] == "pick":
-            av = _versions.pick(a, inner[1])
-        else:
-            av = _versions.pick(a, inner[1][key])
+        x, y = (_through(v, key, None) for v in ins)
+        av = _through(a, key, decisions.get(plan.inner))
         if isinstance(src, _versions.Values) and key not in src.by:
             raise ValueError(
                 f"gpu_replay: {e.primitive.name} at {_replay_ops._where(e)}: XLA's a * "
                 "broadcast(b * c) reads a value of several that no one fusion shows"
             )
-        sv = _versions.pick(src, key) if key else _first(src)
-        return _rebroadcast(e, plan, x, y, av, sv)
+        return _rebroadcast(e, plan, x, y, av, _through(src, key, None))
 
-    if how is None:
-        return [one(None)]
-    if how[0] == "pick":
-        return [one(how[1])]
-    return [_versions.Values({k: one(s) for k, s in sorted(how[1].items())})]
+    return _per_key(how, one)
 
 
 def _first(x):

@@ -29,6 +29,7 @@ import math
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax._src import source_info_util  # the user frames of an equation
 from jax.extend import core as jcore
 
 from .. import arith, util
@@ -203,6 +204,7 @@ class _State:
         self.scaled: dict = {}  # var -> (var, f32 constant, id(jaxpr)): var * constant
         self.folds: dict = {}  # id(mul) -> (var a, fl(c1 * c2)): XLA's a * (c1 * c2)
         self.rank0: dict = {}  # var of self.scaled -> whether its constant is rank 0
+        self.depth = 0  # calls entered: rewrites are read at the top level only
         self._producers: dict = {}  # id(jaxpr) -> {var: equation}
 
     def producer(self, jaxpr, v):
@@ -279,7 +281,11 @@ def _walk(jaxpr, consts, st: _State, findings: list):
                         table[vi] = st.get(table, vo)
                 if st.values(vo) is not None:
                     st.vals[vi] = st.values(vo)
+                else:  # one jaxpr may be called at several sites: not this one's
+                    st.vals.pop(vi, None)
+            st.depth += 1
             _walk(inner, c, st, findings)
+            st.depth -= 1
             for vo, vi in zip(e.outvars, inner.outvars, strict=True):
                 for table in (st.taint, st.prod, st.lowp):
                     x = st.get(table, vi)
@@ -465,6 +471,8 @@ def _scaled(e, st, jaxpr) -> list:
         if shown is None:
             return ["(x * c1) * c2, which XLA's algebraic simplifier may fold into x * "
                     "fl(c1 * c2): no module to show whether it did"]  # fmt: skip
+        if int(folded.view(np.uint32)) in shown and st.depth:
+            return [_IN_CALL.format("(x * c1) * c2", "x * fl(c1 * c2)")]
         if int(folded.view(np.uint32)) in shown:
             st.folds[id(e)] = (a, folded)
             st.scaled[e.outvars[0]] = (a, folded, id(jaxpr))
@@ -476,25 +484,74 @@ def _scaled(e, st, jaxpr) -> list:
         # (a * c1) * (b * c2): the simplifier's rule takes constants that are constant
         # instructions, and jax lowers a product of an array by a scalar constant as a
         # product by a broadcast of it: only a product of one element can match
-        other = [st.local(jaxpr, v) for v in e.invars]
-        names = [q.primitive.name if q is not None else "" for q in other]
-        if all(x is not None for x in inner) and math.prod(e.outvars[0].aval.shape) == 1:
-            reasons.append(
-                "(a * c1) * (b * c2) of one element, which XLA's algebraic simplifier "
-                "computes as (a * b) * fl(c1 * c2): not modelled"
-            )
-        elif "broadcast_in_dim" in names:
-            k = names.index("broadcast_in_dim")
-            scaled = inner[1 - k]
-            # XLA's rule takes a broadcast of a non-constant and a rank-0 constant
-            if (
-                scaled is not None
-                and st.values(other[k].invars[0]) is None
-                and st.rank0.get(e.invars[1 - k])
-            ):
-                q = id(other[1 - k]) if other[1 - k] is not None else 0
-                st.folds[id(e)] = _rebroadcast(st, jaxpr, other[k], scaled[0], scaled[1], q)
+        if all(x is not None for x in inner):
+            if math.prod(e.outvars[0].aval.shape) == 1:
+                reasons.append(
+                    "(a * c1) * (b * c2) of one element, which XLA's algebraic simplifier "
+                    "computes as (a * b) * fl(c1 * c2): not modelled"
+                )
+            return reasons
+        k = 0 if inner[0] is None else 1  # the operand that is not the scaled product
+        why = _rebroadcast_refusal(e, st, jaxpr, k)
+        if why == "":
+            scaled, q = inner[1 - k], st.local(jaxpr, e.invars[1 - k])
+            bcast = st.local(jaxpr, e.invars[k])
+            st.folds[id(e)] = _rebroadcast(st, jaxpr, bcast, scaled[0], scaled[1], id(q))
+        elif why:
+            reasons.append(why)
     return reasons
+
+
+_IN_CALL = (
+    "{} inside a call, which XLA's algebraic simplifier computes as {} (the call "
+    "inlined), while one jaxpr may be called at several sites: not modelled"
+)
+
+
+def _rebroadcast_refusal(e, st, jaxpr, k: int) -> str | None:
+    """For ``e = (a * c) * y`` (``y = e.invars[k]``): ``""`` where XLA's rule ``(a * c) *
+    broadcast(b)`` -> ``a * broadcast(b * c)`` matches as :class:`Rebroadcast` computes
+    it (``y`` a broadcast of a non-constant ``b`` with more elements than ``b``, made in
+    this jaxpr, ``c`` a rank-0 constant, ``a`` a non-constant of the output's shape,
+    not itself broadcast, at the top level); None where XLA has no rule for it (``y`` of
+    the output's shape and not a broadcast, or a broadcast of a constant); else why
+    it is refused."""
+    y, ac = e.invars[k], e.invars[1 - k]
+    out = e.outvars[0].aval.shape
+    q = st.producer(jaxpr, y)
+    local = st.local(jaxpr, y)
+    broadcast = (q is not None and q.primitive.name == "broadcast_in_dim") or (
+        not isinstance(y, jcore.Literal) and tuple(np.shape(y.aval)) != tuple(out)
+    )
+    if not broadcast:
+        return None
+    b = (
+        local.invars[0]
+        if local is not None and local.primitive.name == "broadcast_in_dim"
+        else None
+    )
+    if b is not None and (st.values(b) is not None or b in jaxpr.constvars):
+        return None  # Broadcast(Constant): not the rule's
+    a = st.scaled[ac][0]
+    aq = st.local(jaxpr, a) if not isinstance(a, jcore.Literal) else None
+    exact = (
+        b is not None
+        and math.prod(np.shape(b.aval)) < math.prod(out)
+        and tuple(d for d in out if d != 1) != tuple(d for d in np.shape(b.aval) if d != 1)
+        and st.rank0.get(ac)
+        and not isinstance(a, jcore.Literal)
+        and tuple(np.shape(a.aval)) == tuple(out)
+        and st.values(a) is None
+        and a not in jaxpr.constvars
+        and (aq is None or aq.primitive.name not in ("broadcast_in_dim", "reshape"))
+        and not st.depth
+    )
+    if exact:
+        return ""
+    return (
+        "(a * c) * broadcast(b), which XLA's algebraic simplifier may compute as a * "
+        "broadcast(b * c) (another rounding): not modelled in this form"
+    )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -569,6 +626,8 @@ def _factored(e, st, jaxpr) -> list:
         if other and _scalar(st, other[0]) is None:
             grad = _tanh_vjp(e, st, jaxpr)
             shown = st.facts.tanh_grad if st.facts is not None else ""
+            if grad is not None and shown == "product" and st.depth:
+                return [_IN_CALL.format("tanh's gradient e + e * t", "jax 0.11 wrote it")]
             if grad is not None and shown == "product":
                 st.folds[id(e)] = grad
                 return []
@@ -591,11 +650,23 @@ class TanhGrad:
 
     g: object
     t: object
+    inner: int = 0  # id of the equation E = g * (1 - t), which reads g and t
+
+
+def _line(e) -> tuple:
+    """The innermost user frame of an equation (file, line): jax's own rules give the
+    equations they write the frame of the call they linearize."""
+    tb = e.source_info.traceback
+    for f in source_info_util.user_frames(tb) if tb is not None else ():
+        return (f.file_name, f.start_line)
+    return ()
 
 
 def _tanh_vjp(e, st, jaxpr) -> TanhGrad | None:
     """``TanhGrad(g, t)`` where ``e`` is ``add_any(E, E * t)`` (either order) with ``E =
-    g * (1 - t)`` and ``t = tanh(x)`` in f32, all in ``jaxpr``; else None."""
+    g * (1 - t)`` and ``t = tanh(x)`` in f32, all in ``jaxpr`` and all at the source line
+    of the ``tanh`` (jax's linearization, not the same arithmetic written by hand);
+    else None."""
     if e.primitive.name != "add_any":
         return None
 
@@ -615,7 +686,9 @@ def _tanh_vjp(e, st, jaxpr) -> TanhGrad | None:
         for g, d in (q.invars, q.invars[::-1]):
             s = prod(d, "sub")
             if s is not None and s.invars[1] is t[0] and _scalar(st, s.invars[0]) == 1:
-                return TanhGrad(g, t[0])
+                line = _line(tq)
+                if line and all(_line(x) == line for x in (e, f, q, s)):
+                    return TanhGrad(g, t[0], id(q))
     return None
 
 
