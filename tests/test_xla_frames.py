@@ -384,20 +384,25 @@ ENTRY %main (x: f32[4]) -> f32[10] {
     assert got["m"] == frozenset({"a", "b", "c"})
     assert got["u"] == frozenset({"m", "a"})
     # a multi-output fusion passes on only what the element read holds
-    two = text.replace(
-        "%cat (p: f32[4], q: f32[4], r: f32[4]) -> f32[10] {",
-        "%cat (p: f32[4], q: f32[4], r: f32[4]) -> (f32[10], f32[4]) {",
-    ).replace(
-        "  ROOT %d = f32[10]{0} pad(%c, %z), padding=0_2\n",
-        "  %d = f32[10]{0} pad(%c, %z), padding=0_2\n"
-        "  ROOT %t = (f32[10]{0}, f32[4]{0}) tuple(%d, %e)\n",
-    ).replace(
-        "  %m = f32[10]{0} fusion(%a, %b, %c), kind=kLoop, calls=%cat\n",
-        "  %m = (f32[10]{0}, f32[4]{0}) fusion(%a, %b, %c), kind=kLoop, calls=%cat\n"
-        "  %m0 = f32[10]{0} get-tuple-element(%m), index=0\n"
-        "  %m1 = f32[4]{0} get-tuple-element(%m), index=1\n"
-        "  %v = f32[4]{0} fusion(%m1), kind=kLoop, calls=%f1\n",
-    ).replace("ROOT %u = f32[10]{0} fusion(%m)", "ROOT %u = f32[10]{0} fusion(%m0)")
+    two = (
+        text.replace(
+            "%cat (p: f32[4], q: f32[4], r: f32[4]) -> f32[10] {",
+            "%cat (p: f32[4], q: f32[4], r: f32[4]) -> (f32[10], f32[4]) {",
+        )
+        .replace(
+            "  ROOT %d = f32[10]{0} pad(%c, %z), padding=0_2\n",
+            "  %d = f32[10]{0} pad(%c, %z), padding=0_2\n"
+            "  ROOT %t = (f32[10]{0}, f32[4]{0}) tuple(%d, %e)\n",
+        )
+        .replace(
+            "  %m = f32[10]{0} fusion(%a, %b, %c), kind=kLoop, calls=%cat\n",
+            "  %m = (f32[10]{0}, f32[4]{0}) fusion(%a, %b, %c), kind=kLoop, calls=%cat\n"
+            "  %m0 = f32[10]{0} get-tuple-element(%m), index=0\n"
+            "  %m1 = f32[4]{0} get-tuple-element(%m), index=1\n"
+            "  %v = f32[4]{0} fusion(%m1), kind=kLoop, calls=%f1\n",
+        )
+        .replace("ROOT %u = f32[10]{0} fusion(%m)", "ROOT %u = f32[10]{0} fusion(%m0)")
+    )
     got = _hlo_flow.reads(two)
     assert got["u"] == frozenset({"m", "a"}) and got["v"] == frozenset({"m"}), got
 
