@@ -17,6 +17,7 @@ from ._hlo_text import (
     _called,
     _fusion_config,
     _index,
+    _parameter,
     _physical,
     parse,
 )
@@ -72,7 +73,7 @@ def _sliced(inner: Computation, i: int, r: Ranged) -> frozenset | None:
     """What parameter ``i`` of the fused computation ``inner`` brings in where every use
     of it is a ``slice`` within the spans of ``r`` along ``r.dim`` (full along the
     others): ``r.rest`` and those spans' parameters; None where it is used otherwise."""
-    p = next((x for x in inner.order if x.opcode == "parameter" and _index(x) == i), None)
+    p = _parameter(inner, i)
     users = inner.users(p.name) if p is not None else []
     if not users:
         return None
@@ -391,7 +392,7 @@ def _moves(inner: Computation, k: int, element: int | None = None) -> bool:
     tuple element ``element``, for a multi-output fusion read through one) only through
     instructions that move elements (:data:`_MOVES`): the fusion's output holds that
     operand's bits where it holds them at all."""
-    p = next((x for x in inner.order if x.opcode == "parameter" and _index(x) == k), None)
+    p = _parameter(inner, k)
     if p is None:
         return False
     todo, seen = [p.name], set()

@@ -20,22 +20,14 @@ both, or with neither, decides nothing.
 
 from __future__ import annotations
 
-from ._hlo_text import Computation
+from ._hlo_text import Computation, _const_value
 
 __all__ = ["tanh_gradient"]
 
 
 def _is_one(comp: Computation, name: str) -> bool:
     """``name`` is the constant 1 or a broadcast of it."""
-    ins = comp.instrs.get(name)
-    while ins is not None and ins.opcode == "broadcast":
-        ins = comp.instrs.get(ins.operands[0])
-    if ins is None or ins.opcode != "constant":
-        return False
-    try:
-        return float(ins.args) == 1.0
-    except ValueError:
-        return False
+    return _const_value(comp, comp.instrs.get(name)) == 1.0
 
 
 def _plus_one(comp: Computation, name: str, t: str) -> bool:

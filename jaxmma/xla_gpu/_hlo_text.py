@@ -253,18 +253,29 @@ def _back(comp: Computation, ins: Instr, d: int):
     return None
 
 
-def _pow2_const(comp: Computation, ins) -> bool:
-    """``ins`` is a constant nonzero finite power of two, or a broadcast of one (a
-    product by it is exact inside the normal range)."""
+def _const_value(comp: Computation, ins) -> float | None:
+    """The value of ``ins`` where it is a scalar constant or a broadcast of one, else
+    None."""
     while ins is not None and ins.opcode == "broadcast":
         ins = comp.instrs.get(ins.operands[0])
     if ins is None or ins.opcode != "constant":
-        return False
+        return None
     try:
-        v = float(ins.args)
+        return float(ins.args)
     except ValueError:
-        return False
-    return math.isfinite(v) and v != 0 and math.frexp(abs(v))[0] == 0.5
+        return None
+
+
+def _pow2_const(comp: Computation, ins) -> bool:
+    """``ins`` is a constant nonzero finite power of two, or a broadcast of one (a
+    product by it is exact inside the normal range)."""
+    v = _const_value(comp, ins)
+    return v is not None and math.isfinite(v) and v != 0 and math.frexp(abs(v))[0] == 0.5
+
+
+def _parameter(comp: Computation, k: int) -> Instr | None:
+    """Parameter ``k`` of ``comp``, or None."""
+    return next((x for x in comp.order if x.opcode == "parameter" and _index(x) == k), None)
 
 
 def _index(p: Instr) -> int:

@@ -447,7 +447,7 @@ def _eval(jaxpr, consts, args, plans: dict, facts=None, decisions=None):
             outs = [_folded(e, [_versions.pick(x, key) if key else x for x in ins],
                             _versions.pick(a, key) if key else a, fold[1])]  # fmt: skip
         elif how is None:  # (a refused equation may read one value of several: any)
-            ins = [x.by[min(x.by)] if isinstance(x, _versions.Values) else x for x in ins]
+            ins = [_first(x) for x in ins]
             outs = _eval_one(e, ins, plans, facts)
         elif how[0] == "dot":
             by = {k: replay_dot(e, plans[id(e)].variant(k), *ins) for k in sorted(how[1])}
