@@ -79,3 +79,40 @@ def test_ptx_fusion_gives_the_int32_fusion_bits(pair):
     assert (want == 0).any() and (kinds == 0x7F800000).any()  # zeros, Inf and NaN reached
     assert ((kinds == 0) & (want & 0x7FFFFF != 0)).any()  # subnormal results reached
     np.testing.assert_array_equal(got, want)
+
+
+def test_ptx_fusion_of_the_per_product_branch():
+    """The branch hands the routine the sum of its first 16 truncated products as ``t``
+    and the other 16's sum as two planes (top 23 bits at offset 8, low 8 at offset 0,
+    ``R = unit``), each half anywhere in int32's range: the routine's bits are the int32
+    fusion's, and those are the branch's earlier int32 sum of the four pieces."""
+    rng = np.random.default_rng(11)
+    n = 400
+    c, unit, _, _, _ = _inputs(rng, n, (0,))
+    big = (1 << 31) - 1
+    halves = [rng.integers(-big, big + 1, n), rng.integers(-big, big + 1, n)]
+    for h in halves:  # small, zero and extreme sums too
+        h[: n // 4] >>= rng.integers(0, 31, n // 4)
+        h[n // 4 : n // 4 + 20] = 0
+        h[n // 4 + 20 : n // 4 + 30] = rng.choice([big, -big], 10)
+    t0, t1 = (h.astype(np.int32) for h in halves)
+    cancel = rng.random(n) < 0.1  # t0 = -t1: only C's term is left
+    t0 = np.where(cancel & (t1 != -(1 << 31)), -t1, t0).astype(np.int32)
+    planes = {0: (t1 & 0xFF).astype(np.float32), 8: (t1 >> 8).astype(np.float32)}
+    j = jnp.asarray
+    want = _product_kernel._fuse(
+        j(c), {o: j(p) for o, p in planes.items()}, j(unit), j(unit), j(t0)
+    )
+    want = np.asarray(want).view(np.uint32)
+    eight, zero = np.full(n, 8, np.int32), np.zeros(n, np.int32)
+    terms = [(t0 >> 8, eight), (t0 & 0xFF, zero), (t1 >> 8, eight), (t1 & 0xFF, zero)]
+    before = _product_kernel._round(j(c), j(unit), [(j(g), j(k)) for g, k in terms])
+    np.testing.assert_array_equal(np.asarray(before).view(np.uint32), want)
+    prog = _parse(_product_ptx.fuse_text((0, 8)))
+    words = [c, unit, np.zeros(n, np.int32), planes[0].view(np.int32)]
+    words += [planes[8].view(np.int32), t0]
+    words = [w.view(np.uint32) for w in words]
+    got = np.array([_run(prog, [int(w[i]) for w in words]) for i in range(n)], np.uint32)
+    kinds = want & 0x7F800000
+    assert (want == 0).any() and (kinds == 0x7F800000).any()
+    np.testing.assert_array_equal(got, want)

@@ -361,13 +361,15 @@ def _fuse_ptx(c, sums, unit, R, t):
     return d
 
 
-def _per_product(c, cols_a, cols_b, es, unit, undecided, special):
+def _per_product(c, cols_a, cols_b, es, unit, undecided, special, fuse):
     """:func:`jaxmma.models._product_gemm._step` on the tile, one product at a time:
     ``cols_a(i)`` / ``cols_b(i)`` product i's (value, 2**order, code), ``[bm, 1]`` and
     ``[1, bn]``, loaded in a loop (the branch is rare: a loop keeps its registers few,
     and so the kernel's); ``es`` the scale exponents' sums; ``unit``, ``undecided``,
-    ``special`` from :func:`_grid`. The largest order is read off the products, and
-    their codes summed, only where some element of the tile needs it."""
+    ``special`` from :func:`_grid`; ``fuse`` the kernel's fusion (:func:`_fuse` or
+    :func:`_fuse_ptx`), which sums the truncated products with C. The largest order is
+    read off the products, and their codes summed, only where some element of the tile
+    needs it."""
 
     def exact_unit():
         def top(i, pm):
@@ -390,11 +392,11 @@ def _per_product(c, cols_a, cols_b, es, unit, undecided, special):
         return lax.fori_loop(start, start + L // 2, add, zero)
 
     t0, t1 = half(0), half(L // 2)
-    # each half below 2**31 (16 terms below 2**27): as 2**8 times its top 23 bits and
-    # its low 8
-    eight = jnp.full(c.shape, 8, I32)
-    terms = [(t0 >> 8, eight), (t0 & 0xFF, zero), (t1 >> 8, eight), (t1 & 0xFF, zero)]
-    bits = _round(c, unit, terms)
+    # each half is below 2**31 (16 terms below 2**27 each): one enters the fusion as its
+    # int32 term, the other as two exact float32 planes in grid units, its top 23 bits
+    # (units of 2**8: offset 8) and its low 8 (offset 0), with R = unit
+    planes = {0: (t1 & 0xFF).astype(F32), 8: (t1 >> 8).astype(F32)}
+    bits = fuse(c, planes, unit, unit, t0)
 
     def with_specials():
         def codes(i, code):
@@ -469,7 +471,7 @@ def _kernel(a_ref, b_ref, *refs, steps: int, win: Windows, low: int, branch: boo
             def cols_b(i):
                 return tuple(r[pl.ds(k0 + i, 1), :] for r in (fb_v, fb_p, fb_c))
 
-            return _per_product(c, cols_a, cols_b, R - low, unit, undecided, special)
+            return _per_product(c, cols_a, cols_b, R - low, unit, undecided, special, fuse)
 
         if not branch:
             return windows()

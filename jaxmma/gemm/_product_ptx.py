@@ -14,6 +14,11 @@ it, every term is a whole number of grid units ``2**unit``:
 * the truncated products the kernel took out of the windows, summed in int32 (``t``,
   below ``2**29``).
 
+The kernel's per-product branch (a step where the windows do not hold) calls the same
+routine: ``t`` the int32 sum of the step's first 16 truncated products and the other
+16's sum (below ``2**31`` each) as two window planes of exact float32 integers, its top
+23 bits at offset 8 and its low 8 at offset 0, with ``R = unit``.
+
 Their sum is an integer below ``2**34``: float64 holds every partial sum exactly, in any
 order. ``sum * 2**unit`` is exact in float64 too, and one ``cvt.rz.f32.f64`` truncates
 it to float32 (24 bits, or the subnormal grid), as :func:`_block_kernel._round_rz`
