@@ -361,59 +361,51 @@ def _fuse_ptx(c, sums, unit, R, t):
     return d
 
 
-def _per_product(c, cols_a, cols_b, es, unit, undecided, special, fuse):
+def _per_product(c, cols_a, cols_b, es, unit, undecided, fuse):
     """:func:`jaxmma.models._product_gemm._step` on the tile, one product at a time:
     ``cols_a(i)`` / ``cols_b(i)`` product i's (value, 2**order, code), ``[bm, 1]`` and
     ``[1, bn]``, loaded in a loop (the branch is rare: a loop keeps its registers few,
-    and so the kernel's); ``es`` the scale exponents' sums; ``unit``, ``undecided``,
-    ``special`` from :func:`_grid`; ``fuse`` the kernel's fusion (:func:`_fuse` or
-    :func:`_fuse_ptx`), which sums the truncated products with C. The largest order is
-    read off the products, and their codes summed, only where some element of the tile
-    needs it."""
+    and so the kernel's); ``es`` the scale exponents' sums; ``unit`` and ``undecided``
+    from :func:`_grid`; ``fuse`` the kernel's fusion (:func:`_fuse` or
+    :func:`_fuse_ptx`), which sums the truncated products with C.
 
-    def exact_unit():
-        def top(i, pm):
-            (_, pa, _), (_, pb, _) = cols_a(i), cols_b(i)
-            return jnp.maximum(pm, pa * pb)
+    Two loops and no branch inside: the first reads the largest product (the exact
+    ``e_max`` where the weights left it undecided) and sums the products' codes (NaN,
+    Inf); the second truncates the products to the grid, the first 16 and the last 16
+    into two int32 sums."""
+    z = jnp.zeros(c.shape, F32)
 
-        pm = lax.fori_loop(0, L, top, jnp.zeros(c.shape, F32))
-        return jnp.where(undecided, _e_max(c, pm > 0, _exponent(pm) + es) - MODEL.F, unit)
+    def first(i, x):
+        (_, pa, ca), (_, pb, cb) = cols_a(i), cols_b(i)
+        return jnp.maximum(x[0], pa * pb), x[1] + ca * cb
 
-    unit = lax.cond(jnp.max(undecided.astype(I32)) > 0, exact_unit, lambda: unit)
+    pm, code = lax.fori_loop(0, L, first, (z, z))
+    exact = _e_max(c, pm > 0, _exponent(pm) + es) - MODEL.F
+    unit = jnp.where(undecided, exact, unit)
     s = _scale(es, unit)
 
     def add(i, t):
         (va, _, _), (vb, _, _) = cols_a(i), cols_b(i)
-        return t + (va * vb * s).astype(I32)
+        (wa, _, _), (wb, _, _) = cols_a(i + L // 2), cols_b(i + L // 2)
+        return t[0] + (va * vb * s).astype(I32), t[1] + (wa * wb * s).astype(I32)
 
     zero = jnp.zeros(c.shape, I32)
-
-    def half(start):
-        return lax.fori_loop(start, start + L // 2, add, zero)
-
-    t0, t1 = half(0), half(L // 2)
+    t0, t1 = lax.fori_loop(0, L // 2, add, (zero, zero))
     # each half is below 2**31 (16 terms below 2**27 each): one enters the fusion as its
     # int32 term, the other as two exact float32 planes in grid units, its top 23 bits
     # (units of 2**8: offset 8) and its low 8 (offset 0), with R = unit
     planes = {0: (t1 & 0xFF).astype(F32), 8: (t1 >> 8).astype(F32)}
     bits = fuse(c, planes, unit, unit, t0)
-
-    def with_specials():
-        def codes(i, code):
-            (_, _, ca), (_, _, cb) = cols_a(i), cols_b(i)
-            return code + ca * cb
-
-        code = lax.fori_loop(0, L, codes, jnp.zeros(c.shape, F32))
-        field, _, _ = _c_fields(c)
-        c_nan = (field == 0xFF) & ((c & 0x7FFFFF) != 0)
-        c_inf = (field == 0xFF) & ((c & 0x7FFFFF) == 0)
-        c_special = jnp.where(c_inf, jnp.where(c < 0, -jnp.inf, jnp.inf), 0.0).astype(F32)
-        sp = jnp.where(c_nan, F32(jnp.nan), c_special) + code
-        out = jnp.where(sp == jnp.inf, I32(0x7F800000), bits)
-        out = jnp.where(sp == -jnp.inf, I32(-0x800000), out)
-        return jnp.where(sp != sp, I32(CANONICAL_NAN["f32"]), out)
-
-    return lax.cond(jnp.max(special.astype(I32)) > 0, with_specials, lambda: bits)
+    # a NaN or Inf element, or C: the engine's special values (code is finite elsewhere,
+    # and then only a NaN C changes: to the canonical NaN, which it becomes at the end)
+    field, _, _ = _c_fields(c)
+    c_nan = (field == 0xFF) & ((c & 0x7FFFFF) != 0)
+    c_inf = (field == 0xFF) & ((c & 0x7FFFFF) == 0)
+    c_special = jnp.where(c_inf, jnp.where(c < 0, -jnp.inf, jnp.inf), 0.0).astype(F32)
+    sp = jnp.where(c_nan, F32(jnp.nan), c_special) + code
+    out = jnp.where(sp == jnp.inf, I32(0x7F800000), bits)
+    out = jnp.where(sp == -jnp.inf, I32(-0x800000), out)
+    return jnp.where(sp != sp, I32(CANONICAL_NAN["f32"]), out)
 
 
 # ---- the kernel ---------------------------------------------------------------------------
@@ -446,7 +438,7 @@ def _kernel(a_ref, b_ref, *refs, steps: int, win: Windows, low: int, branch: boo
 
         vmax = dot(a_block(win.na), b_block(win.nb))
         vmin = dot(a_block(win.na + 1), b_block(win.nb + 1))
-        unit, undecided, special, fail = _grid(c, vmax, vmin, word(0), word(1))
+        unit, undecided, _, fail = _grid(c, vmax, vmin, word(0), word(1))
         R = word(2)
 
         def windows():
@@ -471,7 +463,7 @@ def _kernel(a_ref, b_ref, *refs, steps: int, win: Windows, low: int, branch: boo
             def cols_b(i):
                 return tuple(r[pl.ds(k0 + i, 1), :] for r in (fb_v, fb_p, fb_c))
 
-            return _per_product(c, cols_a, cols_b, R - low, unit, undecided, special, fuse)
+            return _per_product(c, cols_a, cols_b, R - low, unit, undecided, fuse)
 
         if not branch:
             return windows()
