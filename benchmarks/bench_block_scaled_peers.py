@@ -5,7 +5,9 @@ the timed call as a model's linear layer does:
 
 * jaxmma: ``jaxmma.matmul`` under ``jax.jit`` on ``sm_120a`` ``mma.sync`` forms
   (``kind::mxf4nvf4`` 4X with ue4m3 scales and a per-tensor scale; ``kind::mxf8f6f4``
-  e4m3 with ue8m0 scales): the modelled tensor core's bits;
+  e4m3 with ue8m0 scales): the modelled tensor core's bits; and, where
+  ``jaxmma.cpu_compiler_options()`` gives an option (a CPU with AVX-512), the same jitted
+  with it (the same bits);
 * torchao (``torchao.prototype.mx_formats``), as its emulated GEMM computes: quantize
   both operands (``NVFP4Tensor.to_nvfp4`` with the per-tensor scale from the operand's
   amax, ``MXTensor.to_mx`` with e4m3 and blocks of 32), dequantize to float32, then
@@ -50,9 +52,10 @@ FORMS = {
 }
 
 
-def _jaxmma(form):
+def _jaxmma(form, options=None):
     text = FORMS[form]
-    return jax.jit(lambda a, b: jaxmma.matmul(a, b, instruction=text, arch="sm_120a"))
+    f = lambda a, b: jaxmma.matmul(a, b, instruction=text, arch="sm_120a")  # noqa: E731
+    return jax.jit(f, compiler_options=options)
 
 
 def _torch_peers():
@@ -130,6 +133,10 @@ def main():
         w = rng.standard_normal((n, n), dtype=np.float32)
         jx, jw = jnp.asarray(x), jnp.asarray(w)
         configs = {f"jaxmma {f}": (_jaxmma(f), (jx, jw), False) for f in FORMS}
+        wide = jaxmma.cpu_compiler_options()
+        if wide:
+            for f in FORMS:
+                configs[f"jaxmma {f}, cpu_compiler_options()"] = (_jaxmma(f, wide), (jx, jw), False)
         configs["jnp.dot f32"] = (jax.jit(jnp.dot), (jx, jw), False)
         configs.update({k: (f, (jx, jw), False) for k, f in qwix_peers.items()})
         if torch_peers:

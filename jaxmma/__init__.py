@@ -18,6 +18,7 @@ from .instructions import all_instructions as all_instructions
 from .instructions import instruction as instruction
 from .instructions import tcgen05_instruction as tcgen05_instruction
 from .intercept import with_policy as with_policy
+from .util import cpu_compiler_options as cpu_compiler_options
 from .xla_gpu import Unverified as Unverified
 from .xla_gpu import gpu_replay as gpu_replay
 from .xla_gpu import xla_gpu_dots as xla_gpu_dots
@@ -30,6 +31,7 @@ __all__ = [
     "Instruction",
     "Unverified",
     "all_instructions",
+    "cpu_compiler_options",
     "dot_general",
     "formats",
     "gpu_replay",

@@ -69,6 +69,7 @@ def _calls():
     hlo = jax.jit(lambda x: x + 1).lower(np.float32(1)).compile().as_text()
     return {
         "jaxmma.all_instructions": ((), {}),
+        "jaxmma.cpu_compiler_options": ((), {}),
         "jaxmma.dot_general": ((A, B, dn), dict(instruction=BF16, arch="sm_90")),
         "jaxmma.instruction": ((BF16,), {}),
         "jaxmma.matmul": ((A, B), dict(instruction=BF16, arch="sm_90")),

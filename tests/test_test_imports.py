@@ -26,6 +26,7 @@ ALLOWED = {
     ("test_conformance_tools.py", "jaxmma.conformance._gpu"): "the kernel compiler driver",
     ("test_conformance_tools.py", "jaxmma.conformance._kernels"): "the generated CUDA kernels",
     ("test_conformance_tools.py", "jaxmma.conformance._vectors"): "the input streams' layout",
+    ("test_cpu_options.py", "jaxmma.util._cpu"): "the CPU's flags, replaced by the test",
     ("test_executors.py", "jaxmma.gemm._block_scaled"): "each executor's covers and path",
     ("test_executors.py", "jaxmma.gemm._chain"): "the XLA chain executor",
     ("test_executors.py", "jaxmma.gemm._config"): "the resolved Config the executors take",

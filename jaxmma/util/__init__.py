@@ -1,6 +1,7 @@
 """Floor 0, helpers every floor may use: errors of traced values (``_errors``), batch
 shapes (``_shapes``), custom derivatives (``_grad``, ``_ste``), jaxpr walks
-(``_jaxpr``), the work-arounds of XLA faults (``_xla``). Imports nothing of jaxmma.
+(``_jaxpr``), the work-arounds of XLA faults (``_xla``), XLA:CPU compile options
+(``_cpu``). Imports nothing of jaxmma.
 
 What other floors may use is re-exported below; they import it from ``jaxmma.util``,
 never from the modules (``tests/test_layers.py`` checks it). ``straight_through`` is the
@@ -9,6 +10,7 @@ derivative rule of every GEMM entry point, given its exact value (``GemmExact``)
 ``product_straight_through`` that rule for ``A @ B + C`` (``_ste``).
 """
 
+from ._cpu import cpu_compiler_options as cpu_compiler_options
 from ._errors import X64_HINT as X64_HINT
 from ._errors import is_traced as is_traced
 from ._errors import raise_if as raise_if
@@ -38,6 +40,7 @@ __all__ = [
     "CALLS",
     "GemmExact",
     "X64_HINT",
+    "cpu_compiler_options",
     "batch_shape",
     "bind",
     "broadcast",
