@@ -8,10 +8,12 @@ CPU that executes 512-bit instructions at full width they run faster with 512
 (``benchmarks/RESULTS.md``: NVFP4 and MXFP8 GEMMs 1.3-2x faster on an AMD EPYC with
 AVX-512).
 
-The option changes how XLA vectorizes, not what it computes: jaxmma's results have the
-same bits with it (``tests/test_cpu_options.py``). Float reductions written in the
-caller's own code (``jnp.sum`` of float32) may be vectorized in another order, as with
-any change of XLA's flags.
+The option changes how XLA vectorizes, not what it computes: the emulated GEMMs give
+the same bits with it (``tests/test_cpu_options.py``: bf16, fp8 and block-scaled
+``matmul``s). Float sums that XLA itself orders may be vectorized in another order, as
+with any change of XLA's flags: ``jnp.sum`` of float32 in the caller's code, and the
+sums over broadcast batch dimensions in the derivatives of jaxmma's GEMMs (as in
+``jnp.matmul``'s).
 """
 
 from __future__ import annotations
@@ -42,10 +44,10 @@ def cpu_compiler_options() -> dict[str, int]:
 
     Where the CPU has AVX-512: ``{"xla_cpu_prefer_vector_width": 512}`` (XLA:CPU's
     default is 256). Elsewhere, or where the CPU's features cannot be read (only Linux's
-    ``/proc/cpuinfo`` is read): ``{}``. The bits of jaxmma's results do not depend on
-    them; only the speed does (measured on an AMD EPYC with AVX-512: MXFP8 at 1024^3 1.4x
-    faster; on CPUs that split 512-bit instructions in two, expect less). A GPU backend
-    ignores the option.
+    ``/proc/cpuinfo`` is read): ``{}``. The bits of the emulated GEMMs do not depend on
+    them (float sums XLA orders itself may: see the module's docstring); the speed does
+    (measured on an AMD EPYC with AVX-512: MXFP8 at 1024^3 1.4x faster; on CPUs that
+    split 512-bit instructions in two, expect less). A GPU backend ignores the option.
 
     Example (any jitted function that calls jaxmma; here a one-line GEMM):
       >>> import jax, jax.numpy as jnp, jaxmma
