@@ -3,6 +3,7 @@ jaxmma's GEMMs give the same bits compiled with the option as without it (a chan
 XLA:CPU's vector width must not reach any result)."""
 
 import doctest
+import os
 
 import jax
 import jax.numpy as jnp
@@ -61,6 +62,22 @@ def _inputs(rng, m, k, n):
     return jnp.asarray(x), jnp.asarray(w), jnp.asarray(c)
 
 
+def _xla_defaults() -> dict:
+    """Compile options that undo the suite's ``XLA_FLAGS`` (``tests/_suite.py``: no
+    backend optimization, no expensive LLVM passes, the loop emitter instead of the
+    fusion emitters), so that a program is built as a user's is: LLVM's vectorizer only
+    runs at full optimization."""
+    flags = os.environ.get("XLA_FLAGS", "")
+    out = {"xla_backend_optimization_level": 3, "xla_llvm_disable_expensive_passes": False}
+    if "--xla_cpu_use_fusion_emitters=false" in flags:
+        out["xla_cpu_use_fusion_emitters"] = True
+    return out
+
+
+@pytest.mark.skipif(
+    "avx512f" not in _cpu._cpu_flags(),
+    reason="no AVX-512 on this CPU: the option would change nothing",
+)
 @pytest.mark.parametrize("name", list(FORMS))
 def test_gemms_give_the_same_bits_with_512_bit_vectors(name):
     text, arch, kw = FORMS[name]
@@ -70,8 +87,7 @@ def test_gemms_give_the_same_bits_with_512_bit_vectors(name):
     def f(a, b, c):
         return jaxmma.matmul(a, b, c, instruction=text, arch=arch, **kw)
 
-    # full optimization (the suite's XLA_FLAGS turn LLVM's, and so its vectorizer, down)
-    full = {"xla_backend_optimization_level": 3, "xla_llvm_disable_expensive_passes": False}
+    full = _xla_defaults()
     plain = np.asarray(jax.jit(f, compiler_options=full)(x, w, c)).view(np.uint32)
     wide = jax.jit(f, compiler_options=full | _cpu.AVX512)(x, w, c)
     wide = np.asarray(wide).view(np.uint32)
