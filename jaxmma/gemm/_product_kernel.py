@@ -441,16 +441,19 @@ def _kernel(a_ref, b_ref, *refs, steps: int, win: Windows, low: int, branch: boo
         unit, undecided, _, fail = _grid(c, vmax, vmin, word(0), word(1))
         R = word(2)
 
+        # the windows' loads ahead of the branch, where the pipeline prefetches them (a
+        # load inside a branch is not: e4m3 at 4096^3 on an H200, 35.3 -> 32.5 ms)
+        A = [a_block(j) for j in range(win.na)]
+        B = [b_block(j) for j in range(win.nb)]
+        av, bv = a_block(win.na + 2), b_block(win.nb + 2)
+        lows_a = [(col(words_a[3 + i]), a_block(win.na + 3 + i)) for i in range(2)]
+        lows_b = [(row(words_b[3 + i]), b_block(win.nb + 3 + i)) for i in range(2)]
+
         def windows():
-            A = [a_block(j) for j in range(win.na)]
-            B = [b_block(j) for j in range(win.nb)]
             sums: dict = {}
             for i, j in win.pairs:
                 o = win.width * (i + j)
                 sums[o] = dot(A[i], B[j]) if o not in sums else sums[o] + dot(A[i], B[j])
-            av, bv = a_block(win.na + 2), b_block(win.nb + 2)
-            lows_a = [(col(words_a[3 + i]), a_block(win.na + 3 + i)) for i in range(2)]
-            lows_b = [(row(words_b[3 + i]), b_block(win.nb + 3 + i)) for i in range(2)]
             t = _low_terms(av, bv, lows_a, lows_b, _scale(R - low, unit))
             return fuse(c, sums, unit, R, t)
 
