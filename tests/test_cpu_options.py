@@ -53,7 +53,8 @@ def test_the_option_follows_the_cpus_features(monkeypatch, flags, want):
 
 def _inputs(rng, m, k, n):
     """Normal values over a wide range, with zeros, -0, subnormals, NaN and Inf."""
-    x = rng.standard_normal((m, k)).astype(np.float32) * 2.0 ** rng.integers(-20, 20, (m, k))
+    x = rng.standard_normal((m, k)) * 2.0 ** rng.integers(-20, 20, (m, k))
+    x = x.astype(np.float32)
     w = rng.standard_normal((k, n)).astype(np.float32)
     c = rng.standard_normal((m, n)).astype(np.float32)
     x[0, :5] = [0.0, -0.0, 1e-40, np.nan, np.inf]
