@@ -59,6 +59,19 @@ def _inputs(rng, n, offsets):
     return c.view(np.int32), unit.astype(np.int32), kbase.astype(np.int32), sums, t.astype(np.int32)
 
 
+def _check_ptx(offsets, words, want):
+    """Run the routine's text for ``offsets`` on each element's int32 ``words`` (C, unit,
+    R - unit, the planes, t) and compare with ``want`` (uint32 D bits), which must reach
+    zeros, Inf or NaN, and subnormals."""
+    prog = _parse(_product_ptx.fuse_text(offsets))
+    words = [w.view(np.uint32) for w in words]
+    got = [_run(prog, [int(w[i]) for w in words]) for i in range(len(want))]
+    kinds = want & 0x7F800000
+    assert (want == 0).any() and (kinds == 0x7F800000).any()  # zeros, Inf and NaN reached
+    assert ((kinds == 0) & (want & 0x7FFFFF != 0)).any()  # subnormal results reached
+    np.testing.assert_array_equal(np.array(got, np.uint32), want)
+
+
 @pytest.mark.parametrize("pair", PAIRS, ids=["-".join(p) for p in PAIRS])
 def test_ptx_fusion_gives_the_int32_fusion_bits(pair):
     win = _product_kernel._windows(*pair)
@@ -70,15 +83,8 @@ def test_ptx_fusion_gives_the_int32_fusion_bits(pair):
     want = _product_kernel._fuse(
         jnp.asarray(c), planes, jnp.asarray(unit), jnp.asarray(kbase + unit), jnp.asarray(t)
     )
-    want = np.asarray(want).view(np.uint32)
-    prog = _parse(_product_ptx.fuse_text(offsets))
     words = [c, unit, kbase] + [s.view(np.int32) for s in sums] + [t]
-    words = [w.view(np.uint32) for w in words]
-    got = np.array([_run(prog, [int(w[i]) for w in words]) for i in range(n)], np.uint32)
-    kinds = want & 0x7F800000
-    assert (want == 0).any() and (kinds == 0x7F800000).any()  # zeros, Inf and NaN reached
-    assert ((kinds == 0) & (want & 0x7FFFFF != 0)).any()  # subnormal results reached
-    np.testing.assert_array_equal(got, want)
+    _check_ptx(offsets, words, np.asarray(want).view(np.uint32))
 
 
 def test_ptx_fusion_of_the_per_product_branch():
@@ -108,12 +114,5 @@ def test_ptx_fusion_of_the_per_product_branch():
     terms = [(t0 >> 8, eight), (t0 & 0xFF, zero), (t1 >> 8, eight), (t1 & 0xFF, zero)]
     before = _product_kernel._round(j(c), j(unit), [(j(g), j(k)) for g, k in terms])
     np.testing.assert_array_equal(np.asarray(before).view(np.uint32), want)
-    prog = _parse(_product_ptx.fuse_text((0, 8)))
     words = [c, unit, np.zeros(n, np.int32), planes[0].view(np.int32)]
-    words += [planes[8].view(np.int32), t0]
-    words = [w.view(np.uint32) for w in words]
-    got = np.array([_run(prog, [int(w[i]) for w in words]) for i in range(n)], np.uint32)
-    kinds = want & 0x7F800000
-    assert (want == 0).any() and (kinds == 0x7F800000).any()  # zeros, Inf and NaN reached
-    assert ((kinds == 0) & (want & 0x7FFFFF != 0)).any()  # subnormal results reached
-    np.testing.assert_array_equal(got, want)
+    _check_ptx((0, 8), words + [planes[8].view(np.int32), t0], want)
