@@ -294,10 +294,9 @@ def _grid(c, vmax, vmin, P, Q):
     """The step's grid from the weight dots; ``P, Q`` the words of the row plus those of
     the column. Returns per element ``unit`` (exact where ``e_max`` is decided), where
     it is not (some product, none of whose order sums reaches ``R_a + R_b - 9``, the
-    row's and column's largest orders), where the row or column holds a NaN or Inf, and
-    where the window sums and
-    the low elements' products are not the step (any of these, or a product outside the
-    low elements whose lsb may lie below the grid)."""
+    row's and column's largest orders), and where the window sums and the low elements'
+    products are not the step (that, a NaN or Inf in the row or column, or a product
+    outside the low elements whose lsb may lie below the grid)."""
     anyp = vmax > 0  # every nonzero product has a weight of at least 2**-120
     m = _floor6(_exponent(vmax))
     decided = anyp & (m > -_REL)  # the clamped weights' products count at most -_REL
@@ -305,7 +304,7 @@ def _grid(c, vmax, vmin, P, Q):
     least = Q - _floor6(_exponent(vmin))  # a lower bound of the others' smallest lsb + es
     special = Q < _SPECIAL // 2
     undecided = anyp & ~decided
-    return unit, undecided, special, special | undecided | ((vmin > 0) & (least < unit))
+    return unit, undecided, special | undecided | ((vmin > 0) & (least < unit))
 
 
 def _low_terms(av, bv, lows_a, lows_b, s):
@@ -438,7 +437,7 @@ def _kernel(a_ref, b_ref, *refs, steps: int, win: Windows, low: int, branch: boo
 
         vmax = dot(a_block(win.na), b_block(win.nb))
         vmin = dot(a_block(win.na + 1), b_block(win.nb + 1))
-        unit, undecided, _, fail = _grid(c, vmax, vmin, word(0), word(1))
+        unit, undecided, fail = _grid(c, vmax, vmin, word(0), word(1))
         R = word(2)
 
         # the windows' loads ahead of the branch, where the pipeline prefetches them (a
