@@ -1,6 +1,6 @@
-"""The compiled product kernel fuses a step with a PTX routine (``gemm._product_ptx``)
+"""The compiled product kernel fuses a step with PTX routines (``gemm._product_ptx``)
 that only a GPU runs. Here the PTX interpreter (``_ptx_interp``, exact arithmetic on
-rationals) runs its text on raw inputs that meet the kernel's conditions (every term a
+rationals) runs their texts on raw inputs that meet the kernel's conditions (every term a
 whole number of grid units), and its D bits must equal the interpreted kernel's int32
 fusion (``_product_kernel._fuse``), which the product-kernel tests tie to the per-step
 chain of the instruction model."""
@@ -60,12 +60,20 @@ def _inputs(rng, n, offsets):
 
 
 def _check_ptx(offsets, words, want):
-    """Run the routine's text for ``offsets`` on each element's int32 ``words`` (C, unit,
-    R - unit, the planes, t) and compare with ``want`` (uint32 D bits), which must reach
-    zeros, Inf or NaN, and subnormals."""
-    prog = _parse(_product_ptx.fuse_text(offsets))
-    words = [w.view(np.uint32) for w in words]
-    got = [_run(prog, [int(w[i]) for w in words]) for i in range(len(want))]
+    """Run the kernel's three routines in turn on each element's int32 ``words`` (C,
+    unit, R - unit, the planes, t): ``start``, one ``add`` per offset, ``finish``, the
+    float64 partial sum carried in a 64-bit register; compare with ``want`` (uint32 D
+    bits), which must reach zeros, Inf or NaN, and subnormals."""
+    start = _parse(_product_ptx.start_text())
+    adds = [_parse(_product_ptx.add_text(o)) for o in offsets]
+    finish = _parse(_product_ptx.finish_text())
+    c, unit, r, *planes, t = [w.view(np.uint32) for w in words]
+    got = []
+    for i in range(len(c)):
+        acc = _run(start, [int(c[i]), int(unit[i])])
+        for prog, p in zip(adds, planes, strict=True):
+            acc = _run(prog, [acc, int(r[i]), int(p[i])])
+        got.append(_run(finish, [int(c[i]), int(unit[i]), acc, int(t[i])]))
     kinds = want & 0x7F800000
     assert (want == 0).any() and (kinds == 0x7F800000).any()  # zeros, Inf and NaN reached
     assert ((kinds == 0) & (want & 0x7FFFFF != 0)).any()  # subnormal results reached

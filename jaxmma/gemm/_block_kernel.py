@@ -335,7 +335,7 @@ def _ptx_fuse(terms: int, rep: int, man: int) -> str:
 
 def ptx_f32_out(total: str, unit: str, regs: dict, field_lines=()) -> list[str]:
     """The PTX lines that end a fusion routine whose exact sum in grid units is the
-    float64 register ``total`` (:func:`_ptx_fuse`, :func:`jaxmma.gemm._product_ptx.fuse_text`):
+    float64 register ``total`` (:func:`_ptx_fuse`, :func:`jaxmma.gemm._product_ptx.finish_text`):
     ``$0 = cvt.rz.f32.f64(total * 2**unit)`` (``unit`` an int32 register or operand),
     a -0 made +0, Inf of the sign where ``|x| >= 2**128``, and C (``$1``) itself where
     its exponent field (``regs["field"]``, set by ``field_lines`` if given) is 255.

@@ -34,9 +34,10 @@ k-steps of 32, and per step:
   addition, truncated or not, keeps the exponent within 5 of the largest term's.
 * **The fusion**: where no product in the windows has its lsb below ``unit`` (each is
   a multiple of the grid), truncating them changes nothing, and the step is
-  ``RZ_f32(trunc(C) + windows + low terms)``: compiled, one PTX routine per element
-  with the exact sum in float64 (:mod:`jaxmma.gemm._product_ptx`); interpreted,
-  :func:`_fuse` in int32 limbs. Elsewhere (a product in the windows that the grid may
+  ``RZ_f32(trunc(C) + windows + low terms)``, formed one offset at a time as its dots
+  finish (:class:`Fusion`): compiled, PTX routines per element with the exact partial
+  sum in float64 (:data:`PTX`, :mod:`jaxmma.gemm._product_ptx`); interpreted, the same
+  in int32 limbs (:data:`LIMBS`). Elsewhere (a product in the windows that the grid may
   truncate, a NaN or Inf element, ``e_max`` not decided), the whole tile's step runs
   the products one at a time (:func:`_per_product`:
   :func:`jaxmma.models._product_gemm._step`'s arithmetic), as a branch taken only then.
@@ -256,12 +257,26 @@ def _c_fields(c):
 def _round(c, unit, terms):
     """``RZ_f32(trunc(C / 2**unit) + sum of terms) * 2**unit`` as f32 bits: ``terms``
     pairs ``(g, k)`` of :func:`_limbs`; an Inf or NaN C passes through."""
-    field, c_sig, c_exp = _c_fields(c)
-    c_signed = jnp.where(c < 0, -c_sig, c_sig)
-    hi, lo = _limbs(c_signed, c_exp - unit)  # exact or C's truncation: k <= 2
+    acc = _limb_start(c, unit)
     for g, k in terms:
-        m, low = _limbs(g, k)
-        hi, lo = hi + m, lo + low
+        acc = _limb_term(acc, g, k)
+    return _limb_end(acc, c, unit)
+
+
+def _limb_start(c, unit):
+    """C's term ``trunc(C / 2**unit)`` as the limbs ``(hi, lo)`` of a partial sum."""
+    _, c_sig, c_exp = _c_fields(c)
+    c_signed = jnp.where(c < 0, -c_sig, c_sig)
+    return _limbs(c_signed, c_exp - unit)  # exact or C's truncation: k <= 2
+
+
+def _limb_term(acc, g, k):
+    m, low = _limbs(g, k)
+    return acc[0] + m, acc[1] + low
+
+
+def _limb_end(acc, c, unit):
+    hi, lo = acc
     hi = hi + (lo >> 16)
     lo = lo & 0xFFFF
     neg = hi < 0
@@ -270,6 +285,7 @@ def _round(c, unit, terms):
     drop = jnp.maximum(16 - util.clz(mh), 0)  # mh's bits beyond 16
     mag = (mh << (16 - drop)) | (ml >> drop)  # truncated: the result keeps bits above
     bits = _block_kernel._round_rz(neg, mag, unit + drop)
+    field, _, _ = _c_fields(c)
     return jnp.where(field == 0xFF, c, bits)
 
 
@@ -334,39 +350,91 @@ def _scale(es, unit):
     return jnp.where(x < -100, F32(0), _pow2(jnp.clip(x, -126, 127)))
 
 
-def _fuse(c, sums, unit, R, t):
-    """The step from the window sums (``{offset: float32 plane}``) and the low
-    elements' truncated products ``t`` where no other product is truncated:
-    ``RZ_f32(trunc(C) + sum + t)``, in int32 limbs (``t`` split as 2**8 times its top
-    bits and its low 8)."""
-    terms = [(sums[o].astype(I32), R + o - unit) for o in sorted(sums)]
+@dataclasses.dataclass(frozen=True)
+class Fusion:
+    """A step's fusion in three pieces, so that the kernel adds each window sum as soon
+    as its dots are done: ``start(c, unit)`` the partial sum of C's term alone,
+    ``add(acc, plane, r, offset)`` it plus a window sum ``plane`` (float32 integers) in
+    units of ``2**(r + offset)`` over the grid, ``finish(acc, t, c, unit)`` D's bits
+    with the int32 sum ``t`` of the truncated low products added
+    (``RZ_f32(trunc(C) + sum + t)``; an Inf or NaN C passes through)."""
+
+    start: object
+    add: object
+    finish: object
+
+
+def _limb_add(acc, plane, r, offset):
+    return _limb_term(acc, plane.astype(I32), r + offset)
+
+
+def _limb_finish(acc, t, c, unit):
     eight, zero = jnp.full(c.shape, 8, I32), jnp.zeros(c.shape, I32)
-    return _round(c, unit, terms + [(t >> 8, eight), (t & 0xFF, zero)])
+    acc = _limb_term(_limb_term(acc, t >> 8, eight), t & 0xFF, zero)
+    return _limb_end(acc, c, unit)
 
 
-def _fuse_ptx(c, sums, unit, R, t):
-    """:func:`_fuse` as one PTX routine per element, its sum in float64
-    (:mod:`jaxmma.gemm._product_ptx`)."""
-    offsets = tuple(sorted(sums))
-    args = [c, unit, R - unit] + [lax.bitcast_convert_type(sums[o], I32) for o in offsets]
-    args = [jnp.broadcast_to(x, c.shape) for x in args + [t]]
-    (d,) = plgpu.elementwise_inline_asm(
-        _product_ptx.fuse_text(offsets),
+#: interpreted: int32 limbs (``t`` split as 2**8 times its top bits and its low 8)
+LIMBS = Fusion(_limb_start, _limb_add, _limb_finish)
+
+
+def _asm(text, dtype, *args):
+    """One result of ``dtype`` per element from the PTX ``text`` (``$0`` the result;
+    int32 arguments, broadcast to the first one's shape, in 32-bit registers, the
+    partial sums in 64-bit ones)."""
+    shape = args[0].shape
+    args = [x if x.dtype == np.int64 else jnp.broadcast_to(x, shape) for x in args]
+    (out,) = plgpu.elementwise_inline_asm(
+        text,
         args=args,
-        constraints=",".join(["=r"] + ["r"] * len(args)),
+        constraints=",".join(
+            ["=l" if dtype == np.int64 else "=r"]
+            + ["l" if x.dtype == np.int64 else "r" for x in args]
+        ),
         pack=1,
-        result_shape_dtypes=[jax.ShapeDtypeStruct(c.shape, I32)],
+        result_shape_dtypes=[jax.ShapeDtypeStruct(shape, dtype)],
     )
-    return d
+    return out
 
 
-def _per_product(c, cols_a, cols_b, es, unit, undecided, fuse):
+def _ptx_start(c, unit):
+    return _asm(_product_ptx.start_text(), np.int64, c, unit)
+
+
+def _ptx_add(acc, plane, r, offset):
+    bits = lax.bitcast_convert_type(plane, I32)
+    return _asm(_product_ptx.add_text(offset), np.int64, acc, r, bits)
+
+
+def _ptx_finish(acc, t, c, unit):
+    return _asm(_product_ptx.finish_text(), I32, c, unit, acc, t)
+
+
+#: compiled: the partial sum in float64 (:mod:`jaxmma.gemm._product_ptx`)
+PTX = Fusion(_ptx_start, _ptx_add, _ptx_finish)
+
+
+def _fused(fusion: Fusion, c, sums, unit, R, t):
+    """The step from the window sums (``{offset: float32 plane}``) and the low elements'
+    truncated products ``t`` where no other product is truncated."""
+    acc = fusion.start(c, unit)
+    for o in sorted(sums):
+        acc = fusion.add(acc, sums[o], R - unit, o)
+    return fusion.finish(acc, t, c, unit)
+
+
+def _fuse(c, sums, unit, R, t):
+    """:func:`_fused` in int32 limbs."""
+    return _fused(LIMBS, c, sums, unit, R, t)
+
+
+def _per_product(c, cols_a, cols_b, es, unit, undecided, fusion):
     """:func:`jaxmma.models._product_gemm._step` on the tile, one product at a time:
     ``cols_a(i)`` / ``cols_b(i)`` product i's (value, 2**order, code), ``[bm, 1]`` and
     ``[1, bn]``, loaded in a loop (the branch is rare: a loop keeps its registers few,
     and so the kernel's); ``es`` the scale exponents' sums; ``unit`` and ``undecided``
-    from :func:`_grid`; ``fuse`` the kernel's fusion (:func:`_fuse` or
-    :func:`_fuse_ptx`), which sums the truncated products with C.
+    from :func:`_grid`; ``fusion`` the kernel's (:data:`PTX` or :data:`LIMBS`), which
+    sums the truncated products with C.
 
     Two loops and no branch inside: the first reads the largest product (the exact
     ``e_max`` where the weights left it undecided) and sums the products' codes (NaN,
@@ -394,7 +462,7 @@ def _per_product(c, cols_a, cols_b, es, unit, undecided, fuse):
     # int32 term, the other as two exact float32 planes in grid units, its top 23 bits
     # (units of 2**8: offset 8) and its low 8 (offset 0), with R = unit
     planes = {0: (t1 & 0xFF).astype(F32), 8: (t1 >> 8).astype(F32)}
-    bits = fuse(c, planes, unit, unit, t0)
+    bits = _fused(fusion, c, planes, unit, unit, t0)
     # a NaN or Inf element, or C: the engine's special values (code is finite elsewhere,
     # and then only a NaN C changes: to the canonical NaN, which it becomes at the end)
     field, _, _ = _c_fields(c)
@@ -408,10 +476,10 @@ def _per_product(c, cols_a, cols_b, es, unit, undecided, fuse):
 
 
 # ---- the kernel ---------------------------------------------------------------------------
-def _kernel(a_ref, b_ref, *refs, steps: int, win: Windows, low: int, branch: bool, fuse):
+def _kernel(a_ref, b_ref, *refs, steps: int, win: Windows, low: int, branch: bool, fusion):
     """Per k-step: the two weight dots and :func:`_grid`; then the window dots, the low
-    elements' products (:func:`_low_terms`) and ``fuse`` (:func:`_fuse_ptx` compiled,
-    :func:`_fuse` interpreted), or where the tile needs it, :func:`_per_product`."""
+    elements' products (:func:`_low_terms`) and ``fusion`` (:data:`PTX` compiled,
+    :data:`LIMBS` interpreted), or where the tile needs it, :func:`_per_product`."""
     words_a, words_b = refs[0:5], refs[5:10]
     fa_v, fa_p, fa_c, fb_v, fb_p, fb_c, c_ref, d_ref = refs[10:]
     na, nb = win.na + 5, win.nb + 5
@@ -449,12 +517,18 @@ def _kernel(a_ref, b_ref, *refs, steps: int, win: Windows, low: int, branch: boo
         lows_b = [(row(words_b[3 + i]), b_block(win.nb + 3 + i)) for i in range(2)]
 
         def windows():
-            sums: dict = {}
-            for i, j in win.pairs:
-                o = win.width * (i + j)
-                sums[o] = dot(A[i], B[j]) if o not in sums else sums[o] + dot(A[i], B[j])
+            # one offset's dots at a time, each sum added to the partial sum at once: all
+            # offsets' planes alive together took every register (255 a thread) and
+            # spilled (e4m3 at 4096^3 on an H200: 33.2 ms, now 30.6)
+            acc = fusion.start(c, unit)
+            for o in sorted({win.width * (i + j) for i, j in win.pairs}):
+                pairs = [(i, j) for i, j in win.pairs if win.width * (i + j) == o]
+                plane = dot(A[pairs[0][0]], B[pairs[0][1]])
+                for i, j in pairs[1:]:
+                    plane = plane + dot(A[i], B[j])
+                acc = fusion.add(acc, plane, R - unit, o)
             t = _low_terms(av, bv, lows_a, lows_b, _scale(R - low, unit))
-            return fuse(c, sums, unit, R, t)
+            return fusion.finish(acc, t, c, unit)
 
         def per_product():
             k0 = s * L
@@ -465,7 +539,7 @@ def _kernel(a_ref, b_ref, *refs, steps: int, win: Windows, low: int, branch: boo
             def cols_b(i):
                 return tuple(r[pl.ds(k0 + i, 1), :] for r in (fb_v, fb_p, fb_c))
 
-            return _per_product(c, cols_a, cols_b, R - low, unit, undecided, fuse)
+            return _per_product(c, cols_a, cols_b, R - low, unit, undecided, fusion)
 
         if not branch:
             return windows()
@@ -524,8 +598,8 @@ def gemm_bits(
             num_warps=t.num_warps, num_stages=t.num_stages
         )
     low = FORMATS[ins.atype].min_exp + FORMATS[ins.btype].min_exp
-    fuse = _fuse if interpret else _fuse_ptx
-    kernel = functools.partial(_kernel, steps=S, win=win, low=low, branch=branch, fuse=fuse)
+    fusion = LIMBS if interpret else PTX
+    kernel = functools.partial(_kernel, steps=S, win=win, low=low, branch=branch, fusion=fusion)
     d = pl.pallas_call(
         kernel,
         out_shape=jax.ShapeDtypeStruct((nbatch, Mp, Np), I32),
