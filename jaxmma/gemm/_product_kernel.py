@@ -44,9 +44,9 @@ k-steps of 32, and per step:
 
 **How often the branch runs.** On MX-quantized normal data (e4m3, K = 4096) 1.2 % of the
 element-steps truncate a product (the accumulator has grown above the step's largest
-product in 91 % of the steps, and the grid follows it), and a ``16 x 128`` tile meets
-one in 99 % of its steps; with the low elements taken out, 0.0003 % of the
-element-steps and 0.6 % of the tile-steps still need the branch
+product in 91 % of the steps, and the grid follows it), and a ``16 x 64`` tile (the
+kernel's) meets one in 97 % of its steps; with the low elements taken out, 0.0003 % of
+the element-steps and 0.33 % of the tile-steps still need the branch
 (``benchmarks/product_truncation.py``). Timings: benchmarks/RESULTS.md.
 
 NaN scales and NaN C are applied as the model applies them (:func:`gemm_bits`).
@@ -106,7 +106,7 @@ def chosen() -> str | None:
 
 Tiles = _block_kernel.Tiles
 #: tiling on the GPU: the fastest of ``benchmarks/product_gpu.py --tune`` (benchmarks/RESULTS.md)
-TILES = Tiles(bm=16, bn=128, num_warps=4, num_stages=2)
+TILES = Tiles(bm=16, bn=64, num_warps=2, num_stages=2)
 INTERPRET_TILES = Tiles(bm=16, bn=16, group_m=0)
 
 
