@@ -96,9 +96,9 @@ def test_ptx_fusion_gives_the_int32_fusion_bits(pair):
 
 
 def test_ptx_fusion_of_the_per_product_branch():
-    """The branch hands the routine the sum of its first 16 truncated products as ``t``
+    """The branch hands the routines the sum of its first 16 truncated products as ``t``
     and the other 16's sum as two planes (top 23 bits at offset 8, low 8 at offset 0,
-    ``R = unit``), each half anywhere in int32's range: the routine's bits are the int32
+    ``R = unit``), each half anywhere in int32's range: the routines' bits are the int32
     fusion's, and those are the branch's earlier int32 sum of the four pieces."""
     rng = np.random.default_rng(11)
     n = 400
@@ -124,3 +124,50 @@ def test_ptx_fusion_of_the_per_product_branch():
     np.testing.assert_array_equal(np.asarray(before).view(np.uint32), want)
     words = [c, unit, np.zeros(n, np.int32), planes[0].view(np.int32)]
     _check_ptx((0, 8), words + [planes[8].view(np.int32), t0], want)
+
+
+def _interpreted_asm(text, *, args, constraints, pack, result_shape_dtypes):
+    """``plgpu.elementwise_inline_asm`` run by the PTX interpreter element by element,
+    with the operands checked against their constraints: a 64-bit register (``l``)
+    takes an int64 array, a 32-bit one (``r``) a 32-bit array."""
+    kinds = constraints.split(",")
+    (out,) = result_shape_dtypes
+    wide = np.dtype(out.dtype) == np.int64
+    assert pack == 1 and len(kinds) == len(args) + 1
+    assert kinds[0] == ("=l" if wide else "=r")
+    words = []
+    for a, kind in zip(args, kinds[1:], strict=True):
+        a = np.asarray(a)
+        assert (kind == "l") == (a.dtype == np.int64), (kind, a.dtype)
+        words.append(np.broadcast_to(a, out.shape).view(np.uint64 if kind == "l" else np.uint32))
+    prog = _parse(text)
+    got = [_run(prog, [int(w[i]) for w in words]) for i in np.ndindex(out.shape)]
+    return [np.array(got, np.uint64 if wide else np.uint32).reshape(out.shape).view(out.dtype)]
+
+
+@pytest.mark.parametrize("pair", PAIRS[:2], ids=["-".join(p) for p in PAIRS[:2]])
+def test_kernel_fusion_calls_give_the_int32_fusion_bits(pair, monkeypatch):
+    """The compiled kernel's fusion as the kernel calls it (``_product_kernel.PTX``: its
+    routines, their operands' order and register kinds, the 64-bit partial sum), with
+    the inline assembly run by the interpreter, gives the interpreted kernel's bits. A
+    tenth of the elements have zero window sums whose exponent over the grid is far
+    outside float64's range (2**1024 would be an Inf word, and Inf * 0 NaN): the
+    ``add`` routine clamps it."""
+    monkeypatch.setattr(_product_kernel.plgpu, "elementwise_inline_asm", _interpreted_asm)
+    win = _product_kernel._windows(*pair)
+    offsets = tuple(sorted({win.width * (i + j) for i, j in win.pairs}))
+    rng = np.random.default_rng(13 + len(offsets))
+    n = 150
+    c, unit, kbase, sums, t = _inputs(rng, n, offsets)
+    far = rng.random(n) < 0.1
+    # unclamped, 2**(k + o) for k + o = +-1024 would be an Inf word: Inf * 0 = NaN
+    edge = np.array([1024, -1024, 2000, -2000])[rng.integers(0, 4, n)]
+    kbase = np.where(far, edge - rng.choice(offsets, n), kbase).astype(np.int32)
+    sums = [np.where(far, np.float32(0), s) for s in sums]
+    j = jnp.asarray
+    args = (j(c), {o: j(s) for o, s in zip(offsets, sums, strict=True)}, j(unit))
+    args += (j(kbase + unit), j(t))
+    got = _product_kernel._fused(_product_kernel.PTX, *args)
+    want = _product_kernel._fused(_product_kernel.LIMBS, *args)
+    assert np.asarray(got).dtype == np.int32 and far.any()
+    np.testing.assert_array_equal(np.asarray(got).view(np.uint32), np.asarray(want).view(np.uint32))

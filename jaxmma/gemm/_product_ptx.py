@@ -78,7 +78,8 @@ def start_text() -> str:
 
 def add_text(offset: int) -> str:
     """``$0`` (out, 64 bits): the partial sum ``$1`` plus the window sum of ``offset``
-    (``$3``, float32 bits) times ``2**($2 + offset)``, ``$2`` = ``R - unit``."""
+    (``$3``, float32 bits) times ``2**($2 + offset)``, ``$2`` = ``R - unit``; the
+    exponent clamped to [-60, 60], where only a zero sum can lie beyond it."""
     return "\n".join(
         [
             "{",
@@ -115,7 +116,7 @@ def finish_text() -> str:
         ".reg .f64 %fd<8>;",
         ".reg .f32 %f<2>;",
         "mov.b32 %r0, 0;",
-        "mov.b32 %r9, 1127219200;",
+        "mov.b32 %r9, 1127219200;",  # 2**52's high word
         "mov.b64 %fd4, $3;",
         "add.s32 %r3, $4, -2147483648;",
         "mov.b64 %rd1, {%r3, %r9};",
