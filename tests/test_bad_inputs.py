@@ -796,6 +796,117 @@ case("shared-exponent-fmt", ValueError, "fmt: expected one of", Q.shared_exponen
 case("as-operands-array", TypeError, "qa: expected a Quantized", Q.as_operands, MX, X, X)
 
 
+# block-scaled matmul: shapes as given (before a ragged K is padded) and element dtypes
+def _mm_block(A, B):
+    return jaxmma.matmul(A, B, instruction=MX)
+
+
+case(
+    "matmul-block-scaled-ragged-k-mismatch",
+    ValueError,
+    "A, B: contracting sizes differ: .*K = 40.*K = 50",
+    _mm_block,
+    jnp.ones((16, 40), jnp.float32),
+    jnp.ones((50, 8), jnp.float32),
+)
+case(
+    "matmul-block-scaled-k-padded-alike",
+    ValueError,
+    "A, B: contracting sizes differ",
+    lambda A, B: jaxmma.matmul(A, B, instruction=NV),
+    jnp.ones((16, 64), jnp.float32),
+    jnp.ones((1, 8), jnp.float32),
+)
+case(
+    "matmul-block-scaled-vector-b",
+    ValueError,
+    "B: expected a matrix",
+    _mm_block,
+    jnp.ones((16, 64), jnp.float32),
+    jnp.ones(64, jnp.float32),
+)
+case(
+    "matmul-block-scaled-fp8-a",
+    TypeError,
+    "A: expected a jaxmma.quant.Quantized operand or a float32",
+    _mm_block,
+    jnp.ones((16, 32), jnp.float8_e4m3fn),
+    jnp.ones((32, 8), jnp.float32),
+)
+# the NVFP4 global scale is a float, never a value cast
+for _g in ("0.5", True, np.int32(2), np.uint32(1), jnp.int32(2)):
+    case(
+        f"quantize-nvfp4-global-{type(_g).__name__}",
+        TypeError,
+        "global_scale: expected None or a float32 scalar",
+        Q.quantize_nvfp4,
+        X,
+        global_scale=_g,
+    )
+# stochastic rounding's key is checked and named
+for _k, _exc, _pat in (
+    (0, TypeError, "key: expected a jax.random key, got dtype int"),
+    ("a", TypeError, "key: expected a jax.random key"),
+    (np.zeros(3, np.uint32), ValueError, "key: expected one key's uint32 data"),
+    (jax.random.split(jax.random.key(0)), ValueError, r"key: expected one key \(shape \(\)\)"),
+):
+    case(
+        f"quantize-mx-key-{type(_k).__name__}",
+        _exc,
+        _pat,
+        Q.quantize_mx,
+        X,
+        "e4m3",
+        rounding="stochastic",
+        key=_k,
+        jit=False,
+    )
+case(
+    "quantize-nvfp4-key-int",
+    TypeError,
+    "key: expected a jax.random key",
+    Q.quantize_nvfp4,
+    X,
+    rounding="stochastic",
+    key=0,
+    jit=False,
+)
+# shared_exponent's amax is float32 (float16, bfloat16): no value casts
+case(
+    "shared-exponent-complex",
+    TypeError,
+    "amax: expected float32",
+    Q.shared_exponent,
+    jnp.complex64(1 + 1000j),
+    "e4m3",
+)
+case(
+    "shared-exponent-int",
+    TypeError,
+    "amax: expected float32",
+    Q.shared_exponent,
+    jnp.int32(3),
+    "e4m3",
+)
+case(
+    "shared-exponent-str",
+    TypeError,
+    "amax: expected an array of numbers",
+    Q.shared_exponent,
+    "a",
+    "e4m3",
+    jit=False,
+)
+case(
+    "nvfp4-global-scale-str",
+    TypeError,
+    "x: expected an array of numbers",
+    Q.nvfp4_global_scale,
+    "a",
+    jit=False,
+)
+
+
 @pytest.mark.every_case  # each case is one cheap call: all run in the quick run
 @pytest.mark.parametrize(("fn", "args", "kwargs", "exc", "pattern", "jit"), CASES)
 @pytest.mark.parametrize("mode", ["eager", "jit"])
@@ -1502,13 +1613,13 @@ def _edits():
         ),
         (
             "global-vector",
-            r(qa, global_scale=jnp.ones(3)),
+            r(qa, global_scale=jnp.ones(3, jnp.float32)),
             ValueError,
             r"global_scale has shape \(3,\)",
         ),
         (
             "global-rows",
-            r(qa, global_scale=jnp.ones(16)),
+            r(qa, global_scale=jnp.ones(16, jnp.float32)),
             ValueError,
             r"global_scale has shape \(16,\)",
         ),

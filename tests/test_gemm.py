@@ -406,6 +406,42 @@ def test_block_scaled_matches_chained_mma(text, K_):
     assert rel < 0.3  # quantized, but a product of these matrices
 
 
+@pytest.mark.parametrize("exps", [(-70, -78), (-80, -80), (-20, -10)])
+def test_nvfp4_global_scales_keep_subnormals(exps):
+    """NVFP4's epilogue multiplies by the per-tensor scales' float32 product with IEEE
+    arithmetic on every backend: a subnormal product (2**-148), one that rounds to 0
+    (2**-160: every output a zero of D's sign, -0 included) and a normal one; numpy's
+    float32 (which keeps subnormals) is the oracle. XLA:CPU's own multiply flushed them
+    to zero."""
+    text = BLOCK_FORMS[2][0]
+    ins = jaxmma.instruction(text)
+    rng = np.random.default_rng(12)
+    X = rng.standard_normal((M, 64)).astype(np.float32)
+    Y = rng.standard_normal((64, N)).astype(np.float32)
+    C = rng.standard_normal((M, N)).astype(np.float32) * np.float32(1e-39)
+    qa = _quantizer(ins, ins.atype)(jnp.asarray(X), axis=-1)
+    qb = _quantizer(ins, ins.btype)(jnp.asarray(Y), axis=-2)
+    D = block_scaled_reference(
+        ins,
+        dataclasses.replace(qa, global_scale=None),
+        dataclasses.replace(qb, global_scale=None),
+        np.zeros((M, N), np.float32),
+    )
+    ga, gb = (np.float32(2.0**e) for e in exps)
+    qa = dataclasses.replace(qa, global_scale=jnp.float32(ga))
+    qb = dataclasses.replace(qb, global_scale=jnp.float32(gb))
+    want = D * (ga * gb)
+    got = jaxmma.matmul(qa, qb, instruction=ins)
+    np.testing.assert_array_equal(_bits(got), _bits(want))
+    got_c = jax.jit(lambda qa, qb, C: jaxmma.matmul(qa, qb, C, instruction=ins))(qa, qb, C)
+    np.testing.assert_array_equal(_bits(got_c), _bits(want + C))
+    w = _bits(want)
+    if exps == (-70, -78):  # subnormal outputs and zeros reached
+        assert (((w & 0x7F800000) == 0) & ((w & 0x7FFFFF) != 0)).sum() > M * N // 2
+    if exps == (-80, -80):
+        assert (w == 0x80000000).any() and (w == 0).any()
+
+
 # ----------------------------------------------------------------------------- batches
 def test_batch_broadcast_matches_per_problem_reference():
     ins = jaxmma.instruction(MMA + "m16n8k16.row.col.f32.bf16.bf16.f32", arch="sm_90")

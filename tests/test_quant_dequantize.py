@@ -86,7 +86,7 @@ def test_mx_every_pair(fmt):
 
 
 def test_global_scale_under_vmap_and_grad():
-    x = jax.random.normal(jax.random.key(0), (4, 8, 32))
+    x = jax.random.normal(jax.random.key(0), (4, 8, 32), jnp.float32)
     qs = jax.vmap(lambda v: Q.quantize_nvfp4(v))(x)
     np.testing.assert_array_equal(
         np.asarray(jax.vmap(Q._dequantize)(qs)).view(np.uint32),
@@ -98,3 +98,20 @@ def test_global_scale_under_vmap_and_grad():
     )
     unit = _reference(dataclasses.replace(q, global_scale=jnp.float32(1.0)))
     assert float(dg) == pytest.approx(float(jnp.sum(unit)), rel=1e-6)
+
+
+@pytest.mark.parametrize(
+    "fmt,bad", [("e2m1", 0xF2), ("e2m1", 0x10), ("e3m2", 0x40), ("e2m3", 0x80)]
+)
+def test_element_bytes_beyond_the_format_poison_their_block(fmt, bad):
+    """An edited element byte is no code of its format: not read as another code; its
+    block is NaN (eagerly and under jit), the other blocks unchanged."""
+    x = jnp.asarray(np.linspace(-3, 3, 64).reshape(2, 32), jnp.float32)
+    q = Q.quantize_mx(x, fmt, block=16)
+    edited = dataclasses.replace(q, elements=q.elements.at[0, 20].set(bad))
+    want = np.asarray(Q.dequantize(q))
+    for got in (Q.dequantize(edited), jax.jit(Q.dequantize)(edited)):
+        got = np.asarray(got)
+        assert np.isnan(got[0, 16:]).all()
+        np.testing.assert_array_equal(got[0, :16], want[0, :16])
+        np.testing.assert_array_equal(got[1], want[1])

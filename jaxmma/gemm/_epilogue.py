@@ -88,10 +88,12 @@ def finish(opts, acc, acc_type: str, C32=None, scale=None):
 
 
 def global_scaled(D, alpha, C=None):
-    """NVFP4's epilogue: the chain's f32 bits ``D`` (from +0) times ``alpha`` (the
-    per-tensor scales' float32 product), then C's f32 bits added with one IEEE f32 add;
-    float32 values."""
-    D = jax.lax.bitcast_convert_type(from_bits("f32", D) * alpha, jnp.uint32)
+    """NVFP4's epilogue: the chain's f32 bits ``D`` (from +0) times ``alpha`` (the bits
+    of the per-tensor scales' float32 product) with one IEEE f32 multiply, then C's f32
+    bits (or None) added with one IEEE f32 add; float32 values. Both in integer
+    arithmetic: subnormals are kept (and a negative product that underflows is -0) on
+    every backend, where XLA:CPU's own float multiply flushes them."""
+    D = arith.fmul_f32(D, alpha)
     if C is not None:
         D = arith.ieee_add(D, jnp.broadcast_to(C, D.shape), "f32")
     return from_bits("f32", D)

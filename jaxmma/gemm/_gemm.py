@@ -107,10 +107,13 @@ def matmul(
         see ``check``).
         Block-scaled forms: A and B are :class:`jaxmma.quant.Quantized` (quantized along
         K with the form's block: ``quantize_mx(X, fmt, block=...)``, ``quantize_nvfp4``),
-        or float arrays quantized here with ``quantize`` (default: NVFP4 for ``ue4m3``
-        scales, MX with floor scales otherwise). Per-tensor (NVFP4 global) scales
-        multiply the accumulator in f32 afterwards, and C is then added (one f32 add),
-        as a kernel's epilogue does.
+        or float32 / float16 / bfloat16 arrays (NumPy doubles that float32 holds
+        exactly) quantized here with ``quantize`` (default: NVFP4 for ``ue4m3`` scales,
+        MX with floor scales otherwise); other dtypes, element dtypes included, are a
+        ``TypeError``. A's K must be B's before either is padded. Per-tensor (NVFP4
+        global) scales multiply the accumulator with one IEEE f32 multiply afterwards
+        (their product too; subnormals kept on every backend), and C is then added (one
+        f32 add), as a kernel's epilogue does.
       instruction: PTX text of an ``mma`` / ``mma.sp`` / block-scaled ``mma`` /
         ``wmma.mma`` / ``wgmma.mma_async`` / ``tcgen05.mma`` form, or a
         :class:`jaxmma.Instruction` (required unless ``options`` names it).

@@ -31,6 +31,7 @@ zero tangent, the order of an eager ``jax.jvp``'s sums: :class:`jaxmma.util.Gemm
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 
 import jax
@@ -39,6 +40,7 @@ import jax.numpy as jnp
 from .. import util
 from ..bits import from_bits, nearest_float32
 from ..models import zero_bits
+from ..operands import dequantize
 from . import _config, _epilogue, _executors, _prepare, _recipes, _split
 from ._executor import Executor
 from ._options import KernelOptions
@@ -118,9 +120,7 @@ def _finish(ins, opts, acc, acc_type, C, scale, alpha):
     and C after them, or the epilogue (:func:`._epilogue.finish`: scales, alpha / beta,
     C, the output type; nothing at all without options)."""
     if alpha is not None:  # block-scaled forms take no kernel options (the one rule)
-        if C is not None:
-            return _epilogue.global_scaled(acc, alpha, _prepare.c_bits(ins, C))
-        return from_bits(ins.dtype, acc) * alpha
+        return _epilogue.global_scaled(acc, alpha, None if C is None else _prepare.c_bits(ins, C))
     out = opts.out_dtype or acc_type
     C32 = None
     if C is not None and opts.epilogue is not None:
@@ -156,7 +156,35 @@ def _tangent(cfg, opts, kind, primals, tangents):
         return _values(cfg, opts, A, B, SA, SB, aux)
 
     exact = _exact(cfg, opts, kind, A, B)
-    return out, util.gemm_tangent(values, exact, out, primals, tangents)
+    t = util.gemm_tangent(values, exact, out, primals, tangents)
+    g = _global_scale_tangent(cfg, opts, exact, primals, tangents)
+    return out, t if g is None else t + g.astype(t.dtype)
+
+
+def _global_scale_tangent(cfg, opts, exact, primals, tangents):
+    """The tangent of the per-tensor (NVFP4) global scales of operands given as
+    ``Quantized``, which :func:`jaxmma.util.gemm_tangent` does not see (they ride in
+    ``aux``): ``(dequantized A with g = 1) * dg_a @ B + A @ ...``, as :func:`dequantize`
+    differentiates them; None where none has a tangent."""
+    A, B, aux = primals[0], primals[1], primals[5]
+    q, dq = aux[0], tangents[5]
+    if q is None or isinstance(dq, jax.custom_derivatives.SymbolicZero):
+        return None
+    dq = dq[0]
+    if isinstance(dq, jax.custom_derivatives.SymbolicZero):
+        return None
+    va, vb = _prepare.operand_values(cfg, opts, A, B, q, aux[1])
+    out = None
+    for i, (qi, di, given) in enumerate(zip(q, dq, (A, B), strict=True)):
+        dg = getattr(di, "global_scale", None)
+        if given is not None or qi.global_scale is None or not util.has_tangent(dg):
+            continue  # a float operand: its tangent is the straight-through one
+        unit = dequantize(dataclasses.replace(qi, global_scale=jnp.ones_like(qi.global_scale)))
+        dg = jnp.asarray(dg, F32)
+        dv = unit * dg.reshape(dg.shape + (1,) * (unit.ndim - dg.ndim))  # vmap: per batch
+        term = exact.product(dv, vb) if i == 0 else exact.product(va, dv)
+        out = term if out is None else out + term
+    return out
 
 
 def _values(cfg, opts, A, B, SA, SB, aux):

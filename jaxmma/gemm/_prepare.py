@@ -17,7 +17,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from .. import util
+from .. import arith, util
 from ..bits import FORMATS, ROUNDINGS, encode, exact_float32, is_host_double, prepare, to_container
 from ..operands import (
     SATURATE,
@@ -196,7 +196,9 @@ def operands(cfg: Config, opts, A, B, q, key=None):
 
 
 def global_scale(q):
-    """NVFP4's per-tensor scales of the quantized A and B multiplied (float32), or None."""
+    """NVFP4's per-tensor scales of the quantized A and B multiplied, the float32 bits of
+    one IEEE multiply (rounded to nearest even, subnormals kept, as on a GPU; XLA:CPU's
+    own float multiply flushes them), or None."""
     if q is None:
         return None
     ga, gb = q[0].global_scale, q[1].global_scale
@@ -205,7 +207,9 @@ def global_scale(q):
     one = jnp.float32(1)
     ga = one if ga is None else ga.astype(jnp.float32)
     gb = one if gb is None else gb.astype(jnp.float32)
-    return (ga * gb)[..., None, None] if jnp.ndim(ga * gb) else ga * gb
+    bits = [jax.lax.bitcast_convert_type(g, jnp.uint32) for g in (ga, gb)]
+    alpha = arith.fmul_f32(*bits)
+    return alpha[..., None, None] if jnp.ndim(alpha) else alpha
 
 
 def operand_values(cfg: Config, opts, A, B, q, key=None):
@@ -225,18 +229,25 @@ def operand_values(cfg: Config, opts, A, B, q, key=None):
 
 def quantize_operands(ins, A, B, quantize):
     """Block-scaled forms: Quantized A/B pass; float arrays are quantized along K."""
-    out = []
-    for name, x, axis in (("A", A, -1), ("B", B, -2)):
+    given = []
+    for name, x in (("A", A), ("B", B)):
         if isinstance(x, Quantized):
-            out.append((None, check_quantized(x, name, matrix=True)))
+            given.append(check_quantized(x, name, matrix=True))
             continue
-        x = exact_float32(x, name)  # the quantizers' rule: doubles exact in float32
-        x = jnp.asarray(x)
-        if not jnp.issubdtype(x.dtype, jnp.floating):
+        x = jnp.asarray(exact_float32(x, name))  # the quantizers' rule: doubles exact in f32
+        if x.dtype not in (jnp.float32, jnp.float16, jnp.bfloat16):
             raise TypeError(
-                f"{name}: expected a jaxmma.quant.Quantized operand or a float array to "
-                f"quantize for {ins.text}, got {x.dtype}"
+                f"{name}: expected a jaxmma.quant.Quantized operand or a float32, float16 "
+                f"or bfloat16 array to quantize for {ins.text}, got {x.dtype}"
             )
+        given.append(x)
+    # the shapes as given, before a ragged K is padded: A's K must be B's
+    check_shapes(ins, *(x.elements if isinstance(x, Quantized) else x for x in given), None)
+    out = []
+    for name, x, axis in (("A", given[0], -1), ("B", given[1], -2)):
+        if isinstance(x, Quantized):
+            out.append((None, x))
+            continue
         fmt = ins.atype if name == "A" else ins.btype
         x_q = jax.lax.stop_gradient(x)  # the tangent reaches x through the straight-through rule
         k = x.shape[axis]

@@ -46,10 +46,12 @@ from ..bits import (
     CANONICAL_NAN,
     F8F6F4,
     FORMATS,
+    check_array_like,
     check_numeric,
     encode,
     exact_float32,
     fields,
+    nearest_float32,
     round_float,
     special_bits,
 )
@@ -197,11 +199,24 @@ def raw_bits(q: Quantized) -> tuple[jax.Array, jax.Array]:
     """The element and scale bits of ``q`` as uint32 (the one conversion every consumer
     calls: :func:`dequantize`, :func:`jaxmma._scaling.as_operands` and ``ins.mma``).
 
+    An element byte with a bit set above its format's width (e2m1: 4 bits, e3m2 and
+    e2m3: 6; possible only in an edited container) is no code of the format: it is not
+    read as another code, its block's scale becomes NaN (ue8m0 ``0xFF``, ue4m3 ``0x7F``),
+    so that everything computed from the block is NaN, eagerly and under ``jit`` alike.
+
     Raises:
       TypeError, ValueError: ``q`` is not a valid :class:`Quantized` (:func:`check_quantized`).
     """
     check_quantized(q, "q")
-    return jnp.asarray(q.elements).astype(U32), jnp.asarray(q.scales).astype(U32)
+    elements = jnp.asarray(q.elements).astype(U32)
+    scales = jnp.asarray(q.scales).astype(U32)
+    width = FORMATS[q.fmt].bits
+    if width >= 8:
+        return elements, scales
+    beyond = jnp.moveaxis((elements >> U32(width)) != 0, q.axis, -1)
+    beyond = beyond.reshape(beyond.shape[:-1] + (-1, q.block)).any(axis=-1)
+    nan = U32(0xFF if q.scale_fmt == "ue8m0" else 0x7F)
+    return elements, jnp.where(jnp.moveaxis(beyond, -1, q.axis), nan, scales)
 
 
 def _byte(bits) -> jax.Array:
@@ -225,6 +240,7 @@ def _flag(value, name: str) -> bool:
 
 
 def _as_f32(x, name: str = "x") -> jax.Array:
+    check_array_like(x, name)  # strings and objects: a TypeError naming the argument
     x = exact_float32(x, name)  # doubles: exact in float32, or refused
     check_numeric(x, name)
     x = jnp.asarray(x)
@@ -255,10 +271,29 @@ def _random_bits(rounding: str, key, shape):
     if rounding == "stochastic":
         if key is None:
             raise ValueError("key: rounding='stochastic' needs a PRNG key")
-        return jax.random.bits(key, shape, jnp.uint32)
+        return jax.random.bits(_one_key(key), shape, jnp.uint32)
     if key is not None:
         raise ValueError(f"key: only used with rounding='stochastic', got rounding={rounding!r}")
     return None
+
+
+def _one_key(key):
+    """``key`` as one jax.random key (a typed key, or raw uint32 key data), else a
+    ``TypeError`` / ``ValueError`` naming it."""
+    try:
+        k = jnp.asarray(key)
+    except (TypeError, ValueError):
+        raise TypeError(f"key: expected a jax.random key, got {key!r}"[:300]) from None
+    if not (jnp.issubdtype(k.dtype, jax.dtypes.prng_key) or k.dtype == jnp.uint32):
+        raise TypeError(f"key: expected a jax.random key, got dtype {k.dtype}")
+    if k.dtype == jnp.uint32:
+        try:
+            k = jax.random.wrap_key_data(k)
+        except (TypeError, ValueError):
+            raise ValueError(f"key: expected one key's uint32 data, got shape {k.shape}") from None
+    if k.shape != ():
+        raise ValueError(f"key: expected one key (shape ()), got shape {k.shape}")
+    return k
 
 
 def _blocked(x, axis: int, block: int):
@@ -461,7 +496,7 @@ def shared_exponent(
     """
     _check_choice("fmt", fmt, MX_FORMATS)
     _check_choice("scale_rounding", scale_rounding, SCALE_ROUNDINGS)
-    return _shared_exponent(jnp.asarray(amax, jnp.float32), fmt, scale_rounding)
+    return _shared_exponent(_as_f32(amax, "amax"), fmt, scale_rounding)
 
 
 @functools.partial(util.jit, static_argnums=(1, 2))
@@ -561,9 +596,12 @@ def nvfp4_global_scale(x: ArrayLike) -> jax.Array:
     """NVIDIA's per-tensor NVFP4 scale: ``amax / (6 * 448)`` rounded to nearest float32.
 
     ``amax`` is the largest finite magnitude of ``x``; all-zero ``x`` gives 1.0, and a
-    result that would round to 0 gives 2**-149.
+    result that would round to 0 gives 2**-149. A rounding of ``x``'s largest
+    magnitude, it refuses to be differentiated with respect to ``x`` (``TypeError``), as
+    the quantizers do; pass the scale to them as a value to differentiate through it.
     """
-    return _global_scale(_as_f32(x))
+    msg = "x: nvfp4_global_scale is a rounding of amax(x) and has no derivative with respect to x"
+    return _global_scale(util.no_derivative(_as_f32(x), msg))
 
 
 @util.jit
@@ -652,21 +690,8 @@ def quantize_nvfp4(
     x = util.no_derivative(_as_f32(x), _NO_DERIVATIVE.format(name="quantize_nvfp4"))
     axis = _axis_and_blocks(x, axis, block)
     rbits = _random_bits(rounding, key, x.shape)
-    g = None
-    if global_scale is not None:
-        try:
-            g = jnp.asarray(global_scale, jnp.float32)
-        except (TypeError, ValueError):
-            raise TypeError(
-                f"global_scale: expected None or a float32 scalar, got {global_scale!r}"[:300]
-            ) from None
-        if g.ndim:
-            raise ValueError(f"global_scale: expected a scalar, got shape {g.shape}")
-        if not isinstance(g, jax.core.Tracer) and not 0 < float(g) < np.inf:
-            raise ValueError(
-                f"global_scale: expected a positive finite float32 scalar, got {float(g)!r}"
-            )
-    return _quantize_nvfp4(
+    g = None if global_scale is None else _global_scale_arg(global_scale)
+    q = _quantize_nvfp4(
         x,
         rbits,
         g,
@@ -677,6 +702,49 @@ def quantize_nvfp4(
         rounding=rounding,
         saturate=_flag(saturate, "saturate"),
     )
+    if g is None:
+        return q
+    # the scale as given, with its tangent: dequantize differentiates through it
+    return dataclasses.replace(q, global_scale=_with_tangent_of(q.global_scale, g))
+
+
+def _global_scale_arg(global_scale):
+    """A given NVFP4 global scale as a float32 scalar: a float (Python, NumPy or JAX;
+    doubles rounded once to nearest float32, as the fp8 scales are, x64 on or off) or a
+    Python int; bools, strings and integer arrays are a ``TypeError``, not a value
+    cast."""
+    bad = TypeError(
+        f"global_scale: expected None or a float32 scalar (a float), got {global_scale!r}"[:300]
+    )
+    if isinstance(global_scale, (bool, np.bool_, str, bytes)):
+        raise bad
+    dtype = getattr(global_scale, "dtype", None)
+    if dtype is not None and not jnp.issubdtype(dtype, jnp.floating):
+        raise bad
+    try:
+        g = jnp.asarray(nearest_float32(global_scale), jnp.float32)
+    except (TypeError, ValueError):
+        raise bad from None
+    if g.ndim:
+        raise ValueError(f"global_scale: expected a scalar, got shape {g.shape}")
+    if not isinstance(g, jax.core.Tracer) and not 0 < float(g) < np.inf:
+        raise ValueError(
+            "global_scale: expected a positive finite float32 scalar, got "
+            f"{global_scale!r} ({float(g)!r} in float32)"[:300]
+        )
+    return g
+
+
+@jax.custom_jvp
+def _with_tangent_of(value, source):
+    """``value`` (computed from ``source`` through bit operations, which drop tangents)
+    with ``source``'s tangent."""
+    return value
+
+
+@_with_tangent_of.defjvp
+def _with_tangent_of_jvp(primals, tangents):
+    return primals[0], tangents[1]
 
 
 @functools.partial(util.jit, static_argnames=_STATIC)
@@ -877,9 +945,30 @@ def fake_quantize_mx(x: ArrayLike, fmt: str, **kwargs: Any) -> jax.Array:
 def fake_quantize_nvfp4(x: ArrayLike, **kwargs: Any) -> jax.Array:
     """``dequantize(quantize_nvfp4(x, **kwargs))`` with a straight-through derivative (as
     :func:`fake_quantize_mx`; ``kwargs`` as for :func:`quantize_nvfp4`). The global
-    scale is computed from ``x`` (or given) and treated as a constant."""
+    scale is computed from ``x`` (a constant of the derivative) or given; a given one is
+    differentiated as :func:`dequantize` does: ``d(e * s * g) = (e * s) dg``."""
     _as_f32(x)
-    return util.straight_through(lambda v: dequantize(quantize_nvfp4(v, **kwargs)), x)
+    g = kwargs.pop("global_scale", None)
+    if g is None:
+        return util.straight_through(lambda v: dequantize(quantize_nvfp4(v, **kwargs)), x)
+    key = kwargs.pop("key", None)
+    return _fake_nvfp4(x, _global_scale_arg(g), key, tuple(sorted(kwargs.items())))
+
+
+@functools.partial(jax.custom_jvp, nondiff_argnums=(3,))
+def _fake_nvfp4(x, g, key, kwargs):
+    return dequantize(quantize_nvfp4(x, global_scale=g, key=key, **dict(kwargs)))
+
+
+@_fake_nvfp4.defjvp
+def _fake_nvfp4_jvp(kwargs, primals, tangents):
+    """Straight through in ``x``; ``(e * s) dg`` in the global scale."""
+    x, g, key = primals
+    dx, dg, _ = tangents
+    q = quantize_nvfp4(x, global_scale=g, key=key, **dict(kwargs))
+    out = _fake_nvfp4(x, g, key, kwargs)  # itself: a derivative of this rule meets it again
+    unit = dequantize(dataclasses.replace(q, global_scale=jnp.ones_like(q.global_scale)))
+    return out, jnp.asarray(dx, out.dtype) + unit * dg
 
 
 def _f32_rounded(n, u):

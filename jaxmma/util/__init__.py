@@ -30,6 +30,7 @@ from ._shapes import pad_axis as pad_axis
 from ._ste import Exact as GemmExact
 from ._ste import gemm as gemm_straight_through
 from ._ste import gemm_tangent as gemm_tangent
+from ._ste import has_tangent as has_tangent
 from ._ste import straight_through as product_straight_through
 from ._ste import with_gemm_gradients as with_gemm_gradients
 from ._xla import clz as clz
@@ -49,6 +50,7 @@ __all__ = [
     "contains",
     "gemm_straight_through",
     "gemm_tangent",
+    "has_tangent",
     "ingest",
     "is_traced",
     "jit",
