@@ -284,6 +284,7 @@ def _lane_tree_sum(e, warps, within, lanes=32, spt=1):
     return part[:, 0]
 
 
+@pytest.mark.full  # 30 s: a check on the model, not on the replay (which the quick run tests)
 def test_triton_row_order_is_told_apart():
     """The captured softmaxes in whole-row tiles against a NumPy model of the order: one
     row a program, one element a lane and repetition, every warp along the row; several
