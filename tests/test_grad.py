@@ -164,6 +164,10 @@ def test_fake_quantize_nvfp4_given_global_scale():
     np.testing.assert_array_equal(
         np.asarray(Q.fake_quantize_nvfp4(X, global_scale=0.5)), np.asarray(Q.dequantize(q))
     )
+    # second order: d/dx of the straight-through 2 * fq(x) * 1 is 2 (e and s constant)
+    sq = lambda v: jnp.sum(Q.fake_quantize_nvfp4(v, global_scale=0.5) ** 2)  # noqa: E731
+    d2 = jax.grad(lambda v: jnp.sum(jax.grad(sq)(v)))(X)
+    np.testing.assert_array_equal(np.asarray(d2), np.full(X.shape, 2.0, np.float32))
 
 
 def test_nvfp4_global_scale_refuses_a_derivative():

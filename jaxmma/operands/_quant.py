@@ -965,7 +965,10 @@ def _fake_nvfp4_jvp(kwargs, primals, tangents):
     """Straight through in ``x``; ``(e * s) dg`` in the global scale."""
     x, g, key = primals
     dx, dg, _ = tangents
-    q = quantize_nvfp4(x, global_scale=g, key=key, **dict(kwargs))
+    # e and s are the derivative's constants (straight through), to any order
+    q = quantize_nvfp4(
+        lax.stop_gradient(x), global_scale=lax.stop_gradient(g), key=key, **dict(kwargs)
+    )
     out = _fake_nvfp4(x, g, key, kwargs)  # itself: a derivative of this rule meets it again
     unit = dequantize(dataclasses.replace(q, global_scale=jnp.ones_like(q.global_scale)))
     return out, jnp.asarray(dx, out.dtype) + unit * dg
