@@ -797,39 +797,29 @@ case("as-operands-array", TypeError, "qa: expected a Quantized", Q.as_operands, 
 
 
 # block-scaled matmul: shapes as given (before a ragged K is padded) and element dtypes
-def _mm_block(A, B):
-    return jaxmma.matmul(A, B, instruction=MX)
+def _mm_block(instruction):
+    return lambda A, B: jaxmma.matmul(A, B, instruction=instruction)
 
 
-case(
-    "matmul-block-scaled-ragged-k-mismatch",
-    ValueError,
-    "A, B: contracting sizes differ: .*K = 40.*K = 50",
-    _mm_block,
-    jnp.ones((16, 40), jnp.float32),
-    jnp.ones((50, 8), jnp.float32),
-)
-case(
-    "matmul-block-scaled-k-padded-alike",
-    ValueError,
-    "A, B: contracting sizes differ",
-    lambda A, B: jaxmma.matmul(A, B, instruction=NV),
-    jnp.ones((16, 64), jnp.float32),
-    jnp.ones((1, 8), jnp.float32),
-)
-case(
-    "matmul-block-scaled-vector-b",
-    ValueError,
-    "B: expected a matrix",
-    _mm_block,
-    jnp.ones((16, 64), jnp.float32),
-    jnp.ones(64, jnp.float32),
-)
+for _cid, _ins, _exc, _pat, _a, _b in (
+    ("ragged-k-mismatch", MX, ValueError, "A, B: contracting sizes differ: .*K = 40.*K = 50",
+     (16, 40), (50, 8)),
+    ("k-padded-alike", NV, ValueError, "A, B: contracting sizes differ", (16, 64), (1, 8)),
+    ("vector-b", MX, ValueError, "B: expected a matrix", (16, 64), (64,)),
+):  # fmt: skip
+    case(
+        f"matmul-block-scaled-{_cid}",
+        _exc,
+        _pat,
+        _mm_block(_ins),
+        jnp.ones(_a, jnp.float32),
+        jnp.ones(_b, jnp.float32),
+    )
 case(
     "matmul-block-scaled-fp8-a",
     TypeError,
     "A: expected a jaxmma.quant.Quantized operand or a float32",
-    _mm_block,
+    _mm_block(MX),
     jnp.ones((16, 32), jnp.float8_e4m3fn),
     jnp.ones((32, 8), jnp.float32),
 )
